@@ -1,0 +1,3 @@
+"""memfs: a durable, versioned workspace store mounted as a plain directory."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from memfs.cli.main import main
+
+raise SystemExit(main())

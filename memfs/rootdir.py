@@ -1,0 +1,46 @@
+"""Where a memfs root lives and what it holds.
+
+One root directory per store. Everything memfs keeps is under it, so a root can be
+copied, backed up or deleted as one folder:
+
+    store.db      SQLite: trees, commits, branches, the journal
+    blobs/        content-addressed file chunks too large to keep inline
+    staging/      scratch files of a running daemon (safe to delete when none runs)
+    memory/       agent memory generations (memfs.memory)
+    sessions/     append-only agent sessions (memfs.memory.sessions)
+    receipts/     consolidation receipts (memfs.consolidate)
+    daemon.lock   held (flock) by the one daemon serving this root
+    control.sock  that daemon's control socket
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def resolve_root(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """--root, else $MEMFS_ROOT, else $XDG_DATA_HOME/memfs (~/.local/share/memfs)."""
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    env = os.environ.get("MEMFS_ROOT")
+    if env:
+        return Path(env).expanduser().absolute()
+    xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(xdg, "memfs").absolute()
+
+
+def memory_dir(root: Path) -> Path:
+    return root / "memory"
+
+
+def sessions_dir(root: Path) -> Path:
+    return root / "sessions"
+
+
+def receipts_dir(root: Path) -> Path:
+    return root / "receipts"
+
+
+def control_socket(root: Path) -> Path:
+    return root / "control.sock"

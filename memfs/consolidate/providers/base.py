@@ -1,0 +1,242 @@
+"""What every provider client shares: the neutral transcript, errors, and bounded retries.
+
+The worker speaks one protocol-neutral transcript; each provider module translates it to its
+wire format and back. Keeping the translation at the edge lets the worker loop, the session
+log and replay stay the same whichever provider answered.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+import trio
+
+from memfs.errors import MemfsError
+
+RETRYABLE_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+DEFAULT_MAX_RETRIES = 4
+MAX_BACKOFF_S = 30.0
+
+
+class ProviderError(MemfsError):
+    """A provider request failed in a way the worker cannot repair by talking to the model."""
+
+
+class ProviderAuthError(ProviderError):
+    """401/403: the key is missing, wrong or lacks access."""
+
+
+class ProviderRefusal(ProviderError):
+    """The model declined (OpenAI `refusal`, Anthropic `stop_reason: refusal`)."""
+
+
+class ProviderTruncated(ProviderError):
+    """The answer hit the output ceiling mid-call, so its tool arguments are incomplete."""
+
+
+class ProviderUnavailable(ProviderError):
+    """Retryable failures persisted past the retry budget (or the attempt deadline)."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """The one tool the model may call: a name, a description, a JSON schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call as the model made it; `arguments_raw` is kept verbatim (it may be malformed JSON)."""
+
+    id: str
+    name: str
+    arguments_raw: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """One provider answer in neutral form."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    stop_reason: str
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call_id: str
+    content: str
+    is_error: bool
+
+
+@dataclass
+class Transcript:
+    """The conversation so far: a system prompt, then alternating user/assistant entries.
+
+    Entries are plain dicts so they can be written to the worker session as they are:
+    {"role": "user", "text": ...}
+    {"role": "assistant", "text": ..., "tool_calls": [{"id", "name", "arguments_raw"}]}
+    {"role": "tool_results", "results": [{"call_id", "content", "is_error"}]}
+    """
+
+    system: str
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_user(self, text: str) -> None:
+        self.entries.append({"role": "user", "text": text})
+
+    def add_reply(self, reply: ModelReply) -> None:
+        self.entries.append(
+            {
+                "role": "assistant",
+                "text": reply.text,
+                "tool_calls": [
+                    {"id": c.id, "name": c.name, "arguments_raw": c.arguments_raw}
+                    for c in reply.tool_calls
+                ],
+            }
+        )
+
+    def add_tool_results(self, results: list[ToolResult]) -> None:
+        self.entries.append(
+            {
+                "role": "tool_results",
+                "results": [
+                    {"call_id": r.call_id, "content": r.content, "is_error": r.is_error}
+                    for r in results
+                ],
+            }
+        )
+
+
+class Provider(Protocol):
+    """A chat model that must answer with a call to `tool`."""
+
+    name: str
+    model: str
+
+    def request_body(self, transcript: Transcript, tool: ToolSpec, max_tokens: int) -> dict:
+        """The exact JSON body sent (what the worker session records; it holds no key)."""
+        ...
+
+    async def complete(self, client: httpx.AsyncClient, body: dict) -> tuple[ModelReply, dict]:
+        """Send `body` (with retries); return the neutral reply and the raw response body."""
+        ...
+
+
+def api_key_from_env(var: str) -> str | None:
+    """Keys live only in the environment and in request headers; nothing else sees them."""
+    key = os.environ.get(var, "").strip()
+    return key or None
+
+
+def retry_delay(response: httpx.Response | None, attempt: int) -> float:
+    """Server-directed delay (retry-after-ms, then retry-after), else capped exponential."""
+    if response is not None:
+        ms = response.headers.get("retry-after-ms")
+        if ms is not None:
+            try:
+                return max(0.0, float(ms) / 1000.0)
+            except ValueError:
+                pass
+        ra = response.headers.get("retry-after")
+        if ra is not None:
+            try:
+                return max(0.0, float(ra))
+            except ValueError:
+                parsed = email.utils.parsedate_to_datetime(ra) if ra else None
+                if parsed is not None:
+                    return max(0.0, parsed.timestamp() - time.time())
+    return min(MAX_BACKOFF_S, 0.5 * (2**attempt))
+
+
+def _error_detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300]
+    err = body.get("error") if isinstance(body, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message") or err)[:300]
+    return str(err or body)[:300]
+
+
+async def post_json(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: dict,
+    *,
+    provider: str,
+    key_var: str,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    sleep: Callable[[float], Awaitable[None]] = trio.sleep,
+) -> dict:
+    """POST with bounded retries on 408/409/429/5xx and transport errors.
+
+    The caller's trio cancel scope bounds the total time; a server asking to wait longer than
+    the scope allows simply ends in Cancelled/TooSlow there, never in an unbounded wait.
+    """
+    last = ""
+    for attempt in range(max_retries + 1):
+        response: httpx.Response | None = None
+        try:
+            response = await client.post(url, headers=headers, json=body)
+        except httpx.TransportError as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        else:
+            if response.status_code in (401, 403):
+                raise ProviderAuthError(
+                    f"{provider} refused the credentials (HTTP {response.status_code}: "
+                    f"{_error_detail(response)})",
+                    f"set {key_var} to a valid key for this endpoint",
+                )
+            if response.status_code < 300:
+                try:
+                    data = response.json()
+                except ValueError as exc:
+                    raise ProviderError(
+                        f"{provider} answered with a body that is not JSON ({exc})",
+                        "check --base-url points at a compatible API",
+                    ) from exc
+                if not isinstance(data, dict):
+                    raise ProviderError(f"{provider} answered with a non-object body")
+                return data
+            if response.status_code not in RETRYABLE_STATUS:
+                raise ProviderError(
+                    f"{provider} rejected the request (HTTP {response.status_code}: "
+                    f"{_error_detail(response)})",
+                    "check --model and --base-url",
+                )
+            last = f"HTTP {response.status_code}: {_error_detail(response)}"
+        if attempt == max_retries:
+            break
+        delay = retry_delay(response, attempt)
+        if math.isfinite(delay):
+            await sleep(delay)
+    raise ProviderUnavailable(
+        f"{provider} kept failing after {max_retries + 1} tries (last: {last})",
+        "try again later, or point --base-url at another endpoint",
+    )

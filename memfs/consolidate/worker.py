@@ -1,0 +1,339 @@
+"""The consolidation worker: an isolated multi-step loop with exactly one tool.
+
+The model sees the frozen session's visible turns and the current memory text, and may only
+call `memory_review_propose {changes, final}`. It never receives a path, a revision, a
+workspace selector or another tool, and nothing it says writes anything: every call is answered
+by the host's `validate(changes)`, and only an accepted `final=true` ends the attempt with a
+proposal. That proposal is still just a proposal until the committer's receipt barrier.
+
+Every request, response, draft and result is appended (and fsynced) to the worker session,
+a JSONL file under <root>/sessions/workers/<attempt-id>.jsonl, so `replay_final_proposal`
+can rebuild the final plan from that file alone, without calling a model (recovery uses it).
+Request bodies are recorded, headers are not: API keys live only in the environment and in
+the outgoing request.
+
+Concurrency: one attempt is one `trio.run`; `trio.move_on_after(timeout)` bounds the whole
+attempt (retries and waits included), so a hung provider ends it with nothing proposed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from memfs.consolidate.providers.base import (
+    Provider,
+    ProviderError,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Transcript,
+    Usage,
+)
+from memfs.errors import MemfsError
+from memfs.rootdir import sessions_dir
+
+# Bump when the prompt or the tool schema changes; recorded with every review.
+CONSOLIDATOR_VERSION = 2
+TOOL_NAME = "memory_review_propose"
+ENVELOPE_FIELDS = frozenset({"changes", "final"})
+NUDGE = f"Answer only by calling {TOOL_NAME}; it is the only way to reply."
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The host's answer to one proposal: told to the model, recorded in the session."""
+
+    accepted: bool
+    message: str
+    detail: Any = None  # JSON-able summary (e.g. the preview), recorded but not sent
+
+
+Validate = Callable[[Any], Verdict]
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_steps: int = 8
+    timeout_s: float = 300.0
+    max_tokens: int = 8192
+
+
+@dataclass
+class WorkerOutcome:
+    attempt_id: str
+    status: str  # accepted | step-cap | timeout
+    steps: int
+    usage: Usage
+    final_changes: Any = None
+    final_verdict: Verdict | None = None
+    session_path: Path | None = None
+
+
+def tool_spec(changes_schema: dict[str, Any], description: str) -> ToolSpec:
+    return ToolSpec(
+        name=TOOL_NAME,
+        description=description,
+        parameters={
+            "type": "object",
+            "properties": {
+                "changes": changes_schema,
+                "final": {
+                    "type": "boolean",
+                    "description": "false: validate this draft and let me revise it; "
+                    "true: this is my final proposal",
+                },
+            },
+            "required": ["changes", "final"],
+            "additionalProperties": False,
+        },
+    )
+
+
+def new_attempt_id() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(6)
+
+
+def worker_session_path(root: Path, attempt_id: str) -> Path:
+    if not attempt_id or "/" in attempt_id or attempt_id.startswith("."):
+        raise MemfsError(f"not a worker attempt id: {attempt_id!r}")
+    return sessions_dir(root) / "workers" / f"{attempt_id}.jsonl"
+
+
+class WorkerSession:
+    """Append-only JSONL log of one attempt; each event is fsynced before the loop goes on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)  # the file's name is durable, not only its bytes
+        finally:
+            os.close(dfd)
+        self._seq = 0
+
+    def append(self, event: str, **fields: Any) -> None:
+        self._seq += 1
+        line = json.dumps({"seq": self._seq, "event": event, **fields}, sort_keys=True) + "\n"
+        os.write(self._fd, line.encode())
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def load_worker_session(root: Path, attempt_id: str) -> list[dict[str, Any]]:
+    """The events of one attempt; a torn last line (a crash mid-append) is dropped."""
+    path = worker_session_path(root, attempt_id)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise MemfsError(
+            f"no worker session for attempt {attempt_id}", f"expected it at {path}"
+        ) from exc
+    events = []
+    for line in text.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            break
+    return events
+
+
+def replay_final_proposal(worker_session: list[dict[str, Any]]) -> dict[str, Any]:
+    """The raw final proposal {"changes": ...} from a worker session's events alone.
+
+    Pure: exactly one accepted final=true result must exist, and its draft is returned as the
+    model sent it, so the caller re-parses and re-hashes it like the original.
+    """
+    finals = [
+        e for e in worker_session
+        if e.get("event") == "result" and e.get("final") is True and e.get("accepted") is True
+    ]
+    if len(finals) != 1:
+        raise MemfsError(
+            f"worker session has {len(finals)} accepted final proposals, not exactly one",
+            "this attempt cannot be replayed; finish its receipt as a conflict",
+        )
+    call_id, step = finals[0]["call_id"], finals[0]["step"]
+    for e in worker_session:
+        if e.get("event") == "draft" and e.get("call_id") == call_id and e.get("step") == step:
+            return {"changes": e["changes"]}
+    raise MemfsError(
+        f"worker session has no draft for its accepted final call {call_id}",
+        "the session is damaged; finish the receipt as a conflict",
+    )
+
+
+def _envelope(call: ToolCall) -> tuple[Any, bool] | str:
+    """(changes, final) from the call's raw arguments, or an error the model can fix."""
+    try:
+        args = json.loads(call.arguments_raw)
+    except ValueError as exc:
+        return f"arguments are not valid JSON ({exc}); send a JSON object {{changes, final}}"
+    if not isinstance(args, dict):
+        return "arguments must be a JSON object {changes, final}"
+    unknown = sorted(set(args) - ENVELOPE_FIELDS)
+    if unknown:
+        return (
+            f"unknown field(s) {', '.join(map(repr, unknown))}: {TOOL_NAME} takes only "
+            "'changes' and 'final' (paths, revisions and scopes are chosen by the host)"
+        )
+    missing = sorted(ENVELOPE_FIELDS - set(args))
+    if missing:
+        return f"missing field(s) {', '.join(map(repr, missing))}"
+    if not isinstance(args["final"], bool):
+        return "'final' must be true or false"
+    return args["changes"], args["final"]
+
+
+@dataclass
+class _Loop:
+    provider: Provider
+    tool: ToolSpec
+    validate: Validate
+    budget: Budget
+    session: WorkerSession
+    progress: Progress
+    usage: Usage = field(default_factory=Usage)
+
+    def answer(self, step: int, index: int, call: ToolCall) -> tuple[ToolResult, Any, Verdict | None]:
+        """Answer one call; returns the result, and (changes, verdict) when it was validated."""
+
+        def refuse(msg: str) -> tuple[ToolResult, Any, None]:
+            self.session.append(
+                "result", step=step, call_id=call.id, accepted=False, final=None,
+                is_error=True, content=msg,
+            )
+            return ToolResult(call.id, msg, True), None, None
+
+        if index > 0:
+            return refuse("one call per step: this call was ignored; send one proposal at a time")
+        if call.name != TOOL_NAME:
+            return refuse(f"no tool named {call.name!r}; the only tool is {TOOL_NAME}")
+        parsed = _envelope(call)
+        if isinstance(parsed, str):
+            return refuse(parsed)
+        changes, final = parsed
+        self.session.append("draft", step=step, call_id=call.id, final=final, changes=changes)
+        verdict = self.validate(changes)
+        if final and verdict.accepted:
+            content = "accepted as final: " + verdict.message
+        elif verdict.accepted:
+            content = "draft is valid: " + verdict.message + " (send final=true to conclude)"
+        else:
+            content = verdict.message
+        self.session.append(
+            "result", step=step, call_id=call.id, accepted=verdict.accepted, final=final,
+            is_error=not verdict.accepted, content=content, detail=verdict.detail,
+        )
+        return ToolResult(call.id, content, not verdict.accepted), (changes, final), verdict
+
+    async def run(self, transcript: Transcript) -> tuple[str, int, Any, Verdict | None]:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(self.budget.timeout_s)) as client:
+            for step in range(1, self.budget.max_steps + 1):
+                body = self.provider.request_body(transcript, self.tool, self.budget.max_tokens)
+                self.session.append("request", step=step, body=body)
+                self.progress(f"step {step}/{self.budget.max_steps}: asking {self.provider.model}")
+                reply, raw = await self.provider.complete(client, body)
+                self.usage = self.usage + reply.usage
+                self.session.append(
+                    "response", step=step, body=raw,
+                    usage={"input": reply.usage.input_tokens, "output": reply.usage.output_tokens},
+                )
+                transcript.add_reply(reply)
+                if not reply.tool_calls:
+                    transcript.add_user(NUDGE)
+                    self.session.append("nudge", step=step, text=NUDGE)
+                    self.progress(f"step {step}: no tool call; reminded the model")
+                    continue
+                results, concluded = [], None
+                for i, call in enumerate(reply.tool_calls):
+                    result, draft, verdict = self.answer(step, i, call)
+                    results.append(result)
+                    if draft is not None and verdict is not None:
+                        state = "accepted" if verdict.accepted else "rejected"
+                        kind = "final" if draft[1] else "draft"
+                        self.progress(f"step {step}: {kind} {state}")
+                        if draft[1] and verdict.accepted:
+                            concluded = (draft[0], verdict)
+                    else:
+                        self.progress(f"step {step}: call refused ({result.content[:60]})")
+                transcript.add_tool_results(results)
+                if concluded is not None:
+                    return "accepted", step, concluded[0], concluded[1]
+        return "step-cap", self.budget.max_steps, None, None
+
+
+def run_worker(
+    root: Path,
+    provider: Provider,
+    *,
+    system: str,
+    user: str,
+    tool: ToolSpec,
+    validate: Validate,
+    budget: Budget,
+    context: dict[str, Any] | None = None,
+    attempt_id: str | None = None,
+    progress: Progress | None = None,
+) -> WorkerOutcome:
+    """Run one attempt to an accepted final, the step cap, or the timeout (sync; one trio.run).
+
+    A ProviderError (auth, refusal, truncation, retries exhausted) is recorded in the session
+    and raised. `context` (the frozen sources, workspace, revisions) is recorded, never sent.
+    """
+    attempt_id = attempt_id or new_attempt_id()
+    session = WorkerSession(worker_session_path(root, attempt_id))
+    loop = _Loop(provider, tool, validate, budget, session, progress or (lambda _m: None))
+    session.append(
+        "attempt", attempt_id=attempt_id, consolidator_version=CONSOLIDATOR_VERSION,
+        provider=provider.name, model=provider.model, max_tokens=budget.max_tokens,
+        max_steps=budget.max_steps, timeout_s=budget.timeout_s, context=context or {},
+        tool={"name": tool.name, "parameters": tool.parameters},
+    )
+    transcript = Transcript(system)
+    transcript.add_user(user)
+
+    async def attempt() -> tuple[str, int, Any, Verdict | None]:
+        with trio.move_on_after(budget.timeout_s):
+            return await loop.run(transcript)
+        return "timeout", -1, None, None
+
+    def end(status: str, steps: int, **extra: Any) -> None:
+        session.append(
+            "end", status=status, steps=steps,
+            usage={"input": loop.usage.input_tokens, "output": loop.usage.output_tokens},
+            **extra,
+        )
+
+    try:
+        try:
+            status, steps, changes, verdict = trio.run(attempt)
+        except ProviderError as exc:
+            end("provider-error", -1, error=str(exc))
+            raise
+        if status == "timeout":
+            steps = sum(1 for e in session_events(session) if e.get("event") == "request")
+        end(status, steps)
+    finally:
+        session.close()
+    return WorkerOutcome(attempt_id, status, steps, loop.usage, changes, verdict, session.path)
+
+
+def session_events(session: WorkerSession) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in session.path.read_text().splitlines() if line.strip()]

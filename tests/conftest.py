@@ -1,0 +1,97 @@
+"""Fixtures for tests that run a real memfs mount (or, with MEMFS_TEST_NATIVE=1, a plain dir).
+
+`mounted` yields a MemfsMount (see helpers/mount.py): .mnt, .root, .proc, .work, .cli(*args),
+.cli_json(*args), .status(), .kill(), .umount(), .remount(). Teardown always unmounts and ends
+the daemon; the daemon's log is attached to the report of a failing test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from helpers.mount import MemfsMount, NativeDir, force_unmount, fuse_missing_reason, native_mode
+
+MountFactory = Callable[..., MemfsMount | NativeDir]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    rep = yield
+    if rep.failed:
+        for m in getattr(item, "memfs_mounts", []):
+            rep.sections.append((f"memfs daemon log ({m.log})", m.log_text()))
+    return rep
+
+
+@pytest.fixture
+def memfs_root(tmp_path: Path) -> Path:
+    """An empty directory for a store root (the daemon's `init` fills it)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def mount_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MountFactory]:
+    """make(root=None, name="mnt", extra_args=()) -> a started mount; all closed at teardown."""
+    made: list[MemfsMount | NativeDir] = []
+    request.node.memfs_mounts = made
+
+    def make(root: Path | None = None, name: str = "mnt",
+             extra_args: tuple[str, ...] = ()) -> MemfsMount | NativeDir:
+        if native_mode():
+            m: MemfsMount | NativeDir = NativeDir(tmp_path / f"native-{name}")
+            made.append(m)
+            return m
+        reason = fuse_missing_reason()
+        if reason:
+            pytest.skip(reason)
+        if root is None:
+            root = tmp_path / f"root-{name}"
+        root.mkdir(parents=True, exist_ok=True)
+        m = MemfsMount(root, tmp_path / name, tmp_path / f"{name}-daemon.log", extra_args)
+        made.append(m)
+        m.start()
+        return m
+
+    try:
+        yield make
+    finally:
+        for m in reversed(made):
+            m.close()
+
+
+@pytest.fixture
+def mounted(mount_factory: MountFactory, memfs_root: Path) -> MemfsMount | NativeDir:
+    """A running memfs mount of a fresh store, with MNT/work created."""
+    return mount_factory(root=memfs_root)
+
+
+@pytest.fixture
+def native_dir(tmp_path: Path) -> Path:
+    """A plain directory on the test machine's own filesystem, the reference for comparisons."""
+    d = tmp_path / "native"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 32 MiB tmpfs, so a store root on it can really run out of space."""
+    if native_mode():
+        pytest.skip("MEMFS_TEST_NATIVE=1: ENOSPC needs a real daemon on a small filesystem")
+    d = tmp_path / "small"
+    d.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(d)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs (needs root): {res.stderr.strip()}")
+    try:
+        yield d
+    finally:
+        force_unmount(tmp_path / "small-mnt")
+        if subprocess.run(["umount", str(d)], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", str(d)], capture_output=True)

@@ -1,0 +1,134 @@
+"""Bad input gets the right errno: long names, hard links, files at the mount root, no space."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from helpers.tree import file_digest, read_all
+
+pytestmark = pytest.mark.mount
+
+LONG = "n" * 256
+LONG_UTF8 = "é" * 128  # 256 bytes, 128 characters: the limit counts bytes
+MAX = "m" * 255
+
+
+def errno_of(fn: Callable[[], object]) -> int | None:
+    try:
+        fn()
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+@pytest.mark.parametrize("name", [LONG, LONG_UTF8], ids=["ascii", "utf8"])
+def test_name_over_255_bytes_is_enametoolong(mounted, native_dir: Path, name: str) -> None:
+    for d in (native_dir, mounted.work):
+        (d / "exists").write_text("x")
+        ops: dict[str, Callable[[], object]] = {
+            "create": lambda d=d: open(d / name, "w"),
+            "mkdir": lambda d=d: os.mkdir(d / name),
+            "symlink": lambda d=d: os.symlink("exists", d / name),
+            "rename": lambda d=d: os.rename(d / "exists", d / name),
+            "stat": lambda d=d: os.stat(d / name),
+        }
+        for op, fn in ops.items():
+            assert errno_of(fn) == errno.ENAMETOOLONG, f"{op} in {d}"
+        assert sorted(os.listdir(d)) == ["exists"]
+
+
+def test_name_of_255_bytes_works(mounted) -> None:
+    (mounted.work / MAX).write_bytes(b"ok")
+    os.mkdir(mounted.work / ("d" * 255))
+    assert (mounted.work / MAX).read_bytes() == b"ok"
+    assert sorted(os.listdir(mounted.work)) == sorted([MAX, "d" * 255])
+
+
+def test_statfs_reports_namemax_and_store_space(mounted) -> None:
+    mounted.require_real()
+    sv = os.statvfs(mounted.mnt)
+    assert sv.f_namemax == 255
+    store = os.statvfs(mounted.root)
+    free, store_free = sv.f_bavail * sv.f_frsize, store.f_bavail * store.f_frsize
+    assert abs(free - store_free) < max(64 << 20, store_free // 50), (free, store_free)
+
+
+def test_hard_links_are_refused_with_eperm(mounted) -> None:
+    mounted.require_real()
+    (mounted.work / "a").write_text("a")
+    assert errno_of(lambda: os.link(mounted.work / "a", mounted.work / "b")) == errno.EPERM
+    assert not (mounted.work / "b").exists()
+
+
+def test_files_at_mount_root_are_refused(mounted) -> None:
+    mounted.require_real()
+    assert errno_of(lambda: open(mounted.mnt / "stray.txt", "w")) == errno.EPERM
+    assert errno_of(lambda: os.symlink("work", mounted.mnt / "stray")) == errno.EPERM
+    os.mkdir(mounted.mnt / "notes")  # a directory at the root is a new store mount
+    (mounted.mnt / "notes" / "n.md").write_text("# n\n")
+    assert "notes" in mounted.status()["mounts"]
+
+
+def test_user_xattrs_round_trip(mounted) -> None:
+    p = mounted.work / "x"
+    p.write_text("x")
+    os.setxattr(p, "user.color", b"blue")
+    os.setxattr(p, "user.bin", bytes(range(256)))
+    assert os.getxattr(p, "user.color") == b"blue"
+    assert os.getxattr(p, "user.bin") == bytes(range(256))
+    assert {"user.color", "user.bin"} <= set(os.listxattr(p))
+    os.removexattr(p, "user.color")
+    assert errno_of(lambda: os.getxattr(p, "user.color")) == errno.ENODATA
+    assert errno_of(lambda: os.setxattr(p, "user.bin", b"z", os.XATTR_CREATE)) == errno.EEXIST
+    assert errno_of(lambda: os.setxattr(p, "user.none", b"z", os.XATTR_REPLACE)) == errno.ENODATA
+
+
+def test_memfs_dir_is_reachable_but_not_listed(mounted) -> None:
+    mounted.require_real()
+    assert ".memfs" not in os.listdir(mounted.mnt)
+    assert os.path.isdir(mounted.mnt / ".memfs")
+    status = mounted.status()
+    for key in ("root", "branch", "head", "pending", "mounts"):
+        assert key in status, f".memfs/status lacks {key}: {status}"
+    assert Path(status["root"]).resolve() == mounted.root.resolve()
+    assert "work" in status["mounts"]
+
+
+def test_write_beyond_free_space_is_enospc_and_store_survives(small_fs, mount_factory) -> None:
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    keep = random.Random(5).randbytes(2 << 20)
+    with open(m.work / "keep.bin", "wb") as f:
+        f.write(keep)
+        os.fsync(f.fileno())
+
+    sv = os.statvfs(m.mnt)
+    free = sv.f_bavail * sv.f_frsize
+    assert free <= 32 << 20, f"statfs reports {free} bytes free, not the 32 MiB store's space"
+    chunk = random.Random(6).randbytes(1 << 20)
+    failure = None
+    written = 0
+    try:
+        with open(m.work / "huge.bin", "wb") as f:
+            while written < free + (8 << 20):
+                f.write(chunk)
+                written += len(chunk)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        failure = exc
+    assert failure is not None, f"wrote {written} bytes with only {free} free and no error"
+    assert failure.errno == errno.ENOSPC, f"expected ENOSPC, got {failure!r}"
+    assert m.proc.poll() is None, "the daemon died on ENOSPC"
+
+    os.unlink(m.work / "huge.bin")
+    assert file_digest(m.work / "keep.bin") == hashlib.sha256(keep).hexdigest()
+    m.kill()
+    m.remount()
+    read_all(m.work)
+    assert file_digest(m.work / "keep.bin") == hashlib.sha256(keep).hexdigest()

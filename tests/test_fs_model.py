@@ -1,0 +1,162 @@
+"""Model-based test: random POSIX call sequences on memfs and on a native dir, side by side.
+
+The native directory is the model. After every call, both sides must have returned the same
+thing (value or errno) and show the same tree (types, modes, sizes, bytes, link targets).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import itertools
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from helpers.tree import diff_snapshots, snapshot
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+pytestmark = pytest.mark.mount
+
+NAMES = ["x", "y", "z"]
+PATHS = NAMES + [f"{a}/{b}" for a in NAMES for b in NAMES]
+paths = st.sampled_from(PATHS)
+modes = st.sampled_from([0o644, 0o600, 0o755, 0o700, 0o444, 0o000, 0o777, 0o640])
+data = st.binary(max_size=3000)
+offsets = st.integers(min_value=0, max_value=12000)
+link_targets = st.sampled_from(["x", "y/z", "missing", "z/x", ".", "x/y"])
+
+AT_FDCWD = -100
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def renameat2(src: str, dst: str, flags: int) -> None:
+    """renameat2(2) through glibc (Python's os has no flags argument)."""
+    rc = _libc.renameat2(AT_FDCWD, os.fsencode(src), AT_FDCWD, os.fsencode(dst), flags)
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), src)
+
+
+def outcome(fn: Callable[[], object]) -> tuple[str, object]:
+    try:
+        return ("ok", fn())
+    except OSError as exc:
+        return ("err", errno.errorcode.get(exc.errno or 0, exc.errno))
+
+
+def write_at(path: str, offset: int, payload: bytes, flags: int) -> int:
+    fd = os.open(path, os.O_WRONLY | flags)
+    try:
+        return os.pwrite(fd, payload, offset) if offset >= 0 else os.write(fd, payload)
+    finally:
+        os.close(fd)
+
+
+def create(path: str, mode: int) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+
+
+def read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def run_model(mount_base: Path, native_base: Path, max_examples: int) -> None:
+    counter = itertools.count()
+
+    class SideBySide(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            n = next(counter)
+            self.m = mount_base / f"case{n}"
+            self.n = native_base / f"case{n}"
+            self.m.mkdir()
+            self.n.mkdir()
+
+        def both(self, op: Callable[[Path], object]) -> None:
+            want = outcome(lambda: op(self.n))
+            got = outcome(lambda: op(self.m))
+            assert got == want, f"memfs returned {got}, native {want}"
+
+        @rule(p=paths, mode=modes)
+        def create(self, p: str, mode: int) -> None:
+            self.both(lambda r: create(str(r / p), mode))
+
+        @rule(p=paths, payload=data)
+        def write_truncating(self, p: str, payload: bytes) -> None:
+            self.both(lambda r: write_at(str(r / p), -1, payload, os.O_TRUNC | os.O_CREAT))
+
+        @rule(p=paths, payload=data)
+        def append(self, p: str, payload: bytes) -> None:
+            self.both(lambda r: write_at(str(r / p), -1, payload, os.O_APPEND))
+
+        @rule(p=paths, off=offsets, payload=data)
+        def pwrite(self, p: str, off: int, payload: bytes) -> None:
+            self.both(lambda r: write_at(str(r / p), off, payload, 0))
+
+        @rule(p=paths, size=offsets)
+        def truncate(self, p: str, size: int) -> None:
+            self.both(lambda r: os.truncate(r / p, size))
+
+        @rule(src=paths, dst=paths)
+        def rename(self, src: str, dst: str) -> None:
+            self.both(lambda r: os.rename(r / src, r / dst))
+
+        @rule(src=paths, dst=paths)
+        def rename_noreplace(self, src: str, dst: str) -> None:
+            self.both(lambda r: renameat2(str(r / src), str(r / dst), RENAME_NOREPLACE))
+
+        @rule(src=paths, dst=paths)
+        def rename_exchange(self, src: str, dst: str) -> None:
+            self.both(lambda r: renameat2(str(r / src), str(r / dst), RENAME_EXCHANGE))
+
+        @rule(p=paths)
+        def unlink(self, p: str) -> None:
+            self.both(lambda r: os.unlink(r / p))
+
+        @rule(p=paths, mode=modes)
+        def mkdir(self, p: str, mode: int) -> None:
+            self.both(lambda r: os.mkdir(r / p, mode))
+
+        @rule(p=paths)
+        def rmdir(self, p: str) -> None:
+            self.both(lambda r: os.rmdir(r / p))
+
+        @rule(p=paths, link=link_targets)
+        def symlink(self, p: str, link: str) -> None:
+            self.both(lambda r: os.symlink(link, r / p))
+
+        @rule(p=paths, mode=modes)
+        def chmod(self, p: str, mode: int) -> None:
+            self.both(lambda r: os.chmod(r / p, mode))
+
+        @rule(p=paths)
+        def read(self, p: str) -> None:
+            self.both(lambda r: read_file(str(r / p)))
+
+        @rule(p=paths)
+        def listdir(self, p: str) -> None:
+            self.both(lambda r: sorted(os.listdir(r / p)))
+
+        @invariant()
+        def same_tree(self) -> None:
+            got, want = snapshot(self.m), snapshot(self.n)
+            assert got == want, "\n".join(diff_snapshots(got, want))
+
+    run_state_machine_as_test(
+        SideBySide,
+        settings=settings(max_examples=max_examples, stateful_step_count=30, deadline=None,
+                          database=None, suppress_health_check=list(HealthCheck)),
+    )
+
+
+def test_random_posix_sequences_match_native(mounted, native_dir: Path) -> None:
+    base = mounted.work / "model"
+    base.mkdir()
+    run_model(base, native_dir, max_examples=int(os.environ.get("MEMFS_MODEL_EXAMPLES", "40")))

@@ -39,6 +39,7 @@ from memfs.consolidate.providers.base import (
     Transcript,
     Usage,
 )
+from memfs.consolidate.providers.limits import request_max_tokens
 from memfs.errors import MemfsError
 from memfs.rootdir import sessions_dir
 
@@ -64,9 +65,12 @@ Progress = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Budget:
+    """Cost bounds of one attempt. Each request's max_tokens is min(8192, the model's declared
+    limit); `max_output_tokens` replaces the 8192 (the declared limit still wins)."""
+
     max_steps: int = 8
     timeout_s: float = 300.0
-    max_tokens: int = 8192
+    max_output_tokens: int | None = None
 
 
 @dataclass
@@ -209,6 +213,7 @@ class _Loop:
     budget: Budget
     session: WorkerSession
     progress: Progress
+    max_tokens: int
     usage: Usage = field(default_factory=Usage)
 
     def answer(self, step: int, index: int, call: ToolCall) -> tuple[ToolResult, Any, Verdict | None]:
@@ -246,7 +251,7 @@ class _Loop:
     async def run(self, transcript: Transcript) -> tuple[str, int, Any, Verdict | None]:
         async with httpx.AsyncClient(timeout=httpx.Timeout(self.budget.timeout_s)) as client:
             for step in range(1, self.budget.max_steps + 1):
-                body = self.provider.request_body(transcript, self.tool, self.budget.max_tokens)
+                body = self.provider.request_body(transcript, self.tool, self.max_tokens)
                 self.session.append("request", step=step, body=body)
                 self.progress(f"step {step}/{self.budget.max_steps}: asking {self.provider.model}")
                 reply, raw = await self.provider.complete(client, body)
@@ -299,10 +304,12 @@ def run_worker(
     """
     attempt_id = attempt_id or new_attempt_id()
     session = WorkerSession(worker_session_path(root, attempt_id))
-    loop = _Loop(provider, tool, validate, budget, session, progress or (lambda _m: None))
+    max_tokens = request_max_tokens(provider.model, budget.max_output_tokens)
+    loop = _Loop(provider, tool, validate, budget, session, progress or (lambda _m: None),
+                 max_tokens)
     session.append(
         "attempt", attempt_id=attempt_id, consolidator_version=CONSOLIDATOR_VERSION,
-        provider=provider.name, model=provider.model, max_tokens=budget.max_tokens,
+        provider=provider.name, model=provider.model, max_tokens=max_tokens,
         max_steps=budget.max_steps, timeout_s=budget.timeout_s, context=context or {},
         tool={"name": tool.name, "parameters": tool.parameters},
     )

@@ -1,0 +1,388 @@
+"""The three-way rule: one pure function deciding a path from disk D, store S and evidence P.
+
+Why one function: every trigger (attach, sync, a listing, a watcher event, materialize's
+planning) must reach the same verdict for the same facts, and the rule's safety promises —
+never overwrite an edit memfs has not seen, never resurrect a deletion, never drop a draft —
+can then be tested over its whole input space. It reads no clock and no disk: observation
+(`observe.py`) turns disk into a `Disk` value, the journal gives P, the branch gives intent.
+
+    D = S                  agreement; record P := D
+    P known, D = P != S    only the store changed: keep S (draft, workspace deletion, not in branch)
+    P known, S = P != D    only disk changed: adopt disk (ingest, remove, or disk-only)
+    P known, all differ    conflict, sticky until a path sync, a forced materialize or convergence
+    P unknown              tombstone, then store origin, then legacy mismatch; else a new disk
+                           file is ingested (text) or listed disk-only (binary, oversize)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+
+class _Absent:
+    """The path holds nothing (disk, store), or disk and store agreed that it held nothing (P)."""
+
+    _instance: _Absent | None = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __reduce__(self) -> str:
+        return "ABSENT"
+
+
+class _NoEvidence:
+    """No record of what disk last agreed with (P unknown): first sight, or a pre-evidence entry."""
+
+    _instance: _NoEvidence | None = None
+
+    def __new__(cls) -> _NoEvidence:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "NO_EVIDENCE"
+
+    def __reduce__(self) -> str:
+        return "NO_EVIDENCE"
+
+
+ABSENT = _Absent()
+NO_EVIDENCE = _NoEvidence()
+
+Kind = Literal["text", "binary", "oversize"]
+
+
+@dataclass(frozen=True)
+class Content:
+    """File content by its xxh3-128 digest. `digest=None` is an untracked oversize file seen only
+    by a bounded head read: it never compares equal to anything, so it can never read as agreed."""
+
+    digest: str | None
+    kind: Kind = "text"
+
+    def same(self, other: object) -> bool:
+        return isinstance(other, Content) and self.digest is not None and self.digest == other.digest
+
+
+@dataclass(frozen=True)
+class DiskUnknown:
+    """Disk could not be observed at this path (unreadable, symlinked, ignored, special, swapped,
+    outside the listed scope). It proves neither presence nor absence."""
+
+    reason: str
+
+
+Disk = _Absent | Content | DiskUnknown
+Store = _Absent | Content
+Evidence = _NoEvidence | _Absent | str  # str: the digest disk and store last agreed on
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A recorded conflict and the disk side it was recorded with (a digest, or None: absent)."""
+
+    kind: str
+    disk: str | None
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A write-ahead intent not yet completed. `op` is `write`/`unlink` (disk effect) or `adopt`
+    (taking disk into this branch's tree). `old`/`new` are the side's expected values before and
+    after, as evidence values (digest or ABSENT). An adoption planned on another branch is left
+    for that branch (`on_this_branch=False`)."""
+
+    op: Literal["write", "unlink", "adopt"]
+    old: _Absent | str
+    new: _Absent | str
+    on_this_branch: bool = True
+
+
+@dataclass(frozen=True)
+class PathIntent:
+    """Branch intent for one path; it rewinds with the branch (see intent.py).
+
+    tombstone: the workspace deleted the path on purpose. origin_store: the workspace created it.
+    damaged: the branch's intent could not be verified, so nothing about this path is known.
+    """
+
+    tombstone: bool = False
+    origin_store: bool = False
+    conflict: Conflict | None = None
+    pending: Pending | None = None
+    damaged: bool = False
+
+
+NO_INTENT = PathIntent()
+
+
+class Action(enum.StrEnum):
+    AGREE = "agree"  # D = S; record P := D (if it changed)
+    NOTHING = "nothing"  # nothing here on either side and nothing to record
+    KEEP_STORE = "keep-store"  # only the store side changed, or disk cannot be trusted over it
+    ADOPT_DISK = "adopt-disk"  # only disk changed: take it
+    CONFLICT = "conflict"  # both changed, or no evidence and they differ
+    UNVERIFIED = "unverified"  # disk or intent unknown: decide nothing, record nothing
+    INTERRUPTED = "interrupted"  # a pending intent whose side matches neither outcome
+
+
+class State(enum.StrEnum):
+    SYNCED = "synced"
+    WORKSPACE_DRAFT = "workspace-draft"
+    WORKSPACE_DELETED = "workspace-deleted"
+    NOT_IN_BRANCH = "not-in-branch"
+    DISK_ONLY = "disk-only"
+    CONFLICT = "conflict"
+    DISK_MISSING_PROVENANCE_UNKNOWN = "disk-missing-provenance-unknown"
+    UNVERIFIED = "unverified"
+
+
+class Detail(enum.StrEnum):
+    DRAFT = "draft"
+    WORKSPACE_DELETION = "workspace-deletion"
+    NOT_IN_BRANCH = "not-in-branch"
+    PROVENANCE_UNKNOWN = "provenance-unknown"
+    INGEST = "ingest"
+    REMOVE = "remove"
+    DISK_ONLY = "disk-only"
+    PENDING_WRITE_SEEN = "pending-write-seen"  # disk shows our write; only a barriered push completes it
+
+
+class ConflictKind(enum.StrEnum):
+    BOTH_CHANGED = "both-changed"
+    DELETED_ON_DISK = "deleted-on-disk"
+    DELETED_IN_WORKSPACE = "deleted-in-workspace"
+    UNKNOWN_PROVENANCE = "unknown-provenance"
+    STORE_ORIGIN_COLLISION = "store-origin-collision"
+    INTERRUPTED = "interrupted"
+
+
+Requirement = Literal["named", "force", "apply_deletions"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with a path and how it lists.
+
+    record: the new P to record (a digest, ABSENT), or None for "record nothing".
+    owes: what materialize owes disk here (`write`/`unlink`), and `requires` what a call must
+    carry to do it (a named path, force, apply_deletions). A conflict is owed only with
+    named+force: that is how the workspace side is taken.
+    resolve_pending: "done" / "not-done" / "interrupted" when this decision settles a pending
+    intent. "done" (only for an adoption) means: complete the intent first (P := its new value),
+    then apply `record`, which is relative to that.
+    clear_tombstone / record_conflict / clear_conflict: changes to branch intent.
+    """
+
+    action: Action
+    state: State | None
+    detail: Detail | None = None
+    conflict: ConflictKind | None = None
+    record: _Absent | str | None = None
+    owes: Literal["write", "unlink"] | None = None
+    requires: frozenset[Requirement] = field(default_factory=frozenset)
+    resolve_pending: Literal["done", "not-done", "interrupted"] | None = None
+    record_conflict: Conflict | None = None
+    clear_conflict: bool = False
+    clear_tombstone: bool = False
+    disk_changed_since_conflict: bool = False
+    reason: str = ""
+
+
+def _value(side: Disk | Store) -> _Absent | str | None:
+    """A side as an evidence value: ABSENT, a digest, or None when it has no comparable value."""
+    if side is ABSENT:
+        return ABSENT
+    if isinstance(side, Content):
+        return side.digest
+    return None
+
+
+def _eq(a: _Absent | str | None, b: _Absent | str | None) -> bool:
+    return a is not None and b is not None and a == b
+
+
+def _conflict_kind(d: Disk, s: Store) -> ConflictKind:
+    if d is ABSENT:
+        return ConflictKind.DELETED_ON_DISK
+    if s is ABSENT:
+        return ConflictKind.DELETED_IN_WORKSPACE
+    return ConflictKind.BOTH_CHANGED
+
+
+UNHASHED = "unhashed"  # a conflict's disk side that was never hashed (untracked oversize)
+
+
+def _disk_record(d: Disk) -> str | None:
+    """A disk side as a conflict records it: a digest, None for absent, UNHASHED otherwise."""
+    dv = _value(d)
+    if dv is ABSENT:
+        return None
+    return dv if isinstance(dv, str) else UNHASHED
+
+
+def _conflict(kind: ConflictKind, d: Disk, s: Store, reason: str) -> Decision:
+    return Decision(
+        Action.CONFLICT,
+        State.CONFLICT,
+        conflict=kind,
+        owes="unlink" if s is ABSENT else "write",
+        requires=frozenset({"named", "force"}),
+        record_conflict=Conflict(str(kind), _disk_record(d)),
+        reason=reason,
+    )
+
+
+def decide(d: Disk, s: Store, p: Evidence, intent: PathIntent = NO_INTENT) -> Decision:
+    """Decide one path. See the module docstring for the table; docs/reconciliation.md for why."""
+    if intent.damaged:
+        return Decision(Action.UNVERIFIED, State.UNVERIFIED,
+                        reason="branch intent is damaged; a path sync replaces it")
+    if isinstance(d, DiskUnknown):
+        return Decision(Action.UNVERIFIED, State.UNVERIFIED, reason=f"disk unknown: {d.reason}")
+
+    pending = intent.pending
+    if pending is not None and pending.on_this_branch:
+        settled = _settle_pending(d, s, p, intent, pending)
+        if settled is not None:
+            return settled
+
+    dv, sv = _value(d), _value(s)
+
+    if intent.conflict is not None:
+        if _eq(dv, sv):
+            return _agree(d, p, clear_conflict=True, reason="conflict converged")
+        recorded = ABSENT if intent.conflict.disk is None else intent.conflict.disk
+        kind = ConflictKind(intent.conflict.kind)
+        return Decision(
+            Action.CONFLICT, State.CONFLICT, conflict=kind,
+            owes="unlink" if s is ABSENT else "write", requires=frozenset({"named", "force"}),
+            disk_changed_since_conflict=not _eq(dv, recorded),
+            reason="recorded conflict stays until a path sync, a forced materialize or convergence",
+        )
+
+    if _eq(dv, sv):
+        return _agree(d, p)
+
+    if p is not NO_EVIDENCE:
+        return _decide_known(d, s, p, intent)
+    return _decide_unknown(d, s, intent)
+
+
+def _agree(d: Disk, p: Evidence, *, clear_conflict: bool = False, reason: str = "") -> Decision:
+    dv = _value(d)
+    record = None if p == dv or (p is NO_EVIDENCE and dv is ABSENT) else dv
+    if dv is ABSENT:
+        return Decision(Action.AGREE if record is not None or clear_conflict else Action.NOTHING,
+                        None, record=record, clear_conflict=clear_conflict,
+                        reason=reason or "absent on both sides")
+    return Decision(Action.AGREE, State.SYNCED, record=record, clear_conflict=clear_conflict,
+                    reason=reason or "disk and store agree")
+
+
+def _decide_known(d: Disk, s: Store, p: _Absent | str, intent: PathIntent) -> Decision:
+    dv, sv = _value(d), _value(s)
+    if _eq(dv, p):  # only the store side differs
+        if s is ABSENT:
+            if intent.tombstone:
+                return Decision(Action.KEEP_STORE, State.WORKSPACE_DELETED,
+                                Detail.WORKSPACE_DELETION, owes="unlink",
+                                requires=frozenset({"apply_deletions"}),
+                                reason="deleted in the workspace; disk still holds the agreed copy")
+            return Decision(Action.KEEP_STORE, State.NOT_IN_BRANCH, Detail.NOT_IN_BRANCH,
+                            reason="disk holds the agreed copy; this branch does not have it")
+        return Decision(Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, owes="write",
+                        reason="changed in the workspace only")
+    if _eq(sv, p):  # only disk changed
+        return _adopt(d, p, intent)
+    return _conflict(_conflict_kind(d, s), d, s, "disk, store and evidence all differ")
+
+
+def _adopt(d: Disk, p: Evidence, intent: PathIntent) -> Decision:
+    clear = intent.tombstone
+    if d is ABSENT:
+        return Decision(Action.ADOPT_DISK, None, Detail.REMOVE, record=ABSENT,
+                        reason="deleted on disk only")
+    assert isinstance(d, Content)
+    if d.kind != "text":
+        # The store drops its copy; disk-only files are shown from disk. The store now agrees
+        # with absence, which is what P records.
+        return Decision(Action.ADOPT_DISK, State.DISK_ONLY, Detail.DISK_ONLY,
+                        record=None if p is ABSENT else ABSENT, clear_tombstone=clear, reason=f"{d.kind} file on disk")
+    return Decision(Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, record=d.digest,
+                    clear_tombstone=clear, reason="changed on disk only")
+
+
+def _decide_unknown(d: Disk, s: Store, intent: PathIntent) -> Decision:
+    if s is ABSENT and intent.tombstone:
+        # Disk holds a file where the workspace deleted one, and nothing says which came first:
+        # never resurrect. Applying the deletion over a copy of unknown provenance needs the path
+        # named and forced.
+        return Decision(Action.KEEP_STORE, State.WORKSPACE_DELETED, Detail.WORKSPACE_DELETION,
+                        owes="unlink",
+                        requires=frozenset({"apply_deletions", "named", "force"}),
+                        reason="deleted in the workspace; disk copy of unknown provenance")
+    if isinstance(s, Content) and intent.origin_store:
+        if d is ABSENT:
+            return Decision(Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, owes="write",
+                            reason="created in the workspace, not yet on disk")
+        return _conflict(ConflictKind.STORE_ORIGIN_COLLISION, d, s,
+                         "created in the workspace; disk holds a different file")
+    if isinstance(s, Content):
+        if d is ABSENT:
+            return Decision(Action.KEEP_STORE, State.DISK_MISSING_PROVENANCE_UNKNOWN,
+                            Detail.PROVENANCE_UNKNOWN, owes="write",
+                            requires=frozenset({"named"}),
+                            reason="no evidence: disk may never have had it, or a shell deleted it")
+        return _conflict(ConflictKind.UNKNOWN_PROVENANCE, d, s,
+                         "no evidence of which side is newer")
+    # s is ABSENT, no tombstone: a file only disk has, never seen before.
+    return _adopt(d, NO_EVIDENCE, intent)
+
+
+def _settle_pending(
+    d: Disk, s: Store, p: Evidence, intent: PathIntent, pending: Pending
+) -> Decision | None:
+    """Resolve a write-ahead intent at its next observation.
+
+    A disk intent is completed only by a push whose barriers succeed: seeing its bytes on disk
+    decides the listing but records nothing (the next materialize redoes it). Disk back at the
+    old value means it never happened; anything else is an interrupted conflict.
+    """
+    side = _value(d) if pending.op in ("write", "unlink") else _value(s)
+    if _eq(side, pending.new):
+        if pending.op == "adopt":
+            rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict)
+            # The adoption landed; completing its intent records P := new, and the rest of
+            # the decision is made from there.
+            return _with(decide(d, s, pending.new, rest), resolve_pending="done")
+        if pending.op == "unlink":
+            state = State.WORKSPACE_DELETED if s is ABSENT else State.WORKSPACE_DRAFT
+        else:
+            state = State.SYNCED if _eq(_value(s), pending.new) else State.WORKSPACE_DRAFT
+        return Decision(Action.KEEP_STORE, state, Detail.PENDING_WRITE_SEEN, owes=pending.op,
+                        reason="disk shows the pending effect; a push with barriers completes it")
+    if _eq(side, pending.old):
+        rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict)
+        inner = decide(d, s, pending.old if pending.op != "adopt" else p, rest)
+        return _with(inner, resolve_pending="not-done")
+    return Decision(
+        Action.INTERRUPTED, State.CONFLICT, conflict=ConflictKind.INTERRUPTED,
+        owes="unlink" if s is ABSENT else "write", requires=frozenset({"named", "force"}),
+        record_conflict=Conflict(str(ConflictKind.INTERRUPTED), _disk_record(d)),
+        resolve_pending="interrupted",
+        reason=f"a pending {pending.op} was interrupted: its side matches neither outcome",
+    )
+
+
+def _with(dec: Decision, **changes: object) -> Decision:
+    return replace(dec, **changes)  # type: ignore[arg-type]

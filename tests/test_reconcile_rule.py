@@ -1,0 +1,224 @@
+"""The three-way rule: seed 002's cases as a table, then properties over the whole input space."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from memfs.reconcile.rule import (
+    ABSENT,
+    NO_EVIDENCE,
+    NO_INTENT,
+    Action,
+    Conflict,
+    ConflictKind,
+    Content,
+    Detail,
+    DiskUnknown,
+    PathIntent,
+    Pending,
+    State,
+    decide,
+)
+
+A, B, C = "a" * 32, "b" * 32, "c" * 32
+TA, TB, TC = Content(A), Content(B), Content(C)
+PNG = Content("f" * 32, "binary")
+BIG = Content(None, "oversize")
+TOMB = PathIntent(tombstone=True)
+ORIGIN = PathIntent(origin_store=True)
+
+# (name, D, S, P, intent, action, state, detail-or-conflict-kind, record)
+CASES = [
+    # D = S: agreement, P := D
+    ("agree, P unknown", TA, TA, NO_EVIDENCE, NO_INTENT, Action.AGREE, State.SYNCED, None, A),
+    ("agree, P stale", TA, TA, B, NO_INTENT, Action.AGREE, State.SYNCED, None, A),
+    ("agree, P current", TA, TA, A, NO_INTENT, Action.AGREE, State.SYNCED, None, None),
+    ("agreed binary kept", PNG, PNG, PNG.digest, NO_INTENT, Action.AGREE, State.SYNCED, None, None),
+    ("both absent after a file", ABSENT, ABSENT, A, NO_INTENT, Action.AGREE, None, None, ABSENT),
+    ("both absent, nothing known", ABSENT, ABSENT, NO_EVIDENCE, NO_INTENT, Action.NOTHING, None,
+     None, None),
+    ("deletion applied on disk", ABSENT, ABSENT, A, TOMB, Action.AGREE, None, None, ABSENT),
+    # P known, D = P != S: only the store changed
+    ("draft kept", TA, TB, A, NO_INTENT, Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT,
+     None),
+    ("new workspace file after agreed absence", ABSENT, TB, ABSENT, NO_INTENT, Action.KEEP_STORE,
+     State.WORKSPACE_DRAFT, Detail.DRAFT, None),
+    ("workspace deletion kept", TA, ABSENT, A, TOMB, Action.KEEP_STORE, State.WORKSPACE_DELETED,
+     Detail.WORKSPACE_DELETION, None),
+    ("not in this branch", TA, ABSENT, A, NO_INTENT, Action.KEEP_STORE, State.NOT_IN_BRANCH,
+     Detail.NOT_IN_BRANCH, None),
+    # P known, S = P != D: only disk changed
+    ("shell edit ingested", TB, TA, A, NO_INTENT, Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, B),
+    ("shell rm removes the entry", ABSENT, TA, A, NO_INTENT, Action.ADOPT_DISK, None,
+     Detail.REMOVE, ABSENT),
+    ("binary over text: disk-only", PNG, TA, A, NO_INTENT, Action.ADOPT_DISK, State.DISK_ONLY,
+     Detail.DISK_ONLY, ABSENT),
+    ("new file after an agreed deletion", TB, ABSENT, ABSENT, TOMB, Action.ADOPT_DISK,
+     State.SYNCED, Detail.INGEST, B),
+    ("disk-only stays disk-only", PNG, ABSENT, ABSENT, NO_INTENT, Action.ADOPT_DISK,
+     State.DISK_ONLY, Detail.DISK_ONLY, None),
+    # P known, all differ: conflict
+    ("both changed", TB, TC, A, NO_INTENT, Action.CONFLICT, State.CONFLICT,
+     ConflictKind.BOTH_CHANGED, None),
+    ("draft plus shell rm", ABSENT, TC, A, NO_INTENT, Action.CONFLICT, State.CONFLICT,
+     ConflictKind.DELETED_ON_DISK, None),
+    ("workspace rm plus shell edit", TB, ABSENT, A, TOMB, Action.CONFLICT, State.CONFLICT,
+     ConflictKind.DELETED_IN_WORKSPACE, None),
+    ("binary written over a draft", PNG, TC, A, NO_INTENT, Action.CONFLICT, State.CONFLICT,
+     ConflictKind.BOTH_CHANGED, None),
+    # P unknown: tombstone, then origin, then legacy mismatch, else new disk file
+    ("tombstone never resurrects", TA, ABSENT, NO_EVIDENCE, TOMB, Action.KEEP_STORE,
+     State.WORKSPACE_DELETED, Detail.WORKSPACE_DELETION, None),
+    ("store origin, not yet on disk", ABSENT, TA, NO_EVIDENCE, ORIGIN, Action.KEEP_STORE,
+     State.WORKSPACE_DRAFT, Detail.DRAFT, None),
+    ("store origin collides", TB, TA, NO_EVIDENCE, ORIGIN, Action.CONFLICT, State.CONFLICT,
+     ConflictKind.STORE_ORIGIN_COLLISION, None),
+    ("legacy mismatch (field report)", TB, TA, NO_EVIDENCE, NO_INTENT, Action.CONFLICT,
+     State.CONFLICT, ConflictKind.UNKNOWN_PROVENANCE, None),
+    ("legacy entry disk lacks", ABSENT, TA, NO_EVIDENCE, NO_INTENT, Action.KEEP_STORE,
+     State.DISK_MISSING_PROVENANCE_UNKNOWN, Detail.PROVENANCE_UNKNOWN, None),
+    ("new text file ingested", TA, ABSENT, NO_EVIDENCE, NO_INTENT, Action.ADOPT_DISK,
+     State.SYNCED, Detail.INGEST, A),
+    ("new PNG listed disk-only", PNG, ABSENT, NO_EVIDENCE, NO_INTENT, Action.ADOPT_DISK,
+     State.DISK_ONLY, Detail.DISK_ONLY, ABSENT),
+    ("untracked oversize, head only", BIG, ABSENT, NO_EVIDENCE, NO_INTENT, Action.ADOPT_DISK,
+     State.DISK_ONLY, Detail.DISK_ONLY, ABSENT),
+    # unknown disk, damaged intent
+    ("unreadable disk", DiskUnknown("unreadable"), TA, A, NO_INTENT, Action.UNVERIFIED,
+     State.UNVERIFIED, None, None),
+    ("damaged intent is unverified, never absent", TA, ABSENT, A, PathIntent(damaged=True),
+     Action.UNVERIFIED, State.UNVERIFIED, None, None),
+]
+
+
+@pytest.mark.parametrize(
+    "name,d,s,p,intent,action,state,sub,record", CASES, ids=[c[0] for c in CASES]
+)
+def test_rule_table(name, d, s, p, intent, action, state, sub, record):
+    dec = decide(d, s, p, intent)
+    assert dec.action == action, dec
+    assert dec.state == state, dec
+    if isinstance(sub, ConflictKind):
+        assert dec.conflict == sub
+        assert dec.record_conflict is not None and dec.record_conflict.kind == sub
+    elif sub is not None:
+        assert dec.detail == sub
+    assert dec.record == record
+
+
+def test_owed_and_requirements():
+    assert decide(TA, TB, A).owes == "write" and not decide(TA, TB, A).requires
+    dele = decide(TA, ABSENT, A, TOMB)
+    assert dele.owes == "unlink" and dele.requires == {"apply_deletions"}
+    blind = decide(TA, ABSENT, NO_EVIDENCE, TOMB)
+    assert blind.requires == {"apply_deletions", "named", "force"}
+    assert decide(ABSENT, TA, NO_EVIDENCE).requires == {"named"}
+    assert decide(TB, TA, NO_EVIDENCE).requires == {"named", "force"}
+    assert decide(ABSENT, TA, NO_EVIDENCE, ORIGIN).requires == frozenset()
+    assert decide(TA, TA, A).owes is None
+
+
+def test_conflict_is_sticky_until_convergence():
+    c = PathIntent(conflict=Conflict("both-changed", B))
+    still = decide(TB, TC, A, c)
+    assert still.state == State.CONFLICT and not still.disk_changed_since_conflict
+    moved = decide(Content("d" * 32), TC, A, c)
+    assert moved.state == State.CONFLICT and moved.disk_changed_since_conflict
+    # Even if disk goes back to P, the conflict stays: it is resolved only by the three exits.
+    assert decide(TA, TC, A, c).state == State.CONFLICT
+    conv = decide(TC, TC, A, c)
+    assert conv.action == Action.AGREE and conv.clear_conflict and conv.record == C
+
+
+def test_pending_disk_write_seen_records_nothing():
+    """A disk intent is completed only by a push whose barriers succeed (seed 002)."""
+    w = PathIntent(pending=Pending("write", A, B))
+    seen = decide(TB, TB, A, w)
+    assert seen.record is None and seen.owes == "write" and seen.state == State.SYNCED
+    assert seen.resolve_pending is None
+    not_done = decide(TA, TB, A, w)
+    assert not_done.resolve_pending == "not-done" and not_done.state == State.WORKSPACE_DRAFT
+    torn = decide(TC, TB, A, w)
+    assert torn.action == Action.INTERRUPTED and torn.conflict == ConflictKind.INTERRUPTED
+    assert torn.record_conflict == Conflict("interrupted", C)
+
+
+def test_pending_unlink_and_adoption():
+    u = PathIntent(tombstone=True, pending=Pending("unlink", A, ABSENT))
+    assert decide(ABSENT, ABSENT, A, u).state == State.WORKSPACE_DELETED
+    assert decide(TA, ABSENT, A, u).resolve_pending == "not-done"
+    assert decide(TB, ABSENT, A, u).action == Action.INTERRUPTED
+    adopt = PathIntent(pending=Pending("adopt", A, B))
+    done = decide(TB, TB, A, adopt)
+    assert done.resolve_pending == "done" and done.state == State.SYNCED
+    redo = decide(TB, TA, A, adopt)
+    assert redo.resolve_pending == "not-done" and redo.action == Action.ADOPT_DISK
+    elsewhere = PathIntent(pending=Pending("adopt", A, B, on_this_branch=False))
+    assert decide(TA, TA, A, elsewhere).resolve_pending is None
+
+
+# --- properties over the whole input space -------------------------------------------------
+
+digests = st.sampled_from([A, B, C])
+contents = st.builds(Content, digests, st.sampled_from(["text", "binary", "oversize"]))
+disks = st.one_of(st.just(ABSENT), contents, st.just(BIG), st.just(DiskUnknown("unreadable")))
+stores = st.one_of(st.just(ABSENT), contents)
+evidence = st.one_of(st.just(NO_EVIDENCE), st.just(ABSENT), digests)
+pendings = st.one_of(
+    st.none(),
+    st.builds(Pending, st.sampled_from(["write", "unlink", "adopt"]),
+              st.one_of(st.just(ABSENT), digests), st.one_of(st.just(ABSENT), digests),
+              st.booleans()),
+)
+conflicts = st.one_of(st.none(), st.builds(Conflict, st.sampled_from([k.value for k in ConflictKind]),
+                                           st.one_of(st.none(), digests)))
+intents = st.builds(PathIntent, st.booleans(), st.booleans(), conflicts, pendings, st.booleans())
+
+
+def _val(side):
+    return ABSENT if side is ABSENT else getattr(side, "digest", None)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(disks, stores, evidence, intents)
+def test_rule_invariants(d, s, p, intent):
+    dec = decide(d, s, p, intent)
+    dv, sv = _val(d), _val(s)
+    effective_p = p
+    pend = intent.pending
+    if pend is not None and pend.on_this_branch and dec.resolve_pending == "not-done":
+        effective_p = pend.old if pend.op != "adopt" else p
+    if pend is not None and dec.resolve_pending == "done":
+        effective_p = pend.new
+    # Nothing is decided from what could not be seen.
+    if intent.damaged or isinstance(d, DiskUnknown):
+        assert dec.action == Action.UNVERIFIED and dec.record is None and dec.owes is None
+        return
+    # Never drop a draft: taking disk over the store needs the store to be what disk agreed on,
+    # or a path the store never had and never deleted.
+    if dec.action == Action.ADOPT_DISK:
+        p_used = effective_p
+        assert (p_used is not NO_EVIDENCE and sv == p_used) or (
+            p_used is NO_EVIDENCE and s is ABSENT and not intent.tombstone
+        ), dec
+        # Never resurrect a deletion: with a tombstone, disk content is new only if disk had
+        # agreed with the deletion first.
+        if intent.tombstone and s is ABSENT and d is not ABSENT:
+            assert p_used is ABSENT
+    # Never overwrite unseen edits: an unforced write or unlink is owed only where disk is
+    # what the evidence says it last agreed with (or disk lacks a workspace-created file).
+    if dec.owes and "force" not in dec.requires and dec.detail != Detail.PENDING_WRITE_SEEN:
+        assert (effective_p is not NO_EVIDENCE and dv == effective_p) or (
+            d is ABSENT and (intent.origin_store or "named" in dec.requires)
+        ), dec
+    # A recorded P is always what disk holds (agreement) or ABSENT for a store dropping its copy.
+    if dec.record is not None:
+        assert dec.record == dv or (dec.record is ABSENT and dec.state == State.DISK_ONLY), dec
+    # Agreement is only ever claimed on equal, hashed content.
+    if dec.state == State.SYNCED and dec.detail not in (Detail.INGEST, Detail.PENDING_WRITE_SEEN):
+        assert dv is not None and dv == sv
+    # A conflict always says how it is resolved from the workspace side.
+    if dec.state == State.CONFLICT:
+        assert dec.conflict is not None and {"named", "force"} <= dec.requires

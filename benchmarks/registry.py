@@ -1,0 +1,65 @@
+"""The workload registry: each workload is a named function of a Context returning a Measure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Context:
+    """Where a workload runs and what it may use.
+
+    `dir` is this side's directory on the filesystem under test, shared by the workloads of
+    one run in order (read-4k reads what write-4k wrote); `scratch` is a native
+    directory for inputs (tarballs, generated trees) that must not be timed; `daemon_pid` is the
+    memfs daemon's pid (None on the native side); `scale` shrinks counts under --quick.
+    """
+
+    dir: Path
+    scratch: Path
+    scale: float
+    daemon_pid: int | None
+    side: str
+
+    def n(self, full: int) -> int:
+        return max(1, int(full * self.scale))
+
+
+@dataclass
+class Measure:
+    """`amount` units of work done in `seconds`; `extra` holds side figures (e.g. peak RSS)."""
+
+    amount: float
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.amount / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass
+class Workload:
+    name: str
+    group: str
+    unit: str
+    fn: Callable[[Context], Measure]
+    min_ratio: float | None  # target: memfs rate / native rate must be at least this
+    describe: str
+
+
+WORKLOADS: dict[str, Workload] = {}
+
+
+def workload(name: str, group: str, unit: str, min_ratio: float | None = None
+             ) -> Callable[[Callable[[Context], Measure]], Callable[[Context], Measure]]:
+    """Register a workload. min_ratio 0.25 reads "within 4x native" (rates, higher is better)."""
+
+    def deco(fn: Callable[[Context], Measure]) -> Callable[[Context], Measure]:
+        doc = (fn.__doc__ or name).strip().splitlines()[0]
+        WORKLOADS[name] = Workload(name, group, unit, fn, min_ratio, doc)
+        return fn
+
+    return deco

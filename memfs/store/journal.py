@@ -1,0 +1,373 @@
+"""The global record journal: disk-agreement evidence P, write-ahead intents, fingerprints.
+
+Why global: P says what a backing directory last agreed with, and disk does not rewind when a
+branch is switched or a change undone, so neither may P. Branch-local intent (tombstones, store
+origin, conflicts) is elsewhere (memfs.reconcile.intent) and rewinds with the branch.
+
+The journal lives in the store's SQLite file (`<root>/store.db`, WAL, synchronous=FULL) in
+tables prefixed `journal_`, through its own connection.
+
+The failed-append rule (seed 002): if SQLite reports an I/O error (or a full disk, or
+corruption) inside a write, what reached the file is no longer known to this connection's view:
+the record may be in the WAL and read back by the next opener. Deciding from this view could
+then record a conflict from stale evidence. So the journal is poisoned: every evidence read and
+write raises JournalNeedsReopen until `reopen()`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from memfs.errors import MemfsError
+
+T = TypeVar("T")
+
+# Extended-result families that mean "what reached the file is unknown".
+_POISON_CODES = {
+    10,  # SQLITE_IOERR (every SQLITE_IOERR_* extended code has this as its low byte)
+    11,  # SQLITE_CORRUPT
+    13,  # SQLITE_FULL
+    14,  # SQLITE_CANTOPEN
+    26,  # SQLITE_NOTADB
+}
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS journal_roots (
+    mount TEXT PRIMARY KEY,
+    dev INTEGER NOT NULL,
+    ino INTEGER NOT NULL,
+    recorded_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS journal_evidence (
+    mount TEXT NOT NULL,
+    path TEXT NOT NULL,
+    digest TEXT,               -- NULL: disk and store agreed the path holds nothing
+    recorded_at REAL NOT NULL,
+    PRIMARY KEY (mount, path)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal_evidence_aside (
+    mount TEXT NOT NULL,
+    path TEXT NOT NULL,
+    digest TEXT,
+    dev INTEGER,
+    ino INTEGER,
+    set_aside_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS journal_intents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    mount TEXT NOT NULL,
+    path TEXT NOT NULL,
+    op TEXT NOT NULL CHECK (op IN ('write', 'unlink', 'adopt')),
+    branch TEXT,
+    old TEXT,                  -- expected value before ('' = absent)
+    new TEXT,                  -- value after ('' = absent)
+    state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'abandoned')),
+    created_at REAL NOT NULL,
+    settled_at REAL
+);
+CREATE INDEX IF NOT EXISTS journal_intents_pending
+    ON journal_intents (mount, path) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS journal_fingerprints (
+    mount TEXT NOT NULL,
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    ino INTEGER NOT NULL,
+    dev INTEGER NOT NULL,
+    digest TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    hashed_at_ns INTEGER NOT NULL,
+    PRIMARY KEY (mount, path)
+) WITHOUT ROWID;
+"""
+
+_ABSENT_COL = ""  # how an absent old/new value is stored in journal_intents
+
+
+class JournalNeedsReopen(MemfsError):
+    """The journal saw a failed write; its view may be stale until it is reopened."""
+
+
+@dataclass(frozen=True)
+class EvidenceRecord:
+    """P for one path: `digest` is what disk and store last agreed on, None if on absence."""
+
+    digest: str | None
+
+
+@dataclass(frozen=True)
+class Intent:
+    id: int
+    mount: str
+    path: str
+    op: Literal["write", "unlink", "adopt"]
+    branch: str | None
+    old: str | None  # None: absent
+    new: str | None
+    state: str
+
+
+@dataclass(frozen=True)
+class FingerprintRow:
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+    digest: str
+    kind: str
+    hashed_at_ns: int
+
+
+def _is_poison(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        # No code: sqlite3 raised before reaching the library (e.g. a closed connection),
+        # or something outside sqlite3 failed mid-write. Treat as unknown outcome.
+        return not isinstance(exc, sqlite3.ProgrammingError | sqlite3.IntegrityError)
+    return (code & 0xFF) in _POISON_CODES
+
+
+class Journal:
+    """Evidence, intents and fingerprints of every backed mount; one per process and root.
+
+    Thread-safe (one lock around one connection): the FUSE layer calls it from worker threads.
+    """
+
+    def __init__(self, db_path: str | Path, *, busy_timeout_ms: int = 10_000) -> None:
+        self.db_path = str(db_path)
+        self._busy_ms = busy_timeout_ms
+        self._lock = threading.RLock()
+        self._failure: BaseException | None = None
+        self._conn = self._connect()
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.executescript(SCHEMA)
+        return conn
+
+    def reopen(self) -> None:
+        """Drop this view and read the file afresh; clears a failed write's poison."""
+        with self._lock:
+            try:
+                self._conn.close()
+            except sqlite3.Error:
+                pass
+            self._conn = self._connect()
+            self._failure = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @property
+    def needs_reopen(self) -> bool:
+        return self._failure is not None
+
+    def _check(self) -> None:
+        if self._failure is not None:
+            raise JournalNeedsReopen(
+                f"the journal's last write failed ({self._failure}); its evidence may be stale",
+                "reopen the store (restart memfs, or Journal.reopen()) before any sync, listing "
+                "or materialize; files the workspace already holds stay readable",
+            )
+
+    def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            self._check()
+            return fn(self._conn)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One IMMEDIATE transaction; an I/O-class failure anywhere in it poisons the journal."""
+        with self._lock:
+            self._check()
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                if _is_poison(exc):
+                    self._failure = exc
+                    self._check()
+                raise
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                if isinstance(exc, sqlite3.Error) and _is_poison(exc):
+                    self._failure = exc
+                    self._check()
+                raise
+
+    # -- root identity -----------------------------------------------------------------------
+
+    def root(self, mount: str) -> tuple[int, int] | None:
+        """The (dev, ino) recorded with the mount's first evidence, or None."""
+        row = self._read(lambda c: c.execute(
+            "SELECT dev, ino FROM journal_roots WHERE mount=?", (mount,)).fetchone())
+        return (row[0], row[1]) if row else None
+
+    def accept_root(self, mount: str, dev: int, ino: int) -> int:
+        """Take a replaced root on purpose: set its evidence aside so nothing reads as deleted.
+
+        Returns how many evidence records were set aside.
+        """
+        now = time.time()
+        with self._write() as c:
+            old = c.execute("SELECT dev, ino FROM journal_roots WHERE mount=?", (mount,)).fetchone()
+            c.execute(
+                "INSERT INTO journal_evidence_aside (mount, path, digest, dev, ino, set_aside_at)"
+                " SELECT mount, path, digest, ?, ?, ? FROM journal_evidence WHERE mount=?",
+                (old[0] if old else None, old[1] if old else None, now, mount),
+            )
+            n = c.execute("DELETE FROM journal_evidence WHERE mount=?", (mount,)).rowcount
+            c.execute("DELETE FROM journal_fingerprints WHERE mount=?", (mount,))
+            c.execute(
+                "INSERT OR REPLACE INTO journal_roots (mount, dev, ino, recorded_at)"
+                " VALUES (?, ?, ?, ?)", (mount, dev, ino, now))
+        return n
+
+    @staticmethod
+    def _ensure_root(c: sqlite3.Connection, mount: str, root: tuple[int, int] | None) -> None:
+        if root is None:
+            return
+        row = c.execute("SELECT dev, ino FROM journal_roots WHERE mount=?", (mount,)).fetchone()
+        if row is None:
+            c.execute("INSERT INTO journal_roots (mount, dev, ino, recorded_at) VALUES (?,?,?,?)",
+                      (mount, root[0], root[1], time.time()))
+        elif (row[0], row[1]) != tuple(root):
+            raise MemfsError(
+                f"mount {mount!r}: the backing root is not the directory disk last agreed with",
+                "bring the original directory back, or take this one with `memfs sync "
+                "--accept-root`",
+            )
+
+    # -- evidence P --------------------------------------------------------------------------
+
+    def evidence(self, mount: str, path: str) -> EvidenceRecord | None:
+        """P for a path: None when there is no evidence at all (P unknown)."""
+        row = self._read(lambda c: c.execute(
+            "SELECT digest FROM journal_evidence WHERE mount=? AND path=?",
+            (mount, path)).fetchone())
+        return EvidenceRecord(row[0]) if row else None
+
+    def evidence_under(self, mount: str, prefix: str = "") -> dict[str, EvidenceRecord]:
+        """Every P of a mount at or below `prefix` ('' for the whole mount)."""
+        def q(c: sqlite3.Connection) -> dict[str, EvidenceRecord]:
+            if not prefix:
+                rows = c.execute("SELECT path, digest FROM journal_evidence WHERE mount=?",
+                                 (mount,))
+            else:
+                rows = c.execute(
+                    "SELECT path, digest FROM journal_evidence WHERE mount=? AND "
+                    "(path=? OR (path >= ? AND path < ?))",
+                    (mount, prefix, prefix + "/", prefix + "0"))  # '0' sorts right after '/'
+            return {p: EvidenceRecord(d) for p, d in rows}
+        return self._read(q)
+
+    def record_evidence(
+        self, mount: str, items: Iterable[tuple[str, str | None]], *,
+        root: tuple[int, int] | None = None,
+    ) -> None:
+        """Record P := value for each (path, digest-or-None); the root identity goes with the
+        first evidence of a mount, and a different root is refused."""
+        now = time.time()
+        with self._write() as c:
+            self._ensure_root(c, mount, root)
+            c.executemany(
+                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
+                " VALUES (?, ?, ?, ?)", [(mount, p, d, now) for p, d in items])
+
+    def forget_evidence(self, mount: str, paths: Iterable[str]) -> None:
+        """Drop P (the write-ahead rule's exception: a drop forgets first, with no intent)."""
+        with self._write() as c:
+            c.executemany("DELETE FROM journal_evidence WHERE mount=? AND path=?",
+                          [(mount, p) for p in paths])
+
+    # -- write-ahead intents -----------------------------------------------------------------
+
+    def begin_intent(
+        self, mount: str, path: str, op: Literal["write", "unlink", "adopt"], *,
+        old: str | None, new: str | None, branch: str | None = None,
+        root: tuple[int, int] | None = None,
+    ) -> int:
+        """Durably record an intent before its effect; `old`/`new` None mean absent."""
+        with self._write() as c:
+            self._ensure_root(c, mount, root)
+            cur = c.execute(
+                "INSERT INTO journal_intents (mount, path, op, branch, old, new, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (mount, path, op, branch, _ABSENT_COL if old is None else old,
+                 _ABSENT_COL if new is None else new, time.time()))
+            return int(cur.lastrowid or 0)
+
+    def complete_intent(self, intent_id: int) -> None:
+        """Mark an intent done and record its new value as P, in one transaction. Call only once
+        the effect is durable (data and every directory up to the root fsynced)."""
+        with self._write() as c:
+            row = c.execute("SELECT mount, path, new, state FROM journal_intents WHERE id=?",
+                            (intent_id,)).fetchone()
+            if row is None or row[3] != "pending":
+                raise MemfsError(f"intent {intent_id} is not pending", "observe the path again")
+            mount, path, new = row[0], row[1], row[2]
+            c.execute("UPDATE journal_intents SET state='done', settled_at=? WHERE id=?",
+                      (time.time(), intent_id))
+            c.execute(
+                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
+                " VALUES (?, ?, ?, ?)", (mount, path, None if new == _ABSENT_COL else new,
+                                         time.time()))
+
+    def abandon_intent(self, intent_id: int) -> None:
+        """The effect did not happen (refused untouched, or observed not done); P is unchanged."""
+        with self._write() as c:
+            c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? "
+                      "WHERE id=? AND state='pending'", (time.time(), intent_id))
+
+    def pending_intents(self, mount: str, path: str | None = None) -> list[Intent]:
+        def q(c: sqlite3.Connection) -> list[Intent]:
+            sql = ("SELECT id, mount, path, op, branch, old, new, state FROM journal_intents "
+                   "WHERE state='pending' AND mount=?")
+            args: tuple[str, ...] = (mount,)
+            if path is not None:
+                sql += " AND path=?"
+                args += (path,)
+            return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7])
+                    for r in c.execute(sql + " ORDER BY id", args)]
+        return self._read(q)
+
+    # -- fingerprint cache -------------------------------------------------------------------
+
+    def fingerprints(self, mount: str) -> dict[str, FingerprintRow]:
+        """The observer's cache; read through the same poison gate, since a stale cache could
+        vouch for bytes that changed."""
+        return self._read(lambda c: {
+            r[0]: FingerprintRow(*r[1:]) for r in c.execute(
+                "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns "
+                "FROM journal_fingerprints WHERE mount=?", (mount,))})
+
+    def put_fingerprints(self, mount: str, rows: dict[str, FingerprintRow | None]) -> None:
+        """Store (or with None, drop) cached fingerprints."""
+        with self._write() as c:
+            c.executemany("DELETE FROM journal_fingerprints WHERE mount=? AND path=?",
+                          [(mount, p) for p, r in rows.items() if r is None])
+            c.executemany(
+                "INSERT OR REPLACE INTO journal_fingerprints VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [(mount, p, r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
+                  r.hashed_at_ns) for p, r in rows.items() if r is not None])

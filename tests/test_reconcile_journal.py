@@ -1,0 +1,159 @@
+"""The global journal: evidence, root identity, intents, and the failed-append rule.
+
+The failed append is injected with libfiu (Debian libfiu0): a child process runs with the POSIX
+preload shim, and enables an EIO/ENOSPC failure point at SQLite's real write or fdatasync.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from memfs.errors import MemfsError
+from memfs.store.journal import EvidenceRecord, FingerprintRow, Journal
+
+A, B = "a" * 32, "b" * 32
+FIU = ["/usr/lib/fiu/fiu_run_preload.so", "/usr/lib/fiu/fiu_posix_preload.so"]
+
+
+def test_evidence_root_and_restart(tmp_path: Path):
+    db = tmp_path / "store.db"
+    j = Journal(db)
+    assert j.evidence("work", "a.txt") is None and j.root("work") is None
+    j.record_evidence("work", [("a.txt", A), ("gone.txt", None), ("d/x", B), ("d0", A)],
+                      root=(1, 2))
+    assert j.root("work") == (1, 2)
+    assert j.evidence("work", "a.txt") == EvidenceRecord(A)
+    assert j.evidence("work", "gone.txt") == EvidenceRecord(None)
+    assert set(j.evidence_under("work", "d")) == {"d/x"}
+    # Another root is refused, never silently recorded over.
+    with pytest.raises(MemfsError, match="accept-root"):
+        j.record_evidence("work", [("a.txt", B)], root=(1, 3))
+    assert j.evidence("work", "a.txt") == EvidenceRecord(A)
+    j.close()
+    j2 = Journal(db)  # a restart keeps the root and the evidence
+    assert j2.root("work") == (1, 2) and j2.evidence("work", "d/x") == EvidenceRecord(B)
+    assert j2.accept_root("work", 1, 3) == 4
+    assert j2.root("work") == (1, 3) and j2.evidence_under("work") == {}
+    aside = sqlite3.connect(db).execute("SELECT count(*) FROM journal_evidence_aside").fetchone()
+    assert aside == (4,)
+
+
+def test_intents_write_ahead(tmp_path: Path):
+    j = Journal(tmp_path / "store.db")
+    j.record_evidence("work", [("a.txt", A)], root=(1, 2))
+    i = j.begin_intent("work", "a.txt", "write", old=A, new=B, branch="main")
+    u = j.begin_intent("work", "b.txt", "unlink", old=A, new=None)
+    pend = j.pending_intents("work")
+    assert [(x.path, x.op, x.old, x.new) for x in pend] == [
+        ("a.txt", "write", A, B), ("b.txt", "unlink", A, None)]
+    assert j.evidence("work", "a.txt") == EvidenceRecord(A)  # P moves only on completion
+    j.complete_intent(i)
+    assert j.evidence("work", "a.txt") == EvidenceRecord(B)
+    j.abandon_intent(u)
+    assert j.pending_intents("work") == [] and j.evidence("work", "b.txt") is None
+    with pytest.raises(MemfsError):
+        j.complete_intent(i)  # not pending any more
+    assert not j.needs_reopen  # a refusal of ours is not an I/O failure
+
+
+def test_fingerprint_cache(tmp_path: Path):
+    j = Journal(tmp_path / "store.db")
+    row = FingerprintRow(3, 10, 11, 12, 13, A, "text", 99)
+    j.put_fingerprints("work", {"a": row, "b": row})
+    j.put_fingerprints("work", {"b": None})
+    assert j.fingerprints("work") == {"a": row}
+
+
+def test_intent_survives_sigkill(tmp_path: Path):
+    """begin_intent returns only once the intent is committed (synchronous=FULL): a SIGKILL right
+    after it leaves the intent pending for the next opener. (Proves ordering, not fsync.)"""
+    db = tmp_path / "store.db"
+    code = textwrap.dedent(f"""
+        import os, signal, sys
+        from memfs.store.journal import Journal
+        j = Journal({str(db)!r})
+        j.begin_intent("work", "a.txt", "write", old=None, new={A!r})
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True)
+    assert proc.returncode == -signal.SIGKILL
+    pend = Journal(db).pending_intents("work", "a.txt")
+    assert len(pend) == 1 and pend[0].new == A and pend[0].old is None
+
+
+CHILD = textwrap.dedent("""
+    import ctypes, json, sys
+    from memfs.store.journal import Journal, JournalNeedsReopen
+    point, errno_value, db = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    fiu = ctypes.CDLL("libfiu.so.0")
+    fiu.fiu_enable.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_uint]
+    out = {}
+    j = Journal(db)
+    j.record_evidence("work", [("a.txt", "A" * 32)], root=(1, 2))
+    fiu.fiu_enable(point.encode(), 1, ctypes.c_void_p(errno_value), 0)
+    try:
+        j.record_evidence("work", [("a.txt", "B" * 32)])
+        out["append"] = "ok"
+    except JournalNeedsReopen as exc:
+        out["append"] = "needs-reopen"
+        out["message"] = str(exc)
+    fiu.fiu_disable(point.encode())
+    refused = []
+    for name, call in [
+        ("evidence", lambda: j.evidence("work", "a.txt")),
+        ("evidence_under", lambda: j.evidence_under("work")),
+        ("record", lambda: j.record_evidence("work", [("b.txt", "C" * 32)])),
+        ("intent", lambda: j.begin_intent("work", "a.txt", "write", old=None, new=None)),
+        ("pending", lambda: j.pending_intents("work")),
+        ("fingerprints", lambda: j.fingerprints("work")),
+        ("root", lambda: j.root("work")),
+    ]:
+        try:
+            call()
+        except JournalNeedsReopen:
+            refused.append(name)
+    out["refused"] = refused
+    j.reopen()
+    rec = j.evidence("work", "a.txt")
+    out["after_reopen"] = rec.digest if rec else None
+    out["b_recorded"] = j.evidence("work", "b.txt") is not None
+    j.record_evidence("work", [("c.txt", "C" * 32)])
+    out["writable"] = j.evidence("work", "c.txt") is not None
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.skipif(not all(os.path.exists(p) for p in FIU), reason="libfiu0 is not installed")
+@pytest.mark.parametrize("point,errno_value", [
+    ("posix/io/sync/fdatasync", 5),  # EIO at the WAL's fdatasync on commit
+    ("posix/io/rw/pwrite", 5),  # EIO writing the WAL frame
+    ("posix/io/rw/pwrite", 28),  # ENOSPC writing the WAL frame
+])
+def test_failed_append_poisons_until_reopen(tmp_path: Path, point: str, errno_value: int):
+    db = tmp_path / "store.db"
+    env = dict(os.environ, LD_PRELOAD=":".join(FIU))
+    proc = subprocess.run([sys.executable, "-c", CHILD, point, str(errno_value), str(db)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["append"] == "needs-reopen"
+    assert "reopen" in out["message"]
+    assert out["refused"] == ["evidence", "evidence_under", "record", "intent", "pending",
+                              "fingerprints", "root"]
+    # After the reopen the journal reads what the file holds — the old or the new value,
+    # whichever SQLite made durable — and agrees with an independent reader.
+    fresh = sqlite3.connect(db).execute(
+        "SELECT digest FROM journal_evidence WHERE path='a.txt'").fetchone()[0]
+    assert out["after_reopen"] in ("A" * 32, "B" * 32)
+    assert out["after_reopen"] == fresh
+    assert out["b_recorded"] is False  # nothing was written while poisoned
+    assert out["writable"] is True

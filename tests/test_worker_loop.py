@@ -36,8 +36,9 @@ BAD = [{"op": "put", "name": "../etc/passwd", "content": "x"}]
 TOOL = tool_spec({"type": "array", "items": {"type": "object"}}, "propose memory changes")
 
 
-def validate(changes: object) -> Verdict:
+def validate(proposal: dict) -> Verdict:
     """Accept a list of puts with plain names; the loop must not care how this decides."""
+    changes = proposal["changes"]
     if not isinstance(changes, list):
         return Verdict(False, "changes must be a list")
     errors = [
@@ -96,7 +97,7 @@ def test_failed_final_is_answered_and_the_loop_goes_on(tmp_path, stub, name):
     events = load_worker_session(tmp_path, out.attempt_id)
     results = [(e["final"], e["accepted"]) for e in events if e["event"] == "result"]
     assert results == [(True, False), (False, True), (True, True)]
-    assert replay_final_proposal(events) == {"changes": GOOD}
+    assert replay_final_proposal(events) == {"changes": GOOD, "final": True}
 
 
 def test_never_final_ends_at_step_cap(tmp_path, stub):
@@ -215,7 +216,7 @@ def test_replay_refuses_two_accepted_finals():
     ]
     with pytest.raises(MemfsError, match="2 accepted final"):
         replay_final_proposal(events)
-    assert replay_final_proposal(events[:2]) == {"changes": GOOD}
+    assert replay_final_proposal(events[:2]) == {"changes": GOOD, "final": True}
 
 
 @pytest.mark.parametrize(("model", "override", "want"), [

@@ -3,7 +3,7 @@
 The model sees the frozen session's visible turns and the current memory text, and may only
 call `memory_review_propose {changes, final}`. It never receives a path, a revision, a
 workspace selector or another tool, and nothing it says writes anything: every call is answered
-by the host's `validate(changes)`, and only an accepted `final=true` ends the attempt with a
+by the host's `validate(proposal)`, and only an accepted `final=true` ends the attempt with a
 proposal. That proposal is still just a proposal until the committer's receipt barrier.
 
 Every request, response, draft and result is appended (and fsynced) to the worker session,
@@ -44,7 +44,7 @@ from memfs.errors import MemfsError
 from memfs.rootdir import sessions_dir
 
 # Bump when the prompt or the tool schema changes; recorded with every review.
-CONSOLIDATOR_VERSION = 2
+CONSOLIDATOR_VERSION = "memfs-consolidator/2"
 TOOL_NAME = "memory_review_propose"
 ENVELOPE_FIELDS = frozenset({"changes", "final"})
 NUDGE = f"Answer only by calling {TOOL_NAME}; it is the only way to reply."
@@ -59,7 +59,8 @@ class Verdict:
     detail: Any = None  # JSON-able summary (e.g. the preview), recorded but not sent
 
 
-Validate = Callable[[Any], Verdict]
+# validate({"changes": ..., "final": ...}) -> Verdict: the host's parser, injected.
+Validate = Callable[[dict[str, Any]], Verdict]
 Progress = Callable[[str], None]
 
 
@@ -159,7 +160,7 @@ def load_worker_session(root: Path, attempt_id: str) -> list[dict[str, Any]]:
 
 
 def replay_final_proposal(worker_session: list[dict[str, Any]]) -> dict[str, Any]:
-    """The raw final proposal {"changes": ...} from a worker session's events alone.
+    """The raw final proposal {"changes": ..., "final": true} from a worker session alone.
 
     Pure: exactly one accepted final=true result must exist, and its draft is returned as the
     model sent it, so the caller re-parses and re-hashes it like the original.
@@ -176,7 +177,7 @@ def replay_final_proposal(worker_session: list[dict[str, Any]]) -> dict[str, Any
     call_id, step = finals[0]["call_id"], finals[0]["step"]
     for e in worker_session:
         if e.get("event") == "draft" and e.get("call_id") == call_id and e.get("step") == step:
-            return {"changes": e["changes"]}
+            return {"changes": e["changes"], "final": True}
     raise MemfsError(
         f"worker session has no draft for its accepted final call {call_id}",
         "the session is damaged; finish the receipt as a conflict",
@@ -235,7 +236,7 @@ class _Loop:
             return refuse(parsed)
         changes, final = parsed
         self.session.append("draft", step=step, call_id=call.id, final=final, changes=changes)
-        verdict = self.validate(changes)
+        verdict = self.validate({"changes": changes, "final": final})
         if final and verdict.accepted:
             content = "accepted as final: " + verdict.message
         elif verdict.accepted:

@@ -1,0 +1,173 @@
+"""The mount daemon: one root, one mount, one process (pyfuse3's session is global).
+
+Start-up order matters: take the root's lock first (a second daemon is refused before it
+touches anything), open the store, mount, then serve. Shut-down commits everything that is
+pending before the store closes, whichever way the mount ends (SIGTERM, SIGINT, `memfs
+umount`, or `fusermount3 -u`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from memfs.control import MAX_LINE, encode_reply
+from memfs.errors import MemfsError
+from memfs.fs.operations import MemfsOperations
+from memfs.rootdir import control_socket
+from memfs.store import Store
+from memfs.workspace.workspace import Workspace
+
+log = logging.getLogger("memfs.daemon")
+
+
+class RootLock:
+    """flock on <root>/daemon.lock; its content names the holder for the refusal message."""
+
+    def __init__(self, root: Path, mountpoint: Path) -> None:
+        self.path = root / "daemon.lock"
+        root.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 4096, 0).decode(errors="replace").strip()
+            os.close(self.fd)
+            raise MemfsError(
+                f"the store at {root} is already served by another memfs daemon ({holder})",
+                "use that mount, or `memfs umount` it first",
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, json.dumps({"pid": os.getpid(), "mountpoint": str(mountpoint)}).encode(), 0)
+
+    def release(self) -> None:
+        os.ftruncate(self.fd, 0)
+        os.close(self.fd)
+
+
+def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool = False) -> int:
+    lock = RootLock(root, mountpoint)
+    store = Store.open(root)
+    ws = Workspace(store, commit_interval)
+    ops = MemfsOperations(ws)
+    options = set(pyfuse3.default_options) | {"fsname=memfs", "subtype=memfs"}
+    if os.getuid() == 0:
+        options.add("allow_other")
+    if debug:
+        options.add("debug")
+    pyfuse3.init(ops, str(mountpoint), options)
+    mounted = True
+    try:
+        trio.run(_serve, ws, ops, root)
+    except BaseException:
+        log.exception("daemon stopped by an error")
+        raise
+    finally:
+        try:
+            pyfuse3.close(unmount=mounted)
+        finally:
+            store.close()
+            sock = control_socket(root)
+            if sock.exists():
+                sock.unlink()
+            lock.release()
+    return 0
+
+
+async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ws.run)
+        nursery.start_soon(_signals, ws)
+        await nursery.start(_control_server, ws, ops, root)
+        await pyfuse3.main()
+        log.info("mount ended; committing what is pending")
+        ws.stopped = True
+        await ws.commit("unmount")
+        nursery.cancel_scope.cancel()
+
+
+async def _signals(ws: Workspace) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for _ in signals:
+            log.info("signal received: committing and unmounting")
+            try:
+                await ws.commit("stop")
+            finally:
+                pyfuse3.terminate()
+            return
+
+
+async def _control_server(ws: Workspace, ops: MemfsOperations, root: Path,
+                          task_status=trio.TASK_STATUS_IGNORED) -> None:
+    path = control_socket(root)
+    if path.exists():
+        path.unlink()
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    await sock.bind(str(path))
+    os.chmod(path, 0o600)
+    sock.listen(16)
+    task_status.started()
+    async with trio.open_nursery() as nursery:
+        while True:
+            conn, _ = await sock.accept()
+            nursery.start_soon(_handle_client, conn, ws, ops)
+
+
+async def _handle_client(conn, ws: Workspace, ops: MemfsOperations) -> None:
+    stream = trio.SocketStream(conn)
+    try:
+        async with stream:
+            buf = bytearray()
+            while not buf.endswith(b"\n") and len(buf) < MAX_LINE:
+                chunk = await stream.receive_some(1 << 16)
+                if not chunk:
+                    return
+                buf += chunk
+            try:
+                req = json.loads(buf)
+                result = await _dispatch(ws, ops, req["op"], req.get("args") or {})
+                reply = encode_reply(result)
+            except Exception as exc:  # noqa: BLE001 - every failure is answered
+                log.warning("control request failed: %s", exc)
+                reply = encode_reply(error=exc)
+            await stream.send_all(reply)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        log.info("control client went away: %s", exc)
+
+
+async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) -> object:
+    store = ws.store
+    if op == "ping":
+        return {"pid": os.getpid()}
+    if op == "status":
+        return ws.status()
+    if op == "sync":
+        await ws.sync()
+        return ws.status()
+    if op == "log":
+        return [c.to_json() for c in store.log(args.get("branch"), int(args.get("n", 20)))]
+    if op == "branch_list":
+        return {"current": ws.branch, "branches": store.branches()}
+    result: object
+    if op == "undo":
+        result = {"head": await ws.undo(int(args.get("steps", 1)))}
+    elif op == "restore":
+        result = {"head": await ws.restore(args["rev"])}
+    elif op == "checkpoint":
+        result = {"commit": await ws.checkpoint(args["name"])}
+    elif op == "branch_create":
+        result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
+    elif op == "branch_switch":
+        result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
+    else:
+        raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
+    await ops.drain_invalidations()
+    return result

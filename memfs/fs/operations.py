@@ -1,0 +1,436 @@
+"""pyfuse3 Operations over the workspace: thin translation, no policy of its own.
+
+Every handler runs through `_guard`: a WorkspaceError becomes its errno, anything else is
+logged with the operation and answered EIO, because an exception other than FUSEError
+would end pyfuse3.main() and leave a dead mount behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import stat
+from collections.abc import Callable
+
+import pyfuse3
+import trio
+
+from memfs.fs.virtual import VDir, VFile, VirtualTree
+from memfs.store.trees import DIR, FILE, LINK
+from memfs.workspace.nodes import Node, WorkspaceError
+from memfs.workspace.workspace import ROOT_ID, Workspace
+
+log = logging.getLogger("memfs.fs")
+
+CACHE_TIMEOUT = 300.0  # safe: every change made behind the kernel's back is invalidated
+CONTROL_NAME = b".memfs"
+BLKSIZE = 128 * 1024
+
+
+def _guard(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    async def wrapper(self, *args, **kwargs):
+        try:
+            return await fn(self, *args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except WorkspaceError as exc:
+            raise pyfuse3.FUSEError(exc.errno) from None
+        except OSError as exc:
+            log.error("%s%r failed: %s", fn.__name__, args[:2], exc)
+            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
+        except Exception:
+            log.exception("%s%r failed", fn.__name__, args[:2])
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+class Handle:
+    __slots__ = ("node", "data", "writable")
+
+    def __init__(self, node: Node | None, data: bytes | None = None, writable: bool = False):
+        self.node, self.data, self.writable = node, data, writable
+
+
+class MemfsOperations(pyfuse3.Operations):
+    enable_writeback_cache = True
+    supports_dot_lookup = True
+
+    def __init__(self, ws: Workspace, extra_virtual: dict | None = None) -> None:
+        super().__init__()
+        self.ws = ws
+        self.virtual = VirtualTree(ws, ws.store.root, extra_virtual)
+        self.lookups: dict[int, int] = {}
+        self.handles: dict[int, Handle] = {}
+        self._next_fh = 1
+        self._dir_snapshots: dict[int, list[tuple[bytes, object]]] = {}
+        self._pending_inval: list[tuple[list[tuple[int, bytes]], list[int]]] = []
+        ws.invalidate = self._queue_invalidation
+
+    # -- helpers -----------------------------------------------------------------
+    def _node(self, ino: int) -> Node | VDir | VFile:
+        if ino in self.virtual.nodes:
+            return self.virtual.nodes[ino]
+        return self.ws.get(ino)
+
+    def _wnode(self, ino: int) -> Node:
+        node = self._node(ino)
+        if not isinstance(node, Node):
+            raise pyfuse3.FUSEError(errno.EROFS)
+        return node
+
+    def _attr(self, node: Node | VDir | VFile) -> pyfuse3.EntryAttributes:
+        a = pyfuse3.EntryAttributes()
+        a.entry_timeout = CACHE_TIMEOUT
+        a.attr_timeout = CACHE_TIMEOUT
+        a.st_blksize = BLKSIZE
+        if isinstance(node, Node):
+            a.st_ino = node.id
+            a.st_mode = node.st_mode()
+            if node.readonly:
+                a.st_mode &= ~0o222
+            a.st_nlink = 1
+            a.st_uid, a.st_gid = node.uid, node.gid
+            a.st_size = node.size()
+            a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
+        else:
+            a.st_ino = node.id
+            a.entry_timeout = a.attr_timeout = 0
+            if isinstance(node, VDir):
+                a.st_mode = stat.S_IFDIR | 0o555
+            else:
+                a.st_mode = stat.S_IFREG | 0o444
+                a.st_size = len(node.render())
+            a.st_nlink = 1
+            a.st_uid, a.st_gid = os.getuid(), os.getgid()
+            st = self.ws.store.root.stat()
+            a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.st_mtime_ns
+        a.st_blocks = (a.st_size + 511) // 512
+        return a
+
+    def _counted(self, node) -> pyfuse3.EntryAttributes:
+        attr = self._attr(node)
+        self.lookups[attr.st_ino] = self.lookups.get(attr.st_ino, 0) + 1
+        return attr
+
+    def _vlookup(self, vdir: VDir, name: bytes):
+        cached = vdir.cache.get(name)
+        if cached is not None and not isinstance(cached, Node):
+            if name in (vdir.listing() if vdir is not self.virtual.top else [name]):
+                return cached
+        found = vdir.lookup(name)
+        if found is None:
+            vdir.cache.pop(name, None)
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        vdir.cache[name] = found
+        return found
+
+    def _queue_invalidation(self, entries: list[tuple[int, bytes]], inodes: list[int]) -> None:
+        self._pending_inval.append((entries, inodes))
+
+    async def drain_invalidations(self) -> None:
+        """Tell the kernel to forget what changed behind it (from a thread: see NOTES)."""
+        while self._pending_inval:
+            entries, inodes = self._pending_inval.pop(0)
+            known = [i for i in inodes if self.lookups.get(i)]
+            known_entries = [(p, n) for p, n in entries if self.lookups.get(p) or p == ROOT_ID]
+            await trio.to_thread.run_sync(_invalidate, known_entries, known)
+
+    def _ctx(self, ctx) -> None:
+        self.ws.note_process(ctx.pid, ctx.uid)
+
+    # -- lookups and attributes -------------------------------------------------------
+    @_guard
+    async def lookup(self, parent_inode, name, ctx=None):
+        parent = self._node(parent_inode)
+        if isinstance(parent, VDir):
+            return self._counted(self._vlookup(parent, name))
+        if isinstance(parent, VFile):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        if parent.id == ROOT_ID and name == CONTROL_NAME:
+            return self._counted(self.virtual.top)
+        return self._counted(self.ws.lookup(parent, name))
+
+    @_guard
+    async def forget(self, inode_list):
+        for ino, n in inode_list:
+            left = self.lookups.get(ino, 0) - n
+            if left > 0:
+                self.lookups[ino] = left
+                continue
+            self.lookups.pop(ino, None)
+            if ino not in self.virtual.nodes and not any(
+                h.node is not None and h.node.id == ino for h in self.handles.values()
+            ):
+                self.ws.forget(ino)
+
+    @_guard
+    async def getattr(self, inode, ctx=None):
+        return self._attr(self._node(inode))
+
+    @_guard
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        node = self._wnode(inode)
+        self._ctx(ctx)
+        self.ws.setattr(
+            node,
+            mode=attr.st_mode if fields.update_mode else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            atime_ns=attr.st_atime_ns if fields.update_atime else None,
+            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+            size=attr.st_size if fields.update_size else None,
+        )
+        return self._attr(node)
+
+    @_guard
+    async def readlink(self, inode, ctx):
+        node = self._node(inode)
+        if not isinstance(node, Node) or node.kind != LINK:
+            raise pyfuse3.FUSEError(errno.EINVAL)
+        return node.target
+
+    # -- namespace changes -----------------------------------------------------------
+    def _new(self, parent_inode, name, kind, mode, ctx, target=b"") -> Node:
+        parent = self._wnode(parent_inode)
+        self._ctx(ctx)
+        if parent.id == ROOT_ID and name == CONTROL_NAME:
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        mode = mode & ~ctx.umask & 0o7777
+        gid = ctx.gid
+        if parent.mode & stat.S_ISGID:  # BSD group semantics, as ext4 does
+            gid = parent.gid
+            if kind == DIR:
+                mode |= stat.S_ISGID
+        return self.ws.create(parent, name, kind, mode, ctx.uid, gid, target)
+
+    @_guard
+    async def mkdir(self, parent_inode, name, mode, ctx):
+        return self._counted(self._new(parent_inode, name, DIR, mode, ctx))
+
+    @_guard
+    async def symlink(self, parent_inode, name, target, ctx):
+        return self._counted(self._new(parent_inode, name, LINK, 0o777, ctx, target))
+
+    @_guard
+    async def mknod(self, parent_inode, name, mode, rdev, ctx):
+        if not stat.S_ISREG(mode):
+            raise pyfuse3.FUSEError(errno.EPERM)
+        return self._counted(self._new(parent_inode, name, FILE, mode, ctx))
+
+    @_guard
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        node = self._new(parent_inode, name, FILE, mode, ctx)
+        fh = self._open_handle(Handle(node, writable=True))
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._counted(node)
+
+    @_guard
+    async def link(self, inode, new_parent_inode, new_name, ctx):
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    @_guard
+    async def unlink(self, parent_inode, name, ctx):
+        parent = self._wnode(parent_inode)
+        self._ctx(ctx)
+        self.ws.unlink(parent, name)
+
+    @_guard
+    async def rmdir(self, parent_inode, name, ctx):
+        parent = self._wnode(parent_inode)
+        self._ctx(ctx)
+        if parent.id == ROOT_ID and name == CONTROL_NAME:
+            raise pyfuse3.FUSEError(errno.EBUSY)
+        self.ws.rmdir(parent, name)
+
+    @_guard
+    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        old, new = self._wnode(parent_inode_old), self._wnode(parent_inode_new)
+        self._ctx(ctx)
+        if CONTROL_NAME in (name_old, name_new) and ROOT_ID in (old.id, new.id):
+            raise pyfuse3.FUSEError(errno.EBUSY)
+        self.ws.rename(old, name_old, new, name_new, flags)
+
+    # -- files ------------------------------------------------------------------------
+    def _open_handle(self, h: Handle) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self.handles[fh] = h
+        return fh
+
+    @_guard
+    async def open(self, inode, flags, ctx):
+        node = self._node(inode)
+        writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
+        if isinstance(node, VFile):
+            if writing:
+                raise pyfuse3.FUSEError(errno.EROFS)
+            fh = self._open_handle(Handle(None, node.render()))
+            return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
+        if isinstance(node, VDir):
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if node.kind == DIR:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        if writing and node.readonly:
+            raise pyfuse3.FUSEError(errno.EROFS)
+        fh = self._open_handle(Handle(node, writable=bool(writing)))
+        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+
+    @_guard
+    async def read(self, fh, off, size):
+        h = self.handles[fh]
+        if h.node is None:
+            return h.data[off:off + size]
+        return self.ws.read(h.node, off, size)
+
+    @_guard
+    async def write(self, fh, off, buf):
+        h = self.handles[fh]
+        if h.node is None:
+            raise pyfuse3.FUSEError(errno.EROFS)
+        if self.ws.over_dirty_limit():
+            await self.ws.commit()
+        return self.ws.write(h.node, off, buf)
+
+    @_guard
+    async def flush(self, fh):
+        return None
+
+    @_guard
+    async def release(self, fh):
+        h = self.handles.pop(fh, None)
+        if h is not None and h.node is not None and h.node.parent is None \
+                and not self.lookups.get(h.node.id):
+            self.ws.forget(h.node.id)
+
+    @_guard
+    async def fsync(self, fh, datasync):
+        await self._sync()
+
+    async def _sync(self) -> None:
+        try:
+            await self.ws.sync()
+        except OSError as exc:
+            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
+        except Exception as exc:
+            log.error("fsync could not commit: %s", exc)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    # -- directories ------------------------------------------------------------------
+    @_guard
+    async def opendir(self, inode, ctx):
+        node = self._node(inode)
+        if isinstance(node, VFile) or (isinstance(node, Node) and node.kind != DIR):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        fh = self._open_handle(Handle(node if isinstance(node, Node) else None))
+        self._dir_snapshots[fh] = []
+        self.handles[fh].data = inode  # type: ignore[assignment]
+        return fh
+
+    def _listing(self, ino: int) -> list[tuple[bytes, object]]:
+        node = self._node(ino)
+        if isinstance(node, VDir):
+            out = []
+            for name in node.listing():
+                try:
+                    out.append((name, self._vlookup(node, name)))
+                except pyfuse3.FUSEError:
+                    continue
+            return out
+        return sorted(self.ws.children(node).items())
+
+    @_guard
+    async def readdir(self, fh, start_id, token):
+        # Offsets index a snapshot taken when the listing starts, so they stay stable while
+        # the directory changes; a rewind (offset 0) takes a fresh snapshot.
+        if start_id == 0 or fh not in self._dir_snapshots or not self._dir_snapshots[fh]:
+            self._dir_snapshots[fh] = self._listing(self.handles[fh].data)  # type: ignore[arg-type]
+        snap = self._dir_snapshots[fh]
+        dir_node = self._node(self.handles[fh].data)  # type: ignore[arg-type]
+        for i in range(start_id, len(snap)):
+            name, node = snap[i]
+            if isinstance(node, Node) and isinstance(dir_node, Node) and node.parent is not dir_node:
+                continue  # removed since the snapshot
+            if not pyfuse3.readdir_reply(token, name, self._attr(node), i + 1):
+                return
+            ino = node.id
+            self.lookups[ino] = self.lookups.get(ino, 0) + 1
+
+    @_guard
+    async def releasedir(self, fh):
+        self._dir_snapshots.pop(fh, None)
+        self.handles.pop(fh, None)
+
+    @_guard
+    async def fsyncdir(self, fh, datasync):
+        await self._sync()
+
+    # -- filesystem -------------------------------------------------------------------
+    @_guard
+    async def statfs(self, ctx):
+        st = self.ws.store.stat_space()
+        s = pyfuse3.StatvfsData()
+        s.f_bsize = s.f_frsize = 4096
+        scale = st.f_frsize / 4096
+        s.f_blocks = int(st.f_blocks * scale)
+        free = self.ws.free_bytes() // 4096
+        s.f_bfree = s.f_bavail = max(0, min(int(st.f_bavail * scale), free))
+        s.f_files = max(st.f_files, 1 << 20)
+        s.f_ffree = s.f_favail = max(st.f_ffree, 1 << 19)
+        s.f_namemax = 255
+        return s
+
+    # -- extended attributes ------------------------------------------------------------
+    @_guard
+    async def setxattr(self, inode, name, value, ctx):
+        node = self._wnode(inode)
+        if not name.startswith(b"user."):
+            raise pyfuse3.FUSEError(errno.ENOTSUP)
+        if name.startswith(b"user.memfs."):
+            raise pyfuse3.FUSEError(errno.EPERM)
+        self._ctx(ctx)
+        self.ws.set_xattr(node, name, value)
+
+    @_guard
+    async def getxattr(self, inode, name, ctx):
+        node = self._node(inode)
+        if not isinstance(node, Node) or name not in node.xattrs:
+            raise pyfuse3.FUSEError(errno.ENODATA)
+        return node.xattrs[name]
+
+    @_guard
+    async def listxattr(self, inode, ctx):
+        node = self._node(inode)
+        return list(node.xattrs) if isinstance(node, Node) else []
+
+    @_guard
+    async def removexattr(self, inode, name, ctx):
+        node = self._wnode(inode)
+        self._ctx(ctx)
+        self.ws.remove_xattr(node, name)
+
+    @_guard
+    async def access(self, inode, mode, ctx):
+        return True
+
+    def destroy(self) -> None:
+        self.lookups.clear()
+        self.handles.clear()
+
+
+def _invalidate(entries: list[tuple[int, bytes]], inodes: list[int]) -> None:
+    for parent, name in entries:
+        try:
+            pyfuse3.invalidate_entry(parent, name)
+        except (FileNotFoundError, OSError):
+            pass
+    for ino in inodes:
+        try:
+            pyfuse3.invalidate_inode(ino)
+        except (FileNotFoundError, OSError):
+            pass
+
+
+__all__ = ["MemfsOperations", "FILE"]

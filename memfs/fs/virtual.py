@@ -1,0 +1,121 @@
+"""The reserved `.memfs/` control tree: read-only views generated on demand.
+
+`.memfs` is reachable by name from the mount root but never listed there, so `find`, `du`,
+`grep -r` and `git add -A` never walk into history. Everything below it is read-only.
+Entries are generated when looked up; files render their content at open, so a `cat`
+always shows the present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VIRTUAL_BASE = 1 << 40
+
+
+@dataclass
+class VFile:
+    id: int
+    render: Callable[[], bytes]
+
+
+@dataclass
+class VDir:
+    id: int
+    # name -> (VFile | VDir | workspace Node); None when absent
+    lookup: Callable[[bytes], object | None]
+    listing: Callable[[], list[bytes]]
+    cache: dict[bytes, object] = field(default_factory=dict)
+
+
+class VirtualTree:
+    """Builds and remembers the virtual nodes so their inode numbers stay stable."""
+
+    def __init__(self, ws, root: Path, extra: dict[bytes, Callable[[], object]] | None = None):
+        self.ws = ws
+        self.root_dir = root
+        self.nodes: dict[int, VFile | VDir] = {}
+        self._next = VIRTUAL_BASE
+        self.top = self._dir(self._top_lookup, lambda: sorted(self._top_children()))
+        self._extra = extra or {}
+
+    def _id(self) -> int:
+        self._next += 1
+        return self._next
+
+    def _dir(self, lookup, listing) -> VDir:
+        d = VDir(self._id(), lookup, listing)
+        self.nodes[d.id] = d
+        return d
+
+    def _file(self, render) -> VFile:
+        f = VFile(self._id(), render)
+        self.nodes[f.id] = f
+        return f
+
+    def _top_children(self) -> dict[bytes, Callable[[], object]]:
+        items = {
+            b"status": lambda: self._file(self._status),
+            b"branches": lambda: self._dir(self._branch_lookup, self._branch_list),
+            b"history": lambda: self._dir(self._history_lookup, self._history_list),
+            b"receipts": lambda: self._folder(self.root_dir / "receipts"),
+        }
+        items.update(self._extra)
+        return items
+
+    def _top_lookup(self, name: bytes):
+        make = self._top_children().get(name)
+        if make is None:
+            return None
+        if name not in self.top.cache:
+            self.top.cache[name] = make()
+        return self.top.cache[name]
+
+    def _status(self) -> bytes:
+        return (json.dumps(self.ws.status(), indent=2, sort_keys=True) + "\n").encode()
+
+    def _branch_list(self) -> list[bytes]:
+        return sorted(n.encode() for n in self.ws.store.branches())
+
+    def _branch_lookup(self, name: bytes):
+        heads = self.ws.store.branches()
+        head = heads.get(name.decode("utf-8", "surrogateescape"))
+        return None if head is None else self.ws.view(head)
+
+    def _history_list(self) -> list[bytes]:
+        return [c.id.encode() for c in self.ws.store.log(self.ws.branch, limit=100)]
+
+    def _history_lookup(self, name: bytes):
+        text = name.decode("ascii", "replace")
+        try:
+            cid = self.ws.store.resolve(text)
+        except Exception:  # noqa: BLE001 - an unknown name is simply absent
+            return None
+        if not cid.startswith(text) and text not in self.ws.store.branches():
+            return None
+        return self.ws.view(cid)
+
+    def _folder(self, path: Path) -> VDir:
+        """A read-only mirror of a real folder under the root (receipts, memory)."""
+
+        def listing() -> list[bytes]:
+            try:
+                return sorted(os.fsencode(n) for n in os.listdir(path) if not n.startswith("."))
+            except FileNotFoundError:
+                return []
+
+        def lookup(name: bytes):
+            target = path / os.fsdecode(name)
+            if name.startswith(b".") or b"/" in name:
+                return None
+            if target.is_dir():
+                return self._folder(target)
+            if target.is_file():
+                return self._file(lambda: target.read_bytes())
+            return None
+
+        return self._dir(lookup, listing)

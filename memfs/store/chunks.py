@@ -1,0 +1,166 @@
+"""Content-addressed chunks in append-only pack files.
+
+A file's content is cut into fixed CHUNK_SIZE pieces; each piece is stored once, named by
+its xxh3-128 digest. Before two different writes share a name, their bytes are compared: a
+digest collision gets a suffixed name, so it can never alias content.
+
+Why packs and not one file per chunk: a group commit of 10k small files would otherwise
+need 10k fsyncs. A commit appends its new chunks to the current pack and syncs it once;
+only then does the SQLite transaction that references them run. Bytes past what SQLite
+references (a crash between append and transaction) are dead space, never read.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import xxhash
+
+CHUNK_SIZE = 1 << 20
+PACK_ROLLOVER = 256 << 20
+
+
+def chunk_digest(data: bytes | memoryview) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+class ChunkStore:
+    """Reads from any thread; writes only from the commit thread (one at a time)."""
+
+    def __init__(self, root: Path) -> None:
+        self.dir = root / "packs"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._read_fds: dict[int, int] = {}
+        self._locations: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._write_pack: int | None = None
+        self._write_fd: int | None = None
+        self._write_end = 0
+
+    # -- reading ---------------------------------------------------------------
+    def locate(self, conn: sqlite3.Connection, chunk_id: str) -> tuple[int, int, int]:
+        with self._lock:
+            loc = self._locations.get(chunk_id)
+            if loc is not None:
+                self._locations.move_to_end(chunk_id)
+                return loc
+        row = conn.execute("SELECT pack, off, len FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"chunk {chunk_id} is missing from the store")
+        loc = (row[0], row[1], row[2])
+        with self._lock:
+            self._locations[chunk_id] = loc
+            if len(self._locations) > 65536:
+                self._locations.popitem(last=False)
+        return loc
+
+    def read(self, conn: sqlite3.Connection, chunk_id: str) -> bytes:
+        return self.read_at(self.locate(conn, chunk_id), chunk_id)
+
+    def read_at(self, loc: tuple[int, int, int], chunk_id: str) -> bytes:
+        pack, off, length = loc
+        data = os.pread(self._pack_fd(pack), length, off)
+        if len(data) != length:
+            raise OSError(f"pack {pack} is shorter than the store says (chunk {chunk_id})")
+        return data
+
+    def read_range(self, loc: tuple[int, int, int], start: int, length: int) -> bytes:
+        """Bytes [start, start+length) of a chunk, clipped to the chunk: no read amplification."""
+        pack, off, size = loc
+        length = max(0, min(length, size - start))
+        return os.pread(self._pack_fd(pack), length, off + start) if length else b""
+
+    def _pack_fd(self, pack: int) -> int:
+        with self._lock:
+            fd = self._read_fds.get(pack)
+            if fd is None:
+                fd = os.open(self.dir / f"{pack:08d}.pack", os.O_RDONLY | os.O_CLOEXEC)
+                self._read_fds[pack] = fd
+            return fd
+
+    # -- writing (commit thread) -----------------------------------------------
+    def put_many(
+        self, conn: sqlite3.Connection, pieces: list[bytes]
+    ) -> tuple[list[str], list[tuple[str, int, int, int]]]:
+        """Store pieces; return their ids and the rows the caller must insert.
+
+        The pack is fdatasync'ed before this returns, so the caller's transaction may
+        reference the rows. New rows are inserted by the caller inside its transaction.
+        """
+        ids: list[str] = []
+        rows: list[tuple[str, int, int, int]] = []
+        pending: dict[str, bytes] = {}
+        for data in pieces:
+            cid = self._name_for(conn, data, pending)
+            ids.append(cid)
+            if cid in pending or self._known(conn, cid):
+                continue
+            pending[cid] = data
+        if pending:
+            fd, pack = self._writer()
+            buf = []
+            off = self._write_end
+            for cid, data in pending.items():
+                rows.append((cid, pack, off, len(data)))
+                buf.append(data)
+                off += len(data)
+            blob = b"".join(buf)
+            written = os.pwrite(fd, blob, self._write_end)
+            if written != len(blob):
+                raise OSError(f"short write to pack {pack}")
+            os.fdatasync(fd)
+            self._write_end = off
+            with self._lock:
+                for cid, p, o, n in rows:
+                    self._locations[cid] = (p, o, n)
+        return ids, rows
+
+    def _known(self, conn: sqlite3.Connection, cid: str) -> bool:
+        return conn.execute("SELECT 1 FROM chunks WHERE id = ?", (cid,)).fetchone() is not None
+
+    def _name_for(self, conn: sqlite3.Connection, data: bytes, pending: dict[str, bytes]) -> str:
+        """The digest, suffixed past any stored chunk with that digest but other bytes."""
+        base = chunk_digest(data)
+        n = 0
+        while True:
+            cid = base if n == 0 else f"{base}.{n}"
+            if cid in pending:
+                if pending[cid] == data:
+                    return cid
+            elif self._known(conn, cid):
+                if self.read(conn, cid) == data:
+                    return cid
+            else:
+                return cid
+            n += 1
+
+    def _writer(self) -> tuple[int, int]:
+        if self._write_fd is not None and self._write_end < PACK_ROLLOVER:
+            return self._write_fd, self._write_pack  # type: ignore[return-value]
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+        existing = sorted(int(p.stem) for p in self.dir.glob("*.pack") if p.stem.isdigit())
+        pack = (existing[-1] + 1) if existing else 1
+        fd = os.open(
+            self.dir / f"{pack:08d}.pack", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600
+        )
+        dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        self._write_fd, self._write_pack, self._write_end = fd, pack, 0
+        return fd, pack
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._read_fds.values():
+                os.close(fd)
+            self._read_fds.clear()
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+            self._write_fd = None

@@ -1,0 +1,317 @@
+"""The embedded store: commits of immutable trees on named branches, in one root folder.
+
+Readers (the event loop) use their own connection; every write goes through the writer
+connection under one lock, inside a transaction that references only chunks whose pack was
+already synced. A transaction that returned is durable (WAL, synchronous=FULL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from memfs.errors import MemfsError
+from memfs.store import db
+from memfs.store.chunks import ChunkStore
+from memfs.store.trees import DIR, FILE, LINK, decode_dir, decode_manifest, encode_dir, object_id
+
+DEFAULT_BRANCH = "main"
+EMPTY_TREE = encode_dir([])
+
+
+@dataclass(frozen=True)
+class Commit:
+    id: str
+    seq: int
+    parent: str | None
+    tree: str
+    branch: str
+    time_ns: int
+    message: str
+    processes: list[dict]
+
+    def to_json(self) -> dict:
+        return {
+            "id": self.id, "parent": self.parent, "tree": self.tree, "branch": self.branch,
+            "time": self.time_ns / 1e9, "message": self.message, "processes": self.processes,
+        }
+
+
+class StoreError(MemfsError):
+    pass
+
+
+class Transaction:
+    """One durable step: chunks, objects, a commit. Used only by the writer."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.conn = store._writer
+
+    def put_chunks(self, pieces: list[bytes]) -> list[str]:
+        ids, rows = self.store.chunks.put_many(self.conn, pieces)
+        self.conn.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?)", rows)
+        return ids
+
+    def put_object(self, data: bytes) -> str:
+        oid = object_id(data)
+        self.conn.execute("INSERT OR IGNORE INTO objects VALUES (?, ?)", (oid, data))
+        return oid
+
+    def add_commit(
+        self, parent: str | None, tree: str, branch: str, message: str, processes: list[dict]
+    ) -> Commit:
+        now = time.time_ns()
+        seq = self.conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM commits").fetchone()[0]
+        body = json.dumps([parent, tree, branch, now, message, seq]).encode()
+        cid = object_id(body)
+        procs = json.dumps(processes)
+        self.conn.execute(
+            "INSERT INTO commits VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (cid, seq, parent, tree, branch, now, message, procs),
+        )
+        self.conn.execute(
+            "INSERT INTO branches (name, head) VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET head = excluded.head",
+            (branch, cid),
+        )
+        return Commit(cid, seq, parent, tree, branch, now, message, processes)
+
+
+class Store:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.db_path = root / "store.db"
+        self._write_lock = threading.Lock()
+        self._writer = db.connect(self.db_path)
+        db.create_schema(self._writer)
+        self._reader = db.connect(self.db_path)
+        self._reader_lock = threading.Lock()
+        self.chunks = ChunkStore(root)
+        self._objects: dict[str, bytes] = {}
+        self._ensure_initial_commit()
+
+    # -- lifecycle ---------------------------------------------------------------
+    @classmethod
+    def open(cls, root: Path, *, create: bool = True) -> Store:
+        if not (root / "store.db").exists():
+            if not create:
+                raise StoreError(f"no memfs store at {root}", "run `memfs init` first")
+            root.mkdir(parents=True, exist_ok=True)
+        return cls(root)
+
+    def close(self) -> None:
+        self.chunks.close()
+        self._writer.close()
+        self._reader.close()
+
+    def _ensure_initial_commit(self) -> None:
+        with self.transaction() as tx:
+            if tx.conn.execute("SELECT 1 FROM branches LIMIT 1").fetchone():
+                return
+            tree = tx.put_object(EMPTY_TREE)
+            tx.add_commit(None, tree, DEFAULT_BRANCH, "init", [])
+            tx.conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('branch', ?)", (DEFAULT_BRANCH,)
+            )
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        with self._write_lock:
+            self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                yield Transaction(self)
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+            self._writer.execute("COMMIT")
+
+    # -- reading -----------------------------------------------------------------
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._reader_lock:
+            return self._reader.execute(sql, args).fetchall()
+
+    def read_object(self, oid: str) -> bytes:
+        data = self._objects.get(oid)
+        if data is None:
+            rows = self._query("SELECT data FROM objects WHERE id = ?", (oid,))
+            if not rows:
+                raise StoreError(f"object {oid} is missing", "run `memfs fsck`")
+            data = rows[0][0]
+            if len(self._objects) > 4096:
+                self._objects.clear()
+            self._objects[oid] = data
+        return data
+
+    def read_chunk(self, chunk_id: str) -> bytes:
+        with self._reader_lock:
+            loc = self.chunks.locate(self._reader, chunk_id)
+        return self.chunks.read_at(loc, chunk_id)
+
+    def read_chunk_range(self, chunk_id: str, start: int, length: int) -> bytes:
+        with self._reader_lock:
+            loc = self.chunks.locate(self._reader, chunk_id)
+        return self.chunks.read_range(loc, start, length)
+
+    def current_branch(self) -> str:
+        rows = self._query("SELECT value FROM meta WHERE key = 'branch'")
+        return rows[0][0] if rows else DEFAULT_BRANCH
+
+    def head(self, branch: str | None = None) -> str:
+        branch = branch or self.current_branch()
+        rows = self._query("SELECT head FROM branches WHERE name = ?", (branch,))
+        if not rows:
+            raise StoreError(f"no branch named {branch!r}", "list them with `memfs branch list`")
+        return rows[0][0]
+
+    def commit(self, cid: str) -> Commit:
+        rows = self._query("SELECT * FROM commits WHERE id = ?", (cid,))
+        if not rows:
+            raise StoreError(f"no commit {cid}", "see `memfs log` for commit ids")
+        return _commit_from_row(rows[0])
+
+    def log(self, branch: str | None = None, limit: int = 20, start: str | None = None) -> list[Commit]:
+        """First-parent history from the branch head (or `start`), newest first."""
+        out: list[Commit] = []
+        cid: str | None = start or self.head(branch)
+        while cid and len(out) < limit:
+            c = self.commit(cid)
+            out.append(c)
+            cid = c.parent
+        return out
+
+    def branches(self) -> dict[str, str]:
+        return dict(self._query("SELECT name, head FROM branches ORDER BY name"))
+
+    def checkpoints(self) -> list[tuple[str, str, str, int]]:
+        return self._query("SELECT name, commit_id, branch, time_ns FROM checkpoints ORDER BY time_ns")
+
+    def resolve(self, rev: str) -> str:
+        """A commit id (or unique prefix ≥ 6), branch, checkpoint, or REV~N."""
+        base, _, back = rev.partition("~")
+        steps = int(back) if back else 0
+        cid = self._resolve_base(base)
+        for _ in range(steps):
+            parent = self.commit(cid).parent
+            if parent is None:
+                raise StoreError(f"{rev} goes past the first commit", "use a smaller N")
+            cid = parent
+        return cid
+
+    def _resolve_base(self, base: str) -> str:
+        if base in ("", "HEAD"):
+            return self.head()
+        rows = self._query("SELECT head FROM branches WHERE name = ?", (base,))
+        if rows:
+            return rows[0][0]
+        rows = self._query("SELECT commit_id FROM checkpoints WHERE name = ?", (base,))
+        if rows:
+            return rows[0][0]
+        if len(base) >= 6:
+            rows = self._query("SELECT id FROM commits WHERE id LIKE ?", (base + "%",))
+            if len(rows) == 1:
+                return rows[0][0]
+        raise StoreError(f"unknown revision {base!r}", "name a branch, a checkpoint or a commit id")
+
+    # -- branch and history operations (writer) -----------------------------------
+    def set_current_branch(self, branch: str) -> None:
+        self.head(branch)
+        with self.transaction() as tx:
+            tx.conn.execute("INSERT OR REPLACE INTO meta VALUES ('branch', ?)", (branch,))
+
+    def create_branch(self, name: str, at: str | None = None) -> str:
+        _check_ref_name(name)
+        cid = self.resolve(at) if at else self.head()
+        with self.transaction() as tx:
+            if tx.conn.execute("SELECT 1 FROM branches WHERE name = ?", (name,)).fetchone():
+                raise StoreError(f"branch {name!r} already exists", "pick another name")
+            tx.conn.execute("INSERT INTO branches VALUES (?, ?)", (name, cid))
+        return cid
+
+    def reset_head(self, branch: str, target: str, reason: str) -> None:
+        """Move a branch head; the old head stays reachable through the reflog."""
+        with self.transaction() as tx:
+            old = tx.conn.execute("SELECT head FROM branches WHERE name = ?", (branch,)).fetchone()
+            tx.conn.execute("UPDATE branches SET head = ? WHERE name = ?", (target, branch))
+            tx.conn.execute(
+                "INSERT INTO reflog (branch, old, new, reason, time_ns) VALUES (?, ?, ?, ?, ?)",
+                (branch, old[0] if old else None, target, reason, time.time_ns()),
+            )
+
+    def checkpoint(self, name: str, cid: str | None = None) -> str:
+        _check_ref_name(name)
+        cid = cid or self.head()
+        with self.transaction() as tx:
+            tx.conn.execute(
+                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)",
+                (name, cid, self.current_branch(), time.time_ns()),
+            )
+        return cid
+
+    # -- consistency ---------------------------------------------------------------
+    def fsck(self) -> list[str]:
+        """Every branch, checkpoint and commit names trees whose objects and chunks exist."""
+        problems: list[str] = []
+        seen: set[str] = set()
+        for (tree,) in self._query("SELECT tree FROM commits"):
+            self._check_tree(tree, seen, problems)
+        for name, head in self.branches().items():
+            if not self._query("SELECT 1 FROM commits WHERE id = ?", (head,)):
+                problems.append(f"branch {name} points at missing commit {head}")
+        return problems
+
+    def _check_tree(self, oid: str, seen: set[str], problems: list[str]) -> None:
+        if oid in seen:
+            return
+        seen.add(oid)
+        try:
+            entries = decode_dir(self.read_object(oid))
+        except Exception as exc:  # noqa: BLE001 - fsck reports, never raises
+            problems.append(f"tree {oid}: {exc}")
+            return
+        for e in entries:
+            if e.kind == DIR:
+                self._check_tree(e.ref, seen, problems)
+            elif e.kind == FILE:
+                for chunk in self.file_chunks(e.ref).values():
+                    try:
+                        self.read_chunk(chunk)
+                    except (KeyError, OSError) as exc:
+                        problems.append(f"{e.name}: {exc}")
+            elif e.kind != LINK:
+                problems.append(f"{e.name}: unknown kind {e.kind!r}")
+
+    def file_chunks(self, ref: str) -> dict[int, str]:
+        if not ref:
+            return {}
+        if ref.startswith("c:"):
+            return {0: ref[2:]}
+        return decode_manifest(self.read_object(ref[2:]))[1]
+
+    def stat_space(self) -> os.statvfs_result:
+        return os.statvfs(self.root)
+
+
+def _commit_from_row(row: tuple) -> Commit:
+    cid, seq, parent, tree, branch, time_ns, message, processes = row
+    return Commit(cid, seq, parent, tree, branch, time_ns, message, json.loads(processes))
+
+
+def _check_ref_name(name: str) -> None:
+    if not name or "/" in name or name.startswith(".") or "~" in name or len(name) > 200 \
+            or any(ord(ch) < 32 for ch in name):
+        raise StoreError(
+            f"invalid name {name!r}",
+            "use letters, digits, '-', '_' (no '/', '~', leading '.', or control characters)",
+        )
+
+
+def open_readonly_probe(root: Path) -> sqlite3.Connection:
+    return db.connect(root / "store.db", readonly=True)

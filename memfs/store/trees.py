@@ -1,0 +1,86 @@
+"""Immutable tree objects: directory listings and file manifests.
+
+A directory object lists its entries sorted by name; each entry carries the metadata a
+stat needs and a reference to its content: a child directory's object id, a file's
+manifest reference, or a symlink's target. Unchanged subtrees keep their ids, so a write
+touches only the objects on its path (structural sharing).
+
+File references: "" is an empty file, "c:<chunk>" a file of one chunk at offset 0, and
+"m:<object>" a manifest listing (index, chunk) pairs; absent indexes are holes.
+
+Names are bytes on Linux; they are stored as str with surrogateescape so that any name
+the kernel hands us round-trips.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+DIR, FILE, LINK = "d", "f", "l"
+
+
+def object_id(data: bytes) -> str:
+    """Identities that carry trust use BLAKE2b (collision-resistant)."""
+    return hashlib.blake2b(data, digest_size=20).hexdigest()
+
+
+def name_to_str(name: bytes) -> str:
+    return name.decode("utf-8", "surrogateescape")
+
+
+def name_to_bytes(name: str) -> bytes:
+    return name.encode("utf-8", "surrogateescape")
+
+
+@dataclass
+class Entry:
+    name: str
+    kind: str
+    mode: int
+    uid: int
+    gid: int
+    mtime_ns: int
+    ctime_ns: int
+    size: int
+    ref: str
+    xattrs: dict[str, str] = field(default_factory=dict)  # name -> latin-1 text of the bytes
+
+    def to_list(self) -> list:
+        row = [self.name, self.kind, self.mode, self.uid, self.gid, self.mtime_ns, self.ctime_ns,
+               self.size, self.ref]
+        if self.xattrs:
+            row.append(self.xattrs)
+        return row
+
+    @classmethod
+    def from_list(cls, row: list) -> Entry:
+        xattrs = row[9] if len(row) > 9 else {}
+        return cls(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], xattrs)
+
+
+def encode_dir(entries: list[Entry]) -> bytes:
+    entries = sorted(entries, key=lambda e: e.name)
+    return json.dumps([e.to_list() for e in entries], separators=(",", ":")).encode()
+
+
+def decode_dir(data: bytes) -> list[Entry]:
+    return [Entry.from_list(row) for row in json.loads(data)]
+
+
+def encode_manifest(size: int, chunks: dict[int, str]) -> bytes:
+    return json.dumps({"size": size, "chunks": sorted(chunks.items())}, separators=(",", ":")).encode()
+
+
+def decode_manifest(data: bytes) -> tuple[int, dict[int, str]]:
+    doc = json.loads(data)
+    return doc["size"], {int(i): c for i, c in doc["chunks"]}
+
+
+def xattrs_to_store(xattrs: dict[bytes, bytes]) -> dict[str, str]:
+    return {name_to_str(k): v.decode("latin-1") for k, v in xattrs.items()}
+
+
+def xattrs_from_store(xattrs: dict[str, str]) -> dict[bytes, bytes]:
+    return {name_to_bytes(k): v.encode("latin-1") for k, v in xattrs.items()}

@@ -1,0 +1,663 @@
+"""The workspace: the live tree of the selected branch, group commit, undo and branches.
+
+All tree changes run on the trio loop with no `await` in the middle, so each operation is
+atomic with respect to the others. Durable work (packs, SQLite) runs in one worker thread:
+a commit snapshots the dirty nodes on the loop, writes them in the thread, and marks clean
+only what did not change in the meantime.
+
+The durability contract: a change is visible at once and durable after the group commit
+that follows within `commit_interval` seconds; `sync()` forces one and returns only when
+every change made before the call is durable.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from memfs.store import Store
+from memfs.store.chunks import CHUNK_SIZE
+from memfs.store.trees import (
+    DIR,
+    FILE,
+    LINK,
+    Entry,
+    decode_dir,
+    decode_manifest,
+    encode_dir,
+    encode_manifest,
+    name_to_bytes,
+    name_to_str,
+)
+from memfs.workspace.nodes import FileData, Node, WorkspaceError, fail
+
+log = logging.getLogger("memfs.workspace")
+
+ROOT_ID = 1
+NAME_MAX = 255
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+DIRTY_BYTES_SOON = 32 << 20  # commit early when this much data waits in memory
+DIRTY_BYTES_MAX = 64 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
+
+Invalidator = Callable[[list[tuple[int, bytes]], list[int]], None]
+
+
+@dataclass
+class _FileJob:
+    node: Node
+    ver: int
+    size: int
+    chunks: dict[int, str]
+    pieces: dict[int, bytes]
+    gens: dict[int, int]
+    ref: str = ""
+
+
+@dataclass
+class _DirJob:
+    node: Node
+    ver: int
+    entries: list[tuple[Entry, object]]  # (entry, child job or None when entry.ref is final)
+    ref: str = ""
+
+
+@dataclass
+class _Plan:
+    jobs: list[object] = field(default_factory=list)
+    root: _DirJob | None = None
+    clean: list[tuple[Node, int]] = field(default_factory=list)  # symlinks etc.
+    seq: int = 0
+    processes: list[dict] = field(default_factory=list)
+
+
+class Workspace:
+    def __init__(self, store: Store, commit_interval: float = 0.1) -> None:
+        self.store = store
+        self.commit_interval = commit_interval
+        self.branch = store.current_branch()
+        self.head = store.head(self.branch)
+        self.nodes: dict[int, Node] = {}
+        self._next_id = ROOT_ID
+        self.root = self._load_root(store.commit(self.head).tree)
+        self.invalidate: Invalidator = lambda entries, inodes: None
+        self.mutation_seq = 0
+        self.durable_seq = 0
+        self.dirty_since: float | None = None
+        self.last_error: str | None = None
+        self._processes: dict[tuple[int, int], str] = {}
+        self._comm_cache: dict[int, str] = {}
+        self._commit_lock = trio.Lock()
+        self._wake = trio.Event()
+        self._durable = trio.Event()
+        self._views: dict[str, Node] = {}
+        self._free_cache: tuple[float, int] = (0.0, 0)
+        self._dirty_files: set[Node] = set()
+        self.stopped = False
+
+    # -- node table --------------------------------------------------------------
+    def _new_id(self) -> int:
+        nid = self._next_id
+        self._next_id += 1
+        return nid
+
+    def _new_node(self, kind: str, mode: int, uid: int, gid: int) -> Node:
+        node = Node(self._new_id(), kind, mode, uid, gid, time.time_ns())
+        self.nodes[node.id] = node
+        return node
+
+    def _load_root(self, tree: str) -> Node:
+        root = self._new_node(DIR, 0o755, 0, 0)
+        root.ref, root.dirty, root._children = tree, False, None
+        return root
+
+    def _node_from_entry(self, e: Entry, parent: Node) -> Node:
+        node = self._new_node(e.kind, e.mode, e.uid, e.gid)
+        node.apply_entry(e)
+        node.parent, node.name = parent, name_to_bytes(e.name)
+        node.readonly = parent.readonly
+        return node
+
+    def get(self, nid: int) -> Node:
+        node = self.nodes.get(nid)
+        if node is None:
+            raise fail(errno.ESTALE)
+        return node
+
+    def forget(self, nid: int) -> None:
+        """The kernel dropped its last reference: a detached node can go."""
+        node = self.nodes.get(nid)
+        if node is not None and node.parent is None and nid != ROOT_ID and not node.readonly:
+            del self.nodes[nid]
+
+    def children(self, d: Node) -> dict[bytes, Node]:
+        if d.kind != DIR:
+            raise fail(errno.ENOTDIR)
+        if d._children is None:
+            kids: dict[bytes, Node] = {}
+            if d.ref:
+                for e in decode_dir(self.store.read_object(d.ref)):
+                    child = self._node_from_entry(e, d)
+                    kids[child.name] = child
+            d._children = kids
+        return d._children
+
+    def _load_data(self, f: Node) -> FileData:
+        if not f._data_loaded:
+            size = f.data.size
+            f.data = FileData(size, self.store.file_chunks(f.ref or ""))
+            f._data_loaded = True
+        return f.data
+
+    def _fetch(self, chunk: str, start: int, length: int) -> bytes:
+        return self.store.read_chunk_range(chunk, start, length)
+
+    # -- change tracking -----------------------------------------------------------
+    def _touch(self, node: Node | None) -> None:
+        if self.stopped:
+            raise fail(errno.EROFS, "memfs has stopped")
+        while node is not None:
+            node.dirty = True
+            node.ver += 1
+            node = node.parent
+        self.mutation_seq += 1
+        if self.dirty_since is None:
+            self.dirty_since = time.monotonic()
+        self._wake.set()
+
+    def note_process(self, pid: int, uid: int) -> None:
+        comm = self._comm_cache.get(pid)
+        if comm is None:
+            try:
+                with open(f"/proc/{pid}/comm") as fh:
+                    comm = fh.read().strip()
+            except OSError:
+                comm = "?"
+            if len(self._comm_cache) > 1024:
+                self._comm_cache.clear()
+            self._comm_cache[pid] = comm
+        self._processes[(pid, uid)] = comm
+
+    def _writable(self, node: Node) -> None:
+        if node.readonly:
+            raise fail(errno.EROFS)
+
+    # -- namespace operations ------------------------------------------------------
+    def lookup(self, d: Node, name: bytes) -> Node:
+        if name == b".":
+            return d
+        if name == b"..":
+            return d.parent or d
+        child = self.children(d).get(name)
+        if child is None:
+            raise fail(errno.ENOENT)
+        return child
+
+    def create(self, d: Node, name: bytes, kind: str, mode: int, uid: int, gid: int,
+               target: bytes = b"") -> Node:
+        self._writable(d)
+        _check_name(name)
+        kids = self.children(d)
+        if name in kids:
+            raise fail(errno.EEXIST)
+        if d.id == ROOT_ID and kind != DIR:
+            raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
+        node = self._new_node(kind, mode & 0o7777, uid, gid)
+        node.target = target
+        self._attach(d, name, node)
+        d.mtime_ns = d.ctime_ns = node.mtime_ns
+        self._touch(node)
+        return node
+
+    def _attach(self, d: Node, name: bytes, node: Node) -> None:
+        self.children(d)[name] = node
+        node.parent, node.name = d, name
+
+    def _detach(self, node: Node) -> None:
+        parent = node.parent
+        if parent is not None and parent._children is not None:
+            parent._children.pop(node.name, None)
+        node.parent = None
+
+    def unlink(self, d: Node, name: bytes) -> Node:
+        self._writable(d)
+        node = self.lookup(d, name)
+        if node.kind == DIR:
+            raise fail(errno.EISDIR)
+        self._remove(d, node)
+        return node
+
+    def rmdir(self, d: Node, name: bytes) -> Node:
+        self._writable(d)
+        if name in (b".", b".."):
+            raise fail(errno.EINVAL)
+        node = self.lookup(d, name)
+        if node.kind != DIR:
+            raise fail(errno.ENOTDIR)
+        if self.children(node):
+            raise fail(errno.ENOTEMPTY)
+        self._remove(d, node)
+        return node
+
+    def _remove(self, d: Node, node: Node) -> None:
+        self._touch(d)
+        self._detach(node)
+        d.mtime_ns = d.ctime_ns = node.ctime_ns = time.time_ns()
+
+    def rename(self, od: Node, oname: bytes, nd: Node, nname: bytes, flags: int = 0) -> Node | None:
+        """POSIX rename; returns the node it replaced (now detached), if any."""
+        self._writable(od)
+        self._writable(nd)
+        _check_name(nname)
+        src = self.lookup(od, oname)
+        dst = self.children(nd).get(nname)
+        if nd.id == ROOT_ID and src.kind != DIR:
+            raise fail(errno.EPERM)
+        if src.kind == DIR and self._is_ancestor(src, nd):
+            raise fail(errno.EINVAL)
+        if flags & RENAME_EXCHANGE:
+            if dst is None:
+                raise fail(errno.ENOENT)
+            if dst.kind == DIR and self._is_ancestor(dst, od):
+                raise fail(errno.EINVAL)
+            if od.id == ROOT_ID and dst.kind != DIR:
+                raise fail(errno.EPERM)
+            self._touch(od)
+            self._touch(nd)
+            self._detach(src)
+            self._detach(dst)
+            self._attach(nd, nname, src)
+            self._attach(od, oname, dst)
+            self._touch(src)
+            self._touch(dst)
+            return None
+        if dst is src:
+            return None
+        if dst is not None:
+            if flags & RENAME_NOREPLACE:
+                raise fail(errno.EEXIST)
+            if src.kind == DIR and dst.kind != DIR:
+                raise fail(errno.ENOTDIR)
+            if src.kind != DIR and dst.kind == DIR:
+                raise fail(errno.EISDIR)
+            if dst.kind == DIR and self.children(dst):
+                raise fail(errno.ENOTEMPTY)
+        now = time.time_ns()
+        self._touch(od)
+        self._detach(src)
+        if dst is not None:
+            self._detach(dst)
+            dst.ctime_ns = now
+        self._attach(nd, nname, src)
+        src.ctime_ns = now
+        od.mtime_ns = od.ctime_ns = nd.mtime_ns = nd.ctime_ns = now
+        self._touch(src)
+        return dst
+
+    @staticmethod
+    def _is_ancestor(a: Node, b: Node) -> bool:
+        node: Node | None = b
+        while node is not None:
+            if node is a:
+                return True
+            node = node.parent
+        return False
+
+    # -- data ------------------------------------------------------------------------
+    def read(self, f: Node, off: int, size: int) -> bytes:
+        if f.kind != FILE:
+            raise fail(errno.EISDIR)
+        return self._load_data(f).read(off, size, self._fetch)
+
+    _dirty_bytes = 0
+
+    def write(self, f: Node, off: int, data: bytes) -> int:
+        self._writable(f)
+        fd = self._load_data(f)
+        grow = max(0, off + len(data) - fd.size)
+        if grow and grow + self._dirty_bytes > self.free_bytes():
+            raise fail(errno.ENOSPC)
+        n = fd.write(off, data, self._fetch)
+        self._dirty_bytes += len(data)
+        self._dirty_files.add(f)
+        f.mtime_ns = f.ctime_ns = time.time_ns()
+        self._touch(f)
+        if self._dirty_bytes >= DIRTY_BYTES_SOON:
+            self._wake.set()
+        return n
+
+    def over_dirty_limit(self) -> bool:
+        return self._dirty_bytes >= DIRTY_BYTES_MAX
+
+    def truncate(self, f: Node, size: int) -> None:
+        self._writable(f)
+        if f.kind != FILE:
+            raise fail(errno.EISDIR)
+        fd = self._load_data(f)
+        if size > fd.size and size - fd.size > self.free_bytes() + (1 << 40):
+            raise fail(errno.EFBIG)
+        fd.truncate(size, self._fetch)
+        self._dirty_files.add(f)
+        f.mtime_ns = f.ctime_ns = time.time_ns()
+        self._touch(f)
+
+    def free_bytes(self) -> int:
+        """Free space on the store's filesystem, less what is waiting to be committed."""
+        at, free = self._free_cache
+        now = time.monotonic()
+        if now - at > 0.5:
+            st = self.store.stat_space()
+            free = st.f_bavail * st.f_frsize
+            self._free_cache = (now, free)
+        return max(0, free - self._dirty_bytes)
+
+    def setattr(self, node: Node, *, mode: int | None = None, uid: int | None = None,
+                gid: int | None = None, atime_ns: int | None = None,
+                mtime_ns: int | None = None, size: int | None = None) -> None:
+        self._writable(node)
+        if size is not None:
+            self.truncate(node, size)
+        if mode is not None:
+            node.mode = mode & 0o7777
+        if uid is not None:
+            node.uid = uid
+        if gid is not None:
+            node.gid = gid
+        if atime_ns is not None:
+            node.atime_ns = atime_ns
+        if mtime_ns is not None:
+            node.mtime_ns = mtime_ns
+        node.ctime_ns = time.time_ns()
+        self._touch(node)
+
+    def set_xattr(self, node: Node, name: bytes, value: bytes) -> None:
+        self._writable(node)
+        node.xattrs[name] = value
+        node.ctime_ns = time.time_ns()
+        self._touch(node)
+
+    def remove_xattr(self, node: Node, name: bytes) -> None:
+        self._writable(node)
+        if name not in node.xattrs:
+            raise fail(errno.ENODATA)
+        del node.xattrs[name]
+        node.ctime_ns = time.time_ns()
+        self._touch(node)
+
+    # -- group commit ----------------------------------------------------------------
+    async def run(self) -> None:
+        """The group-commit loop: commit within commit_interval of the first change."""
+        while not self.stopped:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            if self.dirty_since is None:
+                continue
+            if self._dirty_bytes < DIRTY_BYTES_SOON:
+                delay = self.dirty_since + self.commit_interval - time.monotonic()
+                with trio.move_on_after(max(0.0, delay)):
+                    while self._dirty_bytes < DIRTY_BYTES_SOON:
+                        await self._wake.wait()
+                        self._wake = trio.Event()
+            try:
+                await self.commit()
+            except Exception as exc:  # noqa: BLE001 - a failed commit is retried, never fatal
+                log.error("group commit failed: %s", exc)
+                await trio.sleep(min(1.0, max(self.commit_interval, 0.05)))
+                self._wake.set()
+
+    async def sync(self) -> None:
+        """Return once every change made before this call is durable (fsync semantics)."""
+        target = self.mutation_seq
+        while self.durable_seq < target:
+            await self.commit()
+
+    async def commit(self, message: str = "") -> str | None:
+        """Commit what is dirty now; return the new commit id (None if nothing changed)."""
+        async with self._commit_lock:
+            return await self._commit_locked(message)
+
+    async def _commit_locked(self, message: str = "") -> str | None:
+        if not self.root.dirty:
+            self.durable_seq = max(self.durable_seq, self.mutation_seq)
+            self.dirty_since = None
+            return None
+        plan = self._snapshot()
+        self.dirty_since = None
+        try:
+            commit = await trio.to_thread.run_sync(self._write, plan, message or "changes")
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self.dirty_since = time.monotonic()
+            raise
+        self.last_error = None
+        self._apply(plan)
+        self._dirty_bytes = sum(f.data.dirty_bytes() for f in self._dirty_files if f.data)
+        self._dirty_files = {f for f in self._dirty_files if f.data and f.data.dirty}
+        self.head = commit.id
+        self.durable_seq = max(self.durable_seq, plan.seq)
+        if self.root.dirty and self.dirty_since is None:
+            self.dirty_since = time.monotonic()
+        return commit.id
+
+    def _snapshot(self) -> _Plan:
+        plan = _Plan(seq=self.mutation_seq)
+        plan.processes = [{"pid": p, "uid": u, "comm": c} for (p, u), c in self._processes.items()]
+        self._processes = {}
+        plan.root = self._snap_dir(self.root, plan)
+        return plan
+
+    def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
+        entries: list[tuple[Entry, object]] = []
+        for child in self.children(d).values():
+            if child.kind == DIR and (child.dirty or child.ref is None):
+                job = self._snap_dir(child, plan)
+                entries.append((child.entry("", 0), job))
+            elif child.kind == FILE and (child.dirty or child.ref is None):
+                fjob = self._snap_file(child)
+                plan.jobs.append(fjob)
+                entries.append((child.entry("", fjob.size), fjob))
+            else:
+                if child.kind == LINK:
+                    ref = name_to_str(child.target)
+                    if child.dirty:
+                        plan.clean.append((child, child.ver))
+                else:
+                    ref = child.ref or ""
+                entries.append((child.entry(ref, child.size()), None))
+        job = _DirJob(d, d.ver, entries)
+        plan.jobs.append(job)
+        return job
+
+    def _snap_file(self, f: Node) -> _FileJob:
+        fd = self._load_data(f)
+        pieces = {i: bytes(b) for i, b in fd.dirty.items()}
+        return _FileJob(f, f.ver, fd.size, dict(fd.chunks), pieces, dict(fd.gen))
+
+    def _write(self, plan: _Plan, message: str):
+        """Commit thread: chunks, then objects bottom-up, then the commit — one transaction."""
+        with self.store.transaction() as tx:
+            files = [j for j in plan.jobs if isinstance(j, _FileJob)]
+            order = [(j, i) for j in files for i in sorted(j.pieces)]
+            ids = tx.put_chunks([j.pieces[i] for j, i in order]) if order else []
+            for (j, i), cid in zip(order, ids, strict=True):
+                j.chunks[i] = cid
+            for j in files:
+                j.ref = _file_ref(tx, j.size, j.chunks)
+            for j in plan.jobs:
+                if isinstance(j, _DirJob):
+                    entries = []
+                    for e, child in j.entries:
+                        if child is not None:
+                            e.ref = child.ref
+                        entries.append(e)
+                    j.ref = tx.put_object(encode_dir(entries))
+            _maybe_crash("after-objects")
+            return tx.add_commit(self.head, plan.root.ref, self.branch, message, plan.processes)
+
+    def _apply(self, plan: _Plan) -> None:
+        """Back on the loop: mark clean what did not change while the commit ran."""
+        for j in plan.jobs:
+            node = j.node
+            if isinstance(j, _FileJob):
+                fd = node.data
+                if node._data_loaded and fd is not None:
+                    for i, cid in j.chunks.items():
+                        if i in j.pieces and fd.gen.get(i) == j.gens.get(i) and i in fd.dirty:
+                            del fd.dirty[i]
+                            del fd.gen[i]
+                            if i * CHUNK_SIZE < fd.size:
+                                fd.chunks[i] = cid
+            if node.ver == j.ver:
+                node.ref, node.dirty = j.ref, False
+        for node, ver in plan.clean:
+            if node.ver == ver:
+                node.dirty = False
+
+    # -- history ----------------------------------------------------------------------
+    # The history operations hold the commit lock and move the branch head with no await
+    # between their last commit and the tree replacement, so no change can slip in between
+    # and be lost. The head move is one small SQLite transaction, run on the loop for that
+    # reason.
+    async def undo(self, steps: int = 1) -> str:
+        async with self._commit_lock:
+            await self._commit_locked("before undo")
+            target = self.store.resolve(f"{self.head}~{steps}")
+            self.store.reset_head(self.branch, target, f"undo {steps}")
+            self._replace_tree(target)
+            return target
+
+    async def restore(self, rev: str) -> str:
+        """Move the branch head to `rev` (the old head stays in the reflog)."""
+        async with self._commit_lock:
+            await self._commit_locked("before restore")
+            target = self.store.resolve(rev)
+            self.store.reset_head(self.branch, target, f"restore {rev}")
+            self._replace_tree(target)
+            return target
+
+    async def switch_branch(self, name: str) -> str:
+        async with self._commit_lock:
+            await self._commit_locked("before switch")
+            head = self.store.head(name)
+            self.store.set_current_branch(name)
+            self.branch = name
+            self._replace_tree(head)
+            return head
+
+    async def create_branch(self, name: str, at: str | None) -> str:
+        async with self._commit_lock:
+            await self._commit_locked("before branch")
+            return self.store.create_branch(name, at)
+
+    async def checkpoint(self, name: str) -> str:
+        async with self._commit_lock:
+            await self._commit_locked(f"checkpoint {name}")
+            return self.store.checkpoint(name, self.head)
+
+    def _replace_tree(self, commit_id: str) -> None:
+        """Show another commit's tree, keeping inode numbers for paths that survive."""
+        self.head = commit_id
+        tree = self.store.commit(commit_id).tree
+        entries: list[tuple[int, bytes]] = []
+        inodes: list[int] = []
+        self._remap_dir(self.root, tree, entries, inodes)
+        self.root.ref, self.root.dirty = tree, False
+        self.invalidate(entries, inodes)
+
+    def _remap_dir(self, d: Node, tree: str, entries: list, inodes: list) -> None:
+        """Directories keep their inode (a shell's cwd survives an undo); a file or link
+        whose committed form differs becomes a new inode, because with the writeback cache
+        the kernel keeps its own size and mtime for a cached regular file."""
+        inodes.append(d.id)
+        old = d._children
+        d._children = None
+        d.ref, d.dirty = tree, False
+        if old is None:
+            return
+        fresh = {name_to_bytes(e.name): e for e in decode_dir(self.store.read_object(tree))}
+        kids: dict[bytes, Node] = {}
+        for name, node in old.items():
+            e = fresh.get(name)
+            if e is not None and e.kind == node.kind == DIR:
+                children_loaded = node._children
+                node.apply_entry(e)
+                node._children = children_loaded
+                self._remap_dir(node, e.ref, entries, inodes)
+                kids[name] = node
+            elif e is not None and e.kind == node.kind and _same(node, e):
+                kids[name] = node
+            else:
+                node.parent = None
+                entries.append((d.id, name))
+                inodes.append(node.id)
+        for name, e in fresh.items():
+            if name not in kids:
+                kids[name] = self._node_from_entry(e, d)
+        d._children = kids
+
+    def view(self, commit_id: str) -> Node:
+        """A read-only tree of a past commit (for .memfs/history and .memfs/branches)."""
+        tree = self.store.commit(commit_id).tree
+        node = self._views.get(tree)
+        if node is None:
+            node = self._new_node(DIR, 0o555, 0, 0)
+            node.ref, node.dirty, node._children, node.readonly = tree, False, None, True
+            if len(self._views) > 256:
+                self._views.clear()
+            self._views[tree] = node
+        return node
+
+    def status(self) -> dict:
+        mounts = sorted(name_to_str(n) for n in self.children(self.root))
+        return {
+            "root": str(self.store.root),
+            "branch": self.branch,
+            "head": self.head,
+            "pending": self.mutation_seq - self.durable_seq,
+            "pending_bytes": self._dirty_bytes,
+            "durable": self.mutation_seq == self.durable_seq,
+            "commit_interval_ms": int(self.commit_interval * 1000),
+            "last_commit_error": self.last_error,
+            "mounts": mounts,
+        }
+
+
+def _same(node: Node, e: Entry) -> bool:
+    """Is this clean node exactly the committed entry (content and metadata)?"""
+    if node.dirty:
+        return False
+    return node.entry(e.ref, node.size()).to_list() == e.to_list() and (
+        node.kind != FILE or node.ref == e.ref)
+
+
+def _file_ref(tx, size: int, chunks: dict[int, str]) -> str:
+    if size == 0 and not chunks:
+        return ""
+    if list(chunks) == [0] and size <= CHUNK_SIZE:
+        return "c:" + chunks[0] if size else ""
+    return "m:" + tx.put_object(encode_manifest(size, chunks))
+
+
+def _check_name(name: bytes) -> None:
+    if len(name) > NAME_MAX:
+        raise fail(errno.ENAMETOOLONG)
+    if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
+        raise fail(errno.EINVAL)
+
+
+def _maybe_crash(point: str) -> None:
+    """Test hook: MEMFS_CRASH_AT=<point> kills the process there (ordering tests)."""
+    if os.environ.get("MEMFS_CRASH_AT") == point:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+__all__ = ["Workspace", "WorkspaceError", "Node", "ROOT_ID", "DIR", "FILE", "LINK",
+           "RENAME_NOREPLACE", "RENAME_EXCHANGE", "decode_manifest"]

@@ -96,3 +96,143 @@ def test_global_and_workspace_in_one_receipt(tmp_path, stub, provider):
     assert memory.global_generation().content == "- Indent with tabs.\n"
     assert memory.global_generation().revision == receipt.scopes["global"].planned_after
     assert "indentation" in memory.workspace_generation("ws-alpha").records
+
+
+def memory_state(root: Path) -> tuple[str, str, list[str]]:
+    memory = MemoryStore(memory_dir(root))
+    receipts = sorted(p.name for p in (root / "receipts").glob("*")) if (root / "receipts").is_dir() else []
+    return (memory.workspace_generation("ws-alpha").revision, memory.global_generation().revision,
+            receipts)
+
+
+def tool_replies(stub: StubServer) -> list[str]:
+    """What the host answered to each call, as the model received it in the next request."""
+    out = []
+    for req in stub.requests[1:]:
+        last = req.body["messages"][-1]
+        out.append(last["content"] if req.protocol == "openai" else json.dumps(last["content"]))
+    return out
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_invalid_draft_then_corrected_final(tmp_path, stub, provider):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    hidden = {**PUT_TABS, "evidence": [{"from": 1, "to": 2}]}  # turn 2 is tool output
+    stub.push({"propose": {"changes": [hidden], "final": False}},
+              {"propose": {"changes": [PUT_TABS], "final": False}},
+              {"propose": {"changes": [PUT_TABS], "final": True}})
+    code, out, err = consolidate(root, stub, provider, sid)
+    assert code == 0, err
+    assert out["state"] == "committed" and out["steps"] == 3
+    replies = tool_replies(stub)
+    assert "covers turn 2, which the evidence projection" in replies[0]
+    assert "draft is valid: added indentation" in replies[1]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_failed_final_then_good_final(tmp_path, stub, provider):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    no_evidence = {k: v for k, v in PUT_TABS.items() if k != "evidence"}
+    stub.push({"propose": {"changes": [no_evidence], "final": True}},
+              {"propose": {"changes": [PUT_TABS], "final": True}})
+    code, out, err = consolidate(root, stub, provider, sid)
+    assert code == 0, err
+    assert out["steps"] == 2 and out["state"] == "committed"
+    assert "changes[0].evidence: missing field" in tool_replies(stub)[0]
+
+
+def test_never_final_ends_at_step_cap_with_nothing_committed(tmp_path, stub):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    before = memory_state(root)
+    stub.push(*[{"propose": {"changes": [PUT_TABS], "final": False}}] * 3)
+    code, out, err = consolidate(root, stub, "anthropic", sid, "--max-steps", "3")
+    assert code == 1 and out["state"] == "step-cap" and out["receipt"] is None
+    assert len(stub.requests) == 3
+    assert memory_state(root) == before
+
+
+def test_hanging_model_ends_at_timeout_with_nothing_committed(tmp_path, stub):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    before = memory_state(root)
+    stub.push({"propose": {"changes": [PUT_TABS], "final": False}}, {"hang": 30})
+    code, out, err = consolidate(root, stub, "openai", sid, "--timeout", "1.5")
+    assert code == 1 and out["state"] == "timeout"
+    assert memory_state(root) == before
+
+
+HOSTILE = [
+    ({"propose": {"changes": [{**PUT_TABS, "name": "../../etc/passwd"}], "final": True}},
+     "path separator"),
+    ({"propose": {"changes": [{**PUT_TABS, "name": "/home/u/.bashrc"}], "final": True}},
+     "path separator"),
+    ({"propose": {"changes": [{**PUT_TABS, "revision": "0" * 64}], "final": True}},
+     "changes[0].revision: unknown field"),
+    ({"call": {"name": "memory_review_propose",
+               "arguments": {"changes": [PUT_TABS], "final": True, "workspace": "other"}}},
+     "unknown field(s) 'workspace'"),
+    ({"propose": {"changes": [{**PUT_TABS, "content": "x" * 70000}], "final": True}},
+     "over the 65536-byte cap"),
+    ({"propose": {"changes": [{**PUT_TABS, "evidence": [{"from": 3, "to": 9}]}], "final": True}},
+     "outside session"),
+    ({"call": {"name": "shell", "arguments": {"cmd": "rm -rf /"}}}, "no tool named 'shell'"),
+]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_hostile_output_is_refused_and_nothing_changes(tmp_path, stub, provider):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    before = memory_state(root)
+    stub.push(*[move for move, _ in HOSTILE], {"text": "done"})
+    steps = len(HOSTILE) + 1
+    code, out, err = consolidate(root, stub, provider, sid, "--max-steps", str(steps))
+    assert code == 1 and out["state"] == "step-cap"
+    assert len(stub.requests) == steps
+    replies = tool_replies(stub)
+    for (_, expected), reply in zip(HOSTILE, replies, strict=True):
+        assert expected in reply
+    assert memory_state(root) == before
+    assert not (root / "memory" / "workspaces").exists() or not any(
+        (root / "memory" / "workspaces").iterdir())
+
+
+GLOBAL_AND_PUT = {"propose": {"changes": [
+    PUT_TABS,
+    {"op": "replace-global", "content": "- Indent with tabs.\n", "evidence": [{"from": 1, "to": 1}]},
+], "final": True}}
+
+
+@pytest.mark.parametrize("crash_at", ["commit-after-receipt", "commit-between-scopes"])
+def test_killed_commit_is_recovered_from_the_worker_session(tmp_path, stub, crash_at):
+    """SIGKILL mid-commit, then `memfs recover` rebuilds the plan from the worker session alone
+    (the stub has no script left: a model call would fail) and finishes both scopes."""
+    root = tmp_path / "root"
+    sid = make_session(root)
+    ws_before, glob_before, _ = memory_state(root)
+    stub.push(GLOBAL_AND_PUT)
+    code, out, err = consolidate(root, stub, "openai", sid, env={"MEMFS_CRASH_AT": crash_at})
+    assert code == -9, err
+    (receipt_file,) = (root / "receipts").glob("*.md")
+    receipt = read_receipt(root, receipt_file.stem)
+    assert receipt.state == "committing"
+    ws_now, glob_now, _ = memory_state(root)
+    assert glob_now == glob_before  # Global is swapped second: not yet
+    assert ws_now == (ws_before if crash_at == "commit-after-receipt"
+                      else receipt.scopes["workspace"].planned_after)
+    n_requests = len(stub.requests)
+
+    rec = subprocess.run([sys.executable, "-m", "memfs", "--root", str(root), "recover", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    (outcome,) = json.loads(rec.stdout)["outcomes"]
+    assert outcome["action"] == "replay" and outcome["state"] == "committed"
+    assert len(stub.requests) == n_requests  # recovery never called the model
+    done = read_receipt(root, receipt.review_id)
+    ws_after, glob_after, _ = memory_state(root)
+    assert ws_after == done.scopes["workspace"].planned_after
+    assert glob_after == done.scopes["global"].planned_after
+    assert MemoryStore(memory_dir(root)).global_generation().content == "- Indent with tabs.\n"

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memfs.consolidate.committer import Plan, Review, commit_review, plan_from_proposal, snapshot_of
+from memfs.consolidate.committer import Review, commit_review, plan_from_proposal, snapshot_of
 from memfs.consolidate.proposal import ProposalError, parse_proposal
 from memfs.consolidate.providers import make_provider
 from memfs.consolidate.providers.base import Usage
@@ -170,26 +170,6 @@ def make_validate(frozen: FrozenSession, ws: WorkspaceGeneration,
                        {"hash": proposal.hash, "diff": diff})
 
     return validate
-
-
-def rebuild_plan(root: Path, receipt: Receipt) -> Plan:
-    """Recovery's plan source: the final proposal replayed from the worker session alone,
-    parsed again (never a model call). Pass it as `recover_receipts(root, plan_for=...)`.
-
-    A crashed commit may already have swapped the Workspace in; a delete it applied must still
-    parse, so the names it deletes are shown to the parser as present. The hash depends only on
-    the canonical changes, so the committer's hash and revision checks still decide.
-    """
-    raw = replay_final_proposal(load_worker_session(root, receipt.worker_attempt))
-    frozen = SessionStore(sessions_dir(root)).freeze(receipt.source.session_id)
-    memory = MemoryStore(memory_dir(root))
-    current = memory.workspace_generation(receipt.workspace)
-    deleted = {c.get("name") for c in raw.get("changes") or []
-               if isinstance(c, dict) and c.get("op") == "delete"}
-    records = {**{n: "(deleted by this review)\n" for n in deleted if isinstance(n, str)},
-               **current.records}
-    seen = WorkspaceGeneration(current.workspace, records, current.index, current.revision)
-    return plan_from_proposal(parse_proposal(raw, frozen, seen, memory.global_generation()))
 
 
 def consolidate(root: Path, session_id: str, workspace: str | None,

@@ -1,0 +1,30 @@
+"""The consolidated record and its receipt, read through a real memfs mount."""
+
+from __future__ import annotations
+
+import pytest
+from test_worker_e2e import PUT_TABS, consolidate, make_session
+
+from memfs.consolidate.stub_server import StubServer
+
+
+@pytest.mark.mount
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_committed_record_is_readable_through_the_mount(tmp_path, mount_factory, provider):
+    root = tmp_path / "root"
+    m = mount_factory(root=root)
+    m.require_real()
+    sid = make_session(root)
+    with StubServer([{"propose": {"changes": [PUT_TABS], "final": True}}]) as stub:
+        code, out, err = consolidate(root, stub, provider, sid)
+    assert code == 0, err
+    receipt = (m.mnt / ".memfs" / "receipts" / f"{out['review_id']}.md").read_text()
+    assert "committed" in receipt and out["worker_attempt"] in receipt
+    memory = m.mnt / ".memfs" / "memory"
+    if not memory.is_dir():
+        pytest.skip(".memfs/memory is not served by this mount yet (the fs layer's part)")
+    candidates = [memory / "ws-alpha" / "indentation.md",
+                  memory / "workspaces" / "ws-alpha" / "indentation.md"]
+    found = [p for p in candidates if p.exists()]
+    assert found, f"no indentation.md under {memory}: {sorted(memory.rglob('*'))}"
+    assert found[0].read_text() == "# Indentation\nUse tabs.\n"

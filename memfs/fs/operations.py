@@ -343,20 +343,28 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def readdir(self, fh, start_id, token):
-        # Offsets index a snapshot taken when the listing starts, so they stay stable while
-        # the directory changes; a rewind (offset 0) takes a fresh snapshot.
-        if start_id == 0 or fh not in self._dir_snapshots or not self._dir_snapshots[fh]:
-            self._dir_snapshots[fh] = self._listing(self.handles[fh].data)  # type: ignore[arg-type]
+        # Offsets 1 and 2 are "." and ".."; then offsets index a snapshot taken when the
+        # listing starts, so they stay stable while the directory changes. A rewind
+        # (offset 0) takes a fresh snapshot.
+        ino = self.handles[fh].data
+        if start_id == 0 or not self._dir_snapshots.get(fh):
+            self._dir_snapshots[fh] = self._listing(ino)  # type: ignore[arg-type]
         snap = self._dir_snapshots[fh]
-        dir_node = self._node(self.handles[fh].data)  # type: ignore[arg-type]
-        for i in range(start_id, len(snap)):
+        dir_node = self._node(ino)  # type: ignore[arg-type]
+        if start_id < 1 and not pyfuse3.readdir_reply(token, b".", self._attr(dir_node), 1):
+            return
+        if start_id < 2:
+            parent = dir_node.parent if isinstance(dir_node, Node) and dir_node.parent else dir_node
+            if not pyfuse3.readdir_reply(token, b"..", self._attr(parent), 2):
+                return
+        # The kernel takes no reference for "." and "..", so they are not counted.
+        for i in range(max(0, start_id - 2), len(snap)):
             name, node = snap[i]
             if isinstance(node, Node) and isinstance(dir_node, Node) and node.parent is not dir_node:
                 continue  # removed since the snapshot
-            if not pyfuse3.readdir_reply(token, name, self._attr(node), i + 1):
+            if not pyfuse3.readdir_reply(token, name, self._attr(node), i + 3):
                 return
-            ino = node.id
-            self.lookups[ino] = self.lookups.get(ino, 0) + 1
+            self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
 
     @_guard
     async def releasedir(self, fh):

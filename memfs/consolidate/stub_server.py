@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import signal
 import sys
 import threading
 from dataclasses import dataclass
@@ -212,15 +213,14 @@ def _render_anthropic(move: dict[str, Any], n: int, model: str) -> dict[str, Any
 
 
 def main(argv: list[str]) -> int:
-    """`python -m memfs.consolidate.stub_server SCRIPT.json`: print the URL, serve until stdin
-    closes (so a parent shell can stop it by closing the pipe or killing the pid)."""
+    """`python -m memfs.consolidate.stub_server SCRIPT.json`: print the base URL, then serve
+    until SIGTERM or SIGINT (so a shell can run it in the background and kill its pid)."""
     script = json.loads(open(argv[0]).read()) if argv else []
+    stop = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before the server thread inherits a mask
     with StubServer(script) as stub:
         print(stub.url, flush=True)
-        try:
-            sys.stdin.read()
-        except KeyboardInterrupt:
-            pass
+        signal.sigwait(stop)
     return 0
 
 

@@ -1,0 +1,515 @@
+"""Observation: what a backing directory holds, as facts the rule can trust.
+
+Walks from the held root fd through directory fds (O_NOFOLLOW|O_DIRECTORY|O_NONBLOCK), stats
+without following links, and hashes (xxh3-128, streamed) unless a cached fingerprint vouches.
+
+Trust, the way git's racy-index rule has it: a fingerprint {size, mtime_ns, ctime_ns, ino, dev}
+equal by value to the one recorded when the bytes were hashed vouches for them only
+  - on a filesystem that maintains ctime (a statfs-magic allowlist): utimes, `cp -p` and
+    `touch -r` can restore mtime but never ctime;
+  - for a file on the root's own device (a mount below the root may be anything);
+  - outside a 2 s racy window: if the file changed less than 2 s before it was hashed, a
+    same-size rewrite within timestamp granularity could leave the fingerprint unchanged.
+Elsewhere every observation rehashes.
+
+Absence is proven only by a complete listing of a directory that was still at its path once
+listed. Unreadable, symlinked, ignored, special (FIFO, socket, device), swapped, changing and
+capped regions are reported as incomplete regions with their reason and prove nothing. A FIFO is
+never opened. A missing or replaced root raises RootUnavailable: no observation at all.
+
+VCS directories (.git, .hg, .svn, .jj, _darcs, .bzr, CVS) are ignored by default — reported as
+incomplete regions (reason "vcs"), never taken in nor written — so a repository is only ever
+changed by the git run on its own side and two sides running git cannot corrupt either one. See
+docs/reconciliation.md.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import posixpath
+import stat
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import xxhash
+
+from memfs.reconcile.contained import (
+    CTIME_TRUSTED,
+    DIR_FLAGS,
+    FILE_FLAGS,
+    TEMP_PREFIX,
+    DirLink,
+    Refused,
+    RootId,
+    RootUnavailable,
+    close_chain,
+    components,
+    fs_magic,
+    ident,
+    open_chain,
+    open_root,
+    root_unchanged,
+    still_linked,
+)
+from memfs.reconcile.rule import ABSENT, Content, Disk, DiskUnknown, Kind
+
+VCS_DIRS = frozenset({".git", ".hg", ".svn", ".jj", "_darcs", ".bzr", "CVS"})
+DEFAULT_MAX_FILE_SIZE = 64 * 1024 * 1024
+RACY_NS = 2_000_000_000
+HEAD = 8192  # bytes read to tell text from binary and sniff a MIME type
+CHUNK = 1 << 20
+
+_MAGIC_MIME = [
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
+    (b"\x1f\x8b", "application/gzip"),
+    (b"\x7fELF", "application/x-elf"),
+    (b"\x00asm", "application/wasm"),
+]
+
+
+def sniff(head: bytes) -> tuple[Kind, str]:
+    """Text or binary, and a MIME type, from a file's first bytes."""
+    for magic, mime in _MAGIC_MIME:
+        if head.startswith(magic):
+            return "binary", mime
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "binary", "image/webp"
+    if b"\0" in head:
+        return "binary", "application/octet-stream"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not just a character cut at the end of the head
+            return "binary", "application/octet-stream"
+    return "text", "text/plain"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> Fingerprint:
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+class CachedHash(Protocol):
+    """What the fingerprint cache holds per path (memfs.store.journal.FingerprintRow fits)."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+    digest: str
+    kind: str
+    hashed_at_ns: int
+
+
+@dataclass(frozen=True)
+class HashRecord:
+    """A fresh cache entry; field names match memfs.store.journal.FingerprintRow."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+    digest: str
+    kind: str
+    hashed_at_ns: int
+
+
+@dataclass(frozen=True)
+class FileFact:
+    path: str
+    size: int
+    fingerprint: Fingerprint
+    digest: str | None  # None: an untracked oversize file seen by a head read only
+    kind: Kind
+    mime: str
+    rehashed: bool  # False when a trusted fingerprint vouched for the cached digest
+
+
+@dataclass(frozen=True)
+class Region:
+    """A part of the tree not (completely) observed; it proves no absence."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class Observation:
+    root: RootId
+    scope: str
+    files: dict[str, FileFact] = field(default_factory=dict)
+    listed: set[str] = field(default_factory=set)  # directories listed completely
+    regions: list[Region] = field(default_factory=list)
+    hashed: dict[str, HashRecord] = field(default_factory=dict)  # cache entries to store
+    bytes_read: int = 0
+
+    def disk(self, path: str) -> Disk:
+        """The rule's D for a path: content, ABSENT only where absence is proven, or unknown."""
+        fact = self.files.get(path)
+        if fact is not None:
+            return Content(fact.digest, fact.kind)
+        for r in self.regions:
+            if r.path == "" or path == r.path or path.startswith(r.path + "/"):
+                return DiskUnknown(r.reason)
+        if not _under(path, self.scope):
+            return DiskUnknown("outside the observed scope")
+        parts = path.split("/")
+        for i in range(len(parts) - 1, -1, -1):
+            ancestor = "/".join(parts[:i])
+            if ancestor in self.listed:
+                # The nearest completely listed ancestor lacks the next component, or holds a
+                # file where a directory would be: proven absent.
+                return ABSENT
+        return DiskUnknown("not observed")
+
+    @property
+    def complete(self) -> bool:
+        return not self.regions
+
+
+def _under(path: str, scope: str) -> bool:
+    return scope == "" or path == scope or path.startswith(scope + "/")
+
+
+@dataclass
+class _Walk:
+    obs: Observation
+    root_path: str
+    cache: Mapping[str, CachedHash]
+    tracked: Callable[[str], bool]
+    max_file_size: int
+    ignore: tuple[str, ...]
+    ignore_vcs: bool
+    trust: bool
+    racy_ns: int
+    clock: Callable[[], int]
+    follow_symlinks: bool
+    limit: int | None
+    seen: int = 0
+    root_fd: int = -1
+
+    def ignored(self, rel: str, name: str) -> str | None:
+        if name.startswith(TEMP_PREFIX):
+            return "memfs-scratch"
+        if self.ignore_vcs and name in VCS_DIRS:
+            return "vcs"
+        for pat in self.ignore:
+            if fnmatch.fnmatchcase(rel, pat) or fnmatch.fnmatchcase(name, pat):
+                return "ignored"
+        return None
+
+    def region(self, rel: str, reason: str) -> None:
+        self.obs.regions.append(Region(rel, reason))
+
+    def walk_dir(self, chain: list[DirLink], rel: str) -> None:
+        fd = chain[-1].fd
+        try:
+            names = os.listdir(fd)
+        except PermissionError:
+            self.region(rel, "unreadable")
+            return
+        except OSError as exc:
+            self.region(rel, f"unlistable ({errno.errorcode.get(exc.errno or 0, exc.errno)})")
+            return
+        # A listing counts only if, once listed, the directory is still the one its path names
+        # (all the way up): otherwise its names may be another directory's, or outside the root.
+        if not still_linked(chain) or not root_unchanged(self.root_path, self.obs.root):
+            self.region(rel, "swapped")
+            return
+        subdirs: list[tuple[str, str, os.stat_result]] = []
+        for name in sorted(names):
+            child = f"{rel}/{name}" if rel else name
+            if self.limit is not None and self.seen >= self.limit:
+                # Reported, never silent: the whole directory proves nothing from here on.
+                self.region(rel, f"walk limit of {self.limit} entries reached")
+                return
+            self.seen += 1
+            why = self.ignored(child, name)
+            if why:
+                self.region(child, why)
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone since the listing: absent now, which the listing allows
+            except PermissionError:
+                self.region(child, "unreadable")
+                continue
+            mode = st.st_mode
+            if stat.S_ISDIR(mode):
+                subdirs.append((name, child, st))
+            elif stat.S_ISREG(mode):
+                self.file(fd, name, child, st)
+            elif stat.S_ISLNK(mode):
+                self.symlink(chain, name, child)
+            else:
+                self.region(child, "special file (FIFO, socket or device): not read")
+        self.obs.listed.add(rel)
+        for name, child, st in subdirs:
+            try:
+                sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except PermissionError:
+                self.region(child, "unreadable")
+                continue
+            except OSError:
+                self.region(child, "swapped")  # became a symlink, a file, or vanished
+                continue
+            try:
+                if ident(os.fstat(sub)) != ident(st):
+                    self.region(child, "swapped")
+                    continue
+                chain.append(DirLink(sub, name, ident(st)))
+                try:
+                    self.walk_dir(chain, child)
+                finally:
+                    chain.pop()
+            finally:
+                os.close(sub)
+
+    def symlink(self, chain: list[DirLink], name: str, rel: str) -> None:
+        if not self.follow_symlinks:
+            self.region(rel, "symlink (following is off)")
+            return
+        try:
+            target = os.readlink(name, dir_fd=chain[-1].fd)
+        except OSError:
+            self.region(rel, "symlink (unreadable)")
+            return
+        base = posixpath.dirname(rel)
+        resolved = posixpath.normpath(posixpath.join(base, target))
+        if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
+            self.region(rel, "symlink pointing outside the root")
+            return
+        # Follow one level, inside the root only, through dir fds: the target must be a regular
+        # file reached without further links.
+        try:
+            parts = components(resolved)
+            sub = open_chain(self.root_fd, parts[:-1])
+        except (Refused, OSError):
+            self.region(rel, "symlink to something other than a file inside the root")
+            return
+        try:
+            st = os.stat(parts[-1], dir_fd=sub[-1].fd, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                self.region(rel, "symlink to something other than a file inside the root")
+                return
+            self.file(sub[-1].fd, parts[-1], rel, st)
+        except OSError:
+            self.region(rel, "symlink (dangling)")
+        finally:
+            close_chain(sub)
+
+    def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result) -> None:
+        fp = Fingerprint.of(st)
+        cached = self.cache.get(rel)
+        if (
+            cached is not None and self.trust and st.st_dev == self.obs.root.dev
+            and (cached.size, cached.mtime_ns, cached.ctime_ns, cached.ino, cached.dev)
+            == (fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev)
+            and fp.mtime_ns < cached.hashed_at_ns - self.racy_ns
+            and fp.ctime_ns < cached.hashed_at_ns - self.racy_ns
+        ):
+            kind: Kind = cached.kind  # type: ignore[assignment]
+            mime = "text/plain" if kind == "text" else "application/octet-stream"
+            self.obs.files[rel] = FileFact(rel, fp.size, fp, cached.digest, kind, mime, False)
+            return
+        try:
+            fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
+        except PermissionError:
+            self.region(rel, "unreadable")
+            return
+        except OSError:
+            self.region(rel, "swapped")
+            return
+        try:
+            first = os.fstat(fd)
+            if not stat.S_ISREG(first.st_mode) or ident(first) != ident(st):
+                self.region(rel, "swapped")
+                return
+            oversize = first.st_size > self.max_file_size
+            if oversize and not self.tracked(rel):
+                head = os.pread(fd, HEAD, 0)
+                self.obs.bytes_read += len(head)
+                _, mime = sniff(head)
+                self.obs.files[rel] = FileFact(rel, first.st_size, Fingerprint.of(first), None,
+                                               "oversize", mime, True)
+                return
+            started = self.clock()
+            h = xxhash.xxh3_128()
+            head = b""
+            offset = 0
+            while True:
+                chunk = os.pread(fd, CHUNK, offset)
+                if not chunk:
+                    break
+                if offset < HEAD:
+                    head += chunk[: HEAD - offset]
+                h.update(chunk)
+                offset += len(chunk)
+            self.obs.bytes_read += offset
+            last = os.fstat(fd)
+            if Fingerprint.of(last) != Fingerprint.of(first) or offset != first.st_size:
+                self.region(rel, "changing while read")
+                return
+        except OSError as exc:
+            self.region(rel, f"unreadable ({errno.errorcode.get(exc.errno or 0, exc.errno)})")
+            return
+        finally:
+            os.close(fd)
+        kind, mime = sniff(head)
+        if oversize:
+            kind = "oversize"
+        fp = Fingerprint.of(last)
+        digest = h.hexdigest()
+        self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True)
+        self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev,
+                                          digest, kind, started)
+
+
+def observe(
+    root_path: str | os.PathLike[str],
+    *,
+    expected_root: RootId | None = None,
+    scope: str = "",
+    cache: Mapping[str, CachedHash] | None = None,
+    tracked: Collection[str] | Callable[[str], bool] = (),
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    ignore: Iterable[str] = (),
+    ignore_vcs: bool = True,
+    follow_symlinks: bool = False,
+    trusted_fs: Collection[int] = CTIME_TRUSTED,
+    racy_ns: int = RACY_NS,
+    clock: Callable[[], int] = time.time_ns,
+    limit: int | None = None,
+) -> Observation:
+    """Observe `scope` (a mount-relative directory or file; '' for everything) under the root.
+
+    `cache`: fingerprints from earlier observations (journal.fingerprints); fresh hashes come
+    back in `Observation.hashed` for the caller to store. `tracked`: paths the store or the
+    evidence knows; an untracked file over `max_file_size` gets a head read, never a hash.
+    `limit` bounds the number of entries visited; what it leaves is reported as a region.
+    Raises RootUnavailable for a missing or replaced root.
+    """
+    root_fd, rid = open_root(root_path, expected_root)
+    try:
+        magic = fs_magic(root_fd)
+        is_tracked = tracked if callable(tracked) else frozenset(tracked).__contains__
+        w = _Walk(
+            Observation(rid, scope), os.fspath(root_path), cache or {}, is_tracked,
+            max_file_size, tuple(ignore), ignore_vcs, magic in trusted_fs, racy_ns, clock,
+            follow_symlinks, limit, root_fd=root_fd,
+        )
+        parts = components(scope)
+        try:
+            chain = open_chain(root_fd, parts[:-1])
+        except FileNotFoundError:
+            chain = None
+        except Refused:
+            w.region(posixpath.dirname(scope), "swapped")
+            chain = None
+        except PermissionError:
+            w.region(scope, "unreadable")
+            chain = None
+        if chain is None:
+            _prove_parent_missing(w, root_fd, parts)
+        else:
+            try:
+                _observe_scope(w, chain, parts)
+            finally:
+                close_chain(chain)
+        if not root_unchanged(root_path, rid):
+            raise RootUnavailable(
+                f"backing root {os.fspath(root_path)!r} was replaced during observation",
+                "observe again; if it stays replaced, bring it back or `memfs sync "
+                "--accept-root`", "replaced")
+        return w.obs
+    finally:
+        os.close(root_fd)
+
+
+def _observe_scope(w: _Walk, chain: list[DirLink], parts: list[str]) -> None:
+    if not parts:
+        w.walk_dir(chain, "")
+        return
+    name, rel = parts[-1], "/".join(parts)
+    parent_rel = "/".join(parts[:-1])
+    why = w.ignored(rel, name)
+    if why:
+        w.region(rel, why)
+        return
+    fd = chain[-1].fd
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        if still_linked(chain) and root_unchanged(w.root_path, w.obs.root):
+            w.obs.listed.add(parent_rel)  # the held parent, still at its path, lacks it
+        else:
+            w.region(parent_rel, "swapped")
+        return
+    except PermissionError:
+        w.region(rel, "unreadable")
+        return
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            w.region(rel, "swapped")
+            return
+        try:
+            if ident(os.fstat(sub)) != ident(st):
+                w.region(rel, "swapped")
+                return
+            chain.append(DirLink(sub, name, ident(st)))
+            w.walk_dir(chain, rel)
+            chain.pop()
+        finally:
+            os.close(sub)
+    elif stat.S_ISREG(st.st_mode):
+        w.file(fd, name, rel, st)
+    elif stat.S_ISLNK(st.st_mode):
+        w.symlink(chain, name, rel)
+    else:
+        w.region(rel, "special file (FIFO, socket or device): not read")
+
+
+def _prove_parent_missing(w: _Walk, root_fd: int, parts: list[str]) -> None:
+    """A scope whose parent chain is missing: absent if the deepest existing directory, still
+    at its path, lacks the next component (or holds a non-directory there)."""
+    for depth in range(len(parts) - 1, -1, -1):
+        try:
+            chain = open_chain(root_fd, parts[:depth])
+        except (OSError, Refused):
+            continue
+        try:
+            try:
+                st = os.stat(parts[depth], dir_fd=chain[-1].fd, follow_symlinks=False)
+                present_dir = stat.S_ISDIR(st.st_mode)
+            except FileNotFoundError:
+                present_dir = False
+            if not present_dir and still_linked(chain) and root_unchanged(w.root_path,
+                                                                           w.obs.root):
+                w.obs.listed.add("/".join(parts[:depth]))
+            else:
+                w.region("/".join(parts[: depth + 1]), "changed during observation")
+        finally:
+            close_chain(chain)
+        return

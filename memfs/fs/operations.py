@@ -17,7 +17,10 @@ from collections.abc import Callable
 import pyfuse3
 import trio
 
+from memfs.fs.memory_view import MemDir, MemError, MemFile, MemoryView
 from memfs.fs.virtual import VDir, VFile, VirtualTree
+from memfs.memory.store import MemoryStore
+from memfs.rootdir import memory_dir
 from memfs.store.trees import DIR, FILE, LINK
 from memfs.workspace.nodes import Node, WorkspaceError
 from memfs.workspace.workspace import ROOT_ID, Workspace
@@ -36,7 +39,7 @@ def _guard(fn: Callable) -> Callable:
             return await fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
             raise
-        except WorkspaceError as exc:
+        except (WorkspaceError, MemError) as exc:
             raise pyfuse3.FUSEError(exc.errno) from None
         except OSError as exc:
             log.error("%s%r failed: %s", fn.__name__, args[:2], exc)
@@ -49,10 +52,11 @@ def _guard(fn: Callable) -> Callable:
 
 
 class Handle:
-    __slots__ = ("node", "data", "writable")
+    __slots__ = ("node", "data", "writable", "mem")
 
-    def __init__(self, node: Node | None, data: bytes | None = None, writable: bool = False):
-        self.node, self.data, self.writable = node, data, writable
+    def __init__(self, node: Node | None, data: bytes | None = None, writable: bool = False,
+                 mem: MemFile | None = None):
+        self.node, self.data, self.writable, self.mem = node, data, writable, mem
 
 
 class MemfsOperations(pyfuse3.Operations):
@@ -62,7 +66,14 @@ class MemfsOperations(pyfuse3.Operations):
     def __init__(self, ws: Workspace, extra_virtual: dict | None = None) -> None:
         super().__init__()
         self.ws = ws
-        self.virtual = VirtualTree(ws, ws.store.root, extra_virtual)
+        extra = dict(extra_virtual or {})
+        extra[b"memory"] = lambda: self.mem.top
+        self.virtual = VirtualTree(ws, ws.store.root, extra)
+        self.mem = MemoryView(
+            MemoryStore(memory_dir(ws.store.root)),
+            lambda: [n.decode("utf-8", "surrogateescape") for n in ws.children(ws.root)],
+            self.virtual._id,
+        )
         self.lookups: dict[int, int] = {}
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
@@ -71,13 +82,17 @@ class MemfsOperations(pyfuse3.Operations):
         ws.invalidate = self._queue_invalidation
 
     # -- helpers -----------------------------------------------------------------
-    def _node(self, ino: int) -> Node | VDir | VFile:
+    def _node(self, ino: int) -> Node | VDir | VFile | MemDir | MemFile:
         if ino in self.virtual.nodes:
             return self.virtual.nodes[ino]
+        if ino in self.mem.nodes:
+            return self.mem.nodes[ino]
         return self.ws.get(ino)
 
     def _wnode(self, ino: int) -> Node:
         node = self._node(ino)
+        if isinstance(node, (MemDir, MemFile)):
+            raise pyfuse3.FUSEError(errno.EPERM)
         if not isinstance(node, Node):
             raise pyfuse3.FUSEError(errno.EROFS)
         return node
@@ -99,7 +114,11 @@ class MemfsOperations(pyfuse3.Operations):
         else:
             a.st_ino = node.id
             a.entry_timeout = a.attr_timeout = 0
-            if isinstance(node, VDir):
+            if isinstance(node, (MemDir, MemFile)):
+                a.st_mode = self.mem.mode(node)
+                if isinstance(node, MemFile):
+                    a.st_size = len(self.mem.content(node))
+            elif isinstance(node, VDir):
                 a.st_mode = stat.S_IFDIR | 0o555
             else:
                 a.st_mode = stat.S_IFREG | 0o444
@@ -148,7 +167,9 @@ class MemfsOperations(pyfuse3.Operations):
         parent = self._node(parent_inode)
         if isinstance(parent, VDir):
             return self._counted(self._vlookup(parent, name))
-        if isinstance(parent, VFile):
+        if isinstance(parent, MemDir):
+            return self._counted(self.mem.lookup(parent, name))
+        if isinstance(parent, (VFile, MemFile)):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if parent.id == ROOT_ID and name == CONTROL_NAME:
             return self._counted(self.virtual.top)
@@ -162,7 +183,7 @@ class MemfsOperations(pyfuse3.Operations):
                 self.lookups[ino] = left
                 continue
             self.lookups.pop(ino, None)
-            if ino not in self.virtual.nodes and not any(
+            if ino not in self.virtual.nodes and ino not in self.mem.nodes and not any(
                 h.node is not None and h.node.id == ino for h in self.handles.values()
             ):
                 self.ws.forget(ino)
@@ -173,6 +194,11 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def setattr(self, inode, attr, fields, fh, ctx):
+        mem = self._node(inode)
+        if isinstance(mem, MemFile):
+            if fields.update_size:
+                self.mem.truncate(mem, attr.st_size)
+            return self._attr(mem)
         node = self._wnode(inode)
         self._ctx(ctx)
         self.ws.setattr(
@@ -223,6 +249,11 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def create(self, parent_inode, name, mode, flags, ctx):
+        parent = self._node(parent_inode)
+        if isinstance(parent, MemDir):
+            f = self.mem.create(parent, name)
+            fh = self._open_handle(Handle(None, writable=True, mem=f))
+            return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._counted(f)
         node = self._new(parent_inode, name, FILE, mode, ctx)
         fh = self._open_handle(Handle(node, writable=True))
         return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._counted(node)
@@ -233,6 +264,10 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def unlink(self, parent_inode, name, ctx):
+        mem = self._node(parent_inode)
+        if isinstance(mem, MemDir):
+            await self.mem.unlink(mem, name)
+            return
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
         self.ws.unlink(parent, name)
@@ -247,6 +282,12 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
+        mo, mn = self._node(parent_inode_old), self._node(parent_inode_new)
+        if isinstance(mo, MemDir) and isinstance(mn, MemDir):
+            if flags:
+                raise pyfuse3.FUSEError(errno.EINVAL)
+            await self.mem.rename(mo, name_old, mn, name_new)
+            return
         old, new = self._wnode(parent_inode_old), self._wnode(parent_inode_new)
         self._ctx(ctx)
         if CONTROL_NAME in (name_old, name_new) and ROOT_ID in (old.id, new.id):
@@ -264,12 +305,17 @@ class MemfsOperations(pyfuse3.Operations):
     async def open(self, inode, flags, ctx):
         node = self._node(inode)
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
+        if isinstance(node, MemFile):
+            if writing:
+                self.mem.open_for_write(node, bool(flags & os.O_TRUNC))
+            fh = self._open_handle(Handle(None, writable=bool(writing), mem=node))
+            return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         if isinstance(node, VFile):
             if writing:
                 raise pyfuse3.FUSEError(errno.EROFS)
             fh = self._open_handle(Handle(None, node.render()))
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
-        if isinstance(node, VDir):
+        if isinstance(node, (VDir, MemDir)):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if node.kind == DIR:
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -281,6 +327,8 @@ class MemfsOperations(pyfuse3.Operations):
     @_guard
     async def read(self, fh, off, size):
         h = self.handles[fh]
+        if h.mem is not None:
+            return self.mem.content(h.mem)[off:off + size]
         if h.node is None:
             return h.data[off:off + size]
         return self.ws.read(h.node, off, size)
@@ -288,6 +336,8 @@ class MemfsOperations(pyfuse3.Operations):
     @_guard
     async def write(self, fh, off, buf):
         h = self.handles[fh]
+        if h.mem is not None:
+            return self.mem.write(h.mem, off, buf)
         if h.node is None:
             raise pyfuse3.FUSEError(errno.EROFS)
         if self.ws.over_dirty_limit():
@@ -296,7 +346,9 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def flush(self, fh):
-        return None
+        h = self.handles.get(fh)
+        if h is not None and h.mem is not None:
+            await self.mem.flush(h.mem)
 
     @_guard
     async def release(self, fh):
@@ -322,7 +374,7 @@ class MemfsOperations(pyfuse3.Operations):
     @_guard
     async def opendir(self, inode, ctx):
         node = self._node(inode)
-        if isinstance(node, VFile) or (isinstance(node, Node) and node.kind != DIR):
+        if isinstance(node, (VFile, MemFile)) or (isinstance(node, Node) and node.kind != DIR):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         fh = self._open_handle(Handle(node if isinstance(node, Node) else None))
         self._dir_snapshots[fh] = []
@@ -331,6 +383,8 @@ class MemfsOperations(pyfuse3.Operations):
 
     def _listing(self, ino: int) -> list[tuple[bytes, object]]:
         node = self._node(ino)
+        if isinstance(node, MemDir):
+            return self.mem.listing(node)
         if isinstance(node, VDir):
             out = []
             for name in node.listing():

@@ -1,0 +1,254 @@
+"""`.memfs/memory/`: agent memory as files, each close of a changed record one commit.
+
+    .memfs/memory/global.md                       Global memory
+    .memfs/memory/workspaces/<mount>/<name>.md    a Workspace record
+    .memfs/memory/workspaces/<mount>/index.md     generated, read-only
+
+A name ending in `.md` (not starting with '.') is a record and must be a valid record name;
+any other name is a scratch file kept in memory only, so an editor's write-to-temp-then-
+rename save works: the rename onto `<name>.md` is the commit. A changed record is committed
+when it is flushed (close), so a refusal (EINVAL) reaches the program that wrote it and
+nothing changes. Everything here is read fresh (no kernel caching): consolidation may
+commit behind the kernel's back.
+"""
+
+from __future__ import annotations
+
+import errno
+import stat
+from dataclasses import dataclass, field
+
+import trio
+
+from memfs.errors import MemfsError
+from memfs.memory.records import INDEX_NAME, RECORD_SUFFIX
+from memfs.memory.store import MemoryStore
+
+
+class MemError(Exception):
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.errno = code
+
+
+@dataclass(eq=False)
+class MemDir:
+    id: int
+    kind: str  # "top" | "list" | "ws"
+    ws: str | None = None
+    scratch: dict[bytes, MemFile] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class MemFile:
+    id: int
+    ws: str | None  # None: global.md
+    name: bytes
+    scratch: bool = False
+    pending: bytearray | None = None  # bytes written and not yet committed
+    changed: bool = False
+
+    @property
+    def record(self) -> str:
+        return self.name[: -len(RECORD_SUFFIX)].decode("utf-8", "surrogateescape")
+
+    @property
+    def is_index(self) -> bool:
+        return self.ws is not None and self.name == (INDEX_NAME + RECORD_SUFFIX).encode()
+
+
+def is_record_name(name: bytes) -> bool:
+    return name.endswith(RECORD_SUFFIX.encode()) and not name.startswith(b".")
+
+
+class MemoryView:
+    def __init__(self, store: MemoryStore, mounts, alloc) -> None:
+        self.store = store
+        self._mounts = mounts  # () -> list[str]: the store mounts (workspaces)
+        self._alloc = alloc
+        self.nodes: dict[int, MemDir | MemFile] = {}
+        self.top = self._add(MemDir(alloc(), "top"))
+        self.list = self._add(MemDir(alloc(), "list"))
+        self.global_file = self._add(MemFile(alloc(), None, b"global.md"))
+        self._dirs: dict[str, MemDir] = {}
+        self._files: dict[tuple[str, bytes], MemFile] = {}
+
+    def _add(self, node):
+        self.nodes[node.id] = node
+        return node
+
+    # -- names ---------------------------------------------------------------------
+    def workspaces(self) -> list[str]:
+        return sorted(set(self._mounts()) | set(self.store.workspaces()))
+
+    def _ws_dir(self, ws: str) -> MemDir:
+        d = self._dirs.get(ws)
+        if d is None:
+            d = self._dirs[ws] = self._add(MemDir(self._alloc(), "ws", ws))
+        return d
+
+    def _record_file(self, ws: str, name: bytes) -> MemFile:
+        f = self._files.get((ws, name))
+        if f is None:
+            f = self._files[(ws, name)] = self._add(MemFile(self._alloc(), ws, name))
+        return f
+
+    def _record_names(self, ws: str) -> list[bytes]:
+        gen = self.store.workspace_generation(ws)
+        names = [(n + RECORD_SUFFIX).encode() for n in gen.records]
+        return sorted(names + [(INDEX_NAME + RECORD_SUFFIX).encode()])
+
+    def listing(self, d: MemDir) -> list[tuple[bytes, MemDir | MemFile]]:
+        if d.kind == "top":
+            return [(b"global.md", self.global_file), (b"workspaces", self.list)]
+        if d.kind == "list":
+            return [(w.encode(), self._ws_dir(w)) for w in self.workspaces()]
+        out = [(n, self._record_file(d.ws, n)) for n in self._record_names(d.ws)]
+        out += sorted(d.scratch.items())
+        return sorted(out)
+
+    def lookup(self, d: MemDir, name: bytes) -> MemDir | MemFile:
+        if d.kind == "ws" and name in d.scratch:
+            return d.scratch[name]
+        for n, node in self.listing(d):
+            if n == name:
+                return node
+        pending = self._files.get((d.ws, name)) if d.ws else None
+        if pending is not None and pending.pending is not None:
+            return pending  # created, not yet committed
+        raise MemError(errno.ENOENT)
+
+    # -- attributes and content ------------------------------------------------------
+    def content(self, f: MemFile) -> bytes:
+        if f.pending is not None:
+            return bytes(f.pending)
+        if f.ws is None:
+            return self.store.global_generation().content.encode()
+        gen = self.store.workspace_generation(f.ws)
+        if f.is_index:
+            return gen.index.encode()
+        text = gen.records.get(f.record)
+        return b"" if text is None else text.encode()
+
+    def mode(self, node: MemDir | MemFile) -> int:
+        if isinstance(node, MemDir):
+            return stat.S_IFDIR | (0o755 if node.kind == "ws" else 0o555)
+        return stat.S_IFREG | (0o444 if node.is_index else 0o644)
+
+    # -- changes -----------------------------------------------------------------------
+    def create(self, d: MemDir, name: bytes) -> MemFile:
+        if d.kind != "ws":
+            raise MemError(errno.EPERM)
+        if name in d.scratch or any(n == name for n, _ in self.listing(d)):
+            raise MemError(errno.EEXIST)
+        if is_record_name(name):
+            if name == (INDEX_NAME + RECORD_SUFFIX).encode():
+                raise MemError(errno.EPERM)
+            self._check_record_name(name)
+            f = self._record_file(d.ws, name)
+            f.pending, f.changed = bytearray(), True
+            return f
+        f = self._add(MemFile(self._alloc(), d.ws, name, scratch=True, pending=bytearray()))
+        d.scratch[name] = f
+        return f
+
+    def _check_record_name(self, name: bytes) -> None:
+        from memfs.memory.records import validate_name
+
+        try:
+            validate_name(name[: -len(RECORD_SUFFIX)].decode("utf-8"))
+        except (MemfsError, UnicodeDecodeError):
+            raise MemError(errno.EINVAL) from None
+
+    def open_for_write(self, f: MemFile, truncate: bool) -> None:
+        if f.is_index:
+            raise MemError(errno.EPERM)
+        if f.pending is None:
+            f.pending = bytearray() if truncate else bytearray(self.content(f))
+        elif truncate:
+            del f.pending[:]
+        if truncate:
+            f.changed = True
+
+    def write(self, f: MemFile, off: int, data: bytes) -> int:
+        if f.pending is None:
+            self.open_for_write(f, False)
+        buf = f.pending
+        if len(buf) < off:
+            buf.extend(bytes(off - len(buf)))
+        buf[off:off + len(data)] = data
+        f.changed = True
+        return len(data)
+
+    def truncate(self, f: MemFile, size: int) -> None:
+        if f.pending is None:
+            self.open_for_write(f, False)
+        if size < len(f.pending):
+            del f.pending[size:]
+        else:
+            f.pending.extend(bytes(size - len(f.pending)))
+        f.changed = True
+
+    async def flush(self, f: MemFile) -> None:
+        """Commit a changed record (one MemoryStore commit); a refusal changes nothing."""
+        if f.scratch or not f.changed or f.pending is None:
+            return
+        text = bytes(f.pending)
+        f.pending, f.changed = None, False
+        await self._commit(f.ws, f.record if f.ws else None, text)
+
+    async def _commit(self, ws: str | None, record: str | None, data: bytes) -> None:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MemError(errno.EINVAL) from None
+        if ws is None:
+            fn, args = self.store.replace_global, (text,)
+        else:
+            fn, args = self.store.put_record, (ws, record, text)
+        try:
+            await trio.to_thread.run_sync(fn, *args)
+        except MemfsError:
+            raise MemError(errno.EINVAL) from None
+
+    async def unlink(self, d: MemDir, name: bytes) -> None:
+        if d.kind != "ws":
+            raise MemError(errno.EPERM)
+        if name in d.scratch:
+            del d.scratch[name]
+            return
+        f = self.lookup(d, name)
+        if not isinstance(f, MemFile) or f.is_index:
+            raise MemError(errno.EPERM)
+        if f.record in self.store.workspace_generation(d.ws).records:
+            await trio.to_thread.run_sync(self.store.delete_record, d.ws, f.record)
+        f.pending, f.changed = None, False
+
+    async def rename(self, od: MemDir, oname: bytes, nd: MemDir, nname: bytes) -> None:
+        if od.kind != "ws" or nd.kind != "ws" or od.ws != nd.ws:
+            raise MemError(errno.EXDEV if od.kind == nd.kind == "ws" else errno.EPERM)
+        src = self.lookup(od, oname)
+        if not isinstance(src, MemFile) or src.is_index or nname == b"index.md":
+            raise MemError(errno.EPERM)
+        data = self.content(src)
+        if is_record_name(nname):
+            self._check_record_name(nname)
+            target = nname[: -len(RECORD_SUFFIX)].decode()
+            if not src.scratch and src.pending is None:
+                await trio.to_thread.run_sync(self.store.rename_record, od.ws, src.record, target)
+            else:
+                await self._commit(nd.ws, target, data)
+                if src.scratch:
+                    od.scratch.pop(oname, None)
+                else:
+                    src.pending, src.changed = None, False
+                    await self.unlink(od, oname)
+            return
+        # Onto a scratch name (an editor's backup): the record leaves, its bytes stay here.
+        if not src.scratch:
+            await self.unlink(od, oname)
+        else:
+            od.scratch.pop(oname, None)
+        moved = self._add(MemFile(self._alloc(), nd.ws, nname, scratch=True,
+                                  pending=bytearray(data)))
+        nd.scratch[nname] = moved

@@ -236,3 +236,45 @@ def test_killed_commit_is_recovered_from_the_worker_session(tmp_path, stub, cras
     assert ws_after == done.scopes["workspace"].planned_after
     assert glob_after == done.scopes["global"].planned_after
     assert MemoryStore(memory_dir(root)).global_generation().content == "- Indent with tabs.\n"
+
+
+def test_no_change_proposal_gets_a_no_change_receipt(tmp_path, stub):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    before = memory_state(root)[:2]
+    stub.push({"propose": {"changes": [{"op": "no-change", "reason": "nothing durable"}],
+                           "final": True}})
+    code, out, err = consolidate(root, stub, "anthropic", sid)
+    assert code == 0, err
+    assert out["state"] == "no-change" and out["diff"] == []
+    assert read_receipt(root, out["review_id"]).state == "no-change"
+    assert memory_state(root)[:2] == before
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_auth_failure_is_clear_and_the_key_is_never_written(tmp_path, provider):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    key = "sk-sentinel-" + provider
+    with StubServer([{"propose": {"changes": [PUT_TABS], "final": True}}],
+                    require_key="the-right-key") as stub:
+        code, out, err = consolidate(root, stub, provider, sid,
+                                     env={"OPENAI_API_KEY": key, "ANTHROPIC_API_KEY": key})
+    assert code == 1
+    var = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+    assert "refused the credentials (HTTP 401" in out["error"] and var in out["remedy"]
+    assert len(stub.requests) == 1  # an auth failure is not retried
+    assert not (root / "receipts").exists() or not any((root / "receipts").iterdir())
+    (session,) = (root / "sessions" / "workers").glob("*.jsonl")
+    assert '"status": "provider-error"' in session.read_text()
+    for path in root.rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+
+
+def test_workspace_other_than_the_sessions_is_refused(tmp_path, stub):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    code, out, err = consolidate(root, stub, "openai", sid, "--workspace", "elsewhere")
+    assert code == 1 and "belongs to workspace 'ws-alpha'" in out["error"]
+    assert stub.requests == []

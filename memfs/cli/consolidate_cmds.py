@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="model name (default per provider)")
     p.add_argument("--base-url", help="API base URL (an OpenAI-compatible server, a proxy)")
     p.add_argument("--max-steps", type=_positive_int, default=8, help="model requests (8)")
-    p.add_argument("--timeout", type=float, default=300.0, help="total seconds (300)")
+    p.add_argument("--timeout", type=_positive_float, default=300.0, help="total seconds (300)")
     p.add_argument("--max-output-tokens", type=_positive_int,
                    help="per-request output ceiling instead of 8192 (a model's lower limit wins)")
     add_json_flag(p)
@@ -43,6 +43,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be more than 0")
     return value
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from memfs.consolidate.committer import Review, commit_review, plan_from_proposal, snapshot_of
-from memfs.consolidate.proposal import ProposalError, parse_proposal
+from memfs.consolidate.proposal import parse_proposal
 from memfs.consolidate.providers import make_provider
 from memfs.consolidate.providers.base import Usage
 from memfs.consolidate.receipts import Receipt, new_review_id, receipt_path
@@ -159,7 +159,7 @@ def make_validate(frozen: FrozenSession, ws: WorkspaceGeneration,
     def validate(raw: dict[str, Any]) -> Verdict:
         try:
             proposal = parse_proposal(raw, frozen, ws, glob)
-        except ProposalError as exc:
+        except MemfsError as exc:  # ProposalError, or a record the memory layer refuses
             return Verdict(False, f"{exc.message} ({exc.remedy})" if exc.remedy else exc.message)
         if proposal.no_change:
             return Verdict(True, "no change to memory", {"hash": proposal.hash, "diff": []})

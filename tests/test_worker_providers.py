@@ -189,3 +189,18 @@ def test_make_provider_rejects_unknown():
         make_provider("bard")
     assert isinstance(make_provider("openai"), OpenAIProvider)
     assert isinstance(make_provider("anthropic"), AnthropicProvider)
+
+
+def test_retry_delay_reads_the_server_headers():
+    from email.utils import formatdate
+
+    from memfs.consolidate.providers.base import retry_delay
+
+    def resp(**headers: str) -> httpx.Response:
+        return httpx.Response(429, headers={k.replace("_", "-"): v for k, v in headers.items()})
+
+    assert retry_delay(resp(retry_after_ms="250", retry_after="9"), 0) == 0.25
+    assert retry_delay(resp(retry_after="2"), 0) == 2.0
+    assert 8 < retry_delay(resp(retry_after=formatdate(time.time() + 10, usegmt=True)), 0) <= 10
+    assert retry_delay(resp(retry_after="soon"), 2) == 2.0  # unreadable: our own backoff
+    assert retry_delay(None, 10) == 30.0  # capped

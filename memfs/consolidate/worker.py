@@ -216,6 +216,7 @@ class _Loop:
     progress: Progress
     max_tokens: int
     usage: Usage = field(default_factory=Usage)
+    steps: int = 0  # requests sent so far
 
     def answer(self, step: int, index: int, call: ToolCall) -> tuple[ToolResult, Any, Verdict | None]:
         """Answer one call; returns the result, and (changes, verdict) when it was validated."""
@@ -252,6 +253,7 @@ class _Loop:
     async def run(self, transcript: Transcript) -> tuple[str, int, Any, Verdict | None]:
         async with httpx.AsyncClient(timeout=httpx.Timeout(self.budget.timeout_s)) as client:
             for step in range(1, self.budget.max_steps + 1):
+                self.steps = step
                 body = self.provider.request_body(transcript, self.tool, self.max_tokens)
                 self.session.append("request", step=step, body=body)
                 self.progress(f"step {step}/{self.budget.max_steps}: asking {self.provider.model}")
@@ -320,7 +322,7 @@ def run_worker(
     async def attempt() -> tuple[str, int, Any, Verdict | None]:
         with trio.move_on_after(budget.timeout_s):
             return await loop.run(transcript)
-        return "timeout", -1, None, None
+        return "timeout", loop.steps, None, None
 
     def end(status: str, steps: int, **extra: Any) -> None:
         session.append(
@@ -333,15 +335,10 @@ def run_worker(
         try:
             status, steps, changes, verdict = trio.run(attempt)
         except ProviderError as exc:
-            end("provider-error", -1, error=str(exc))
+            end("provider-error", loop.steps, error=str(exc))
             raise
-        if status == "timeout":
-            steps = sum(1 for e in session_events(session) if e.get("event") == "request")
         end(status, steps)
     finally:
         session.close()
     return WorkerOutcome(attempt_id, status, steps, loop.usage, changes, verdict, session.path)
 
-
-def session_events(session: WorkerSession) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in session.path.read_text().splitlines() if line.strip()]

@@ -166,9 +166,11 @@ def retry_delay(response: httpx.Response | None, attempt: int) -> float:
             try:
                 return max(0.0, float(ra))
             except ValueError:
-                parsed = email.utils.parsedate_to_datetime(ra) if ra else None
-                if parsed is not None:
-                    return max(0.0, parsed.timestamp() - time.time())
+                pass
+            try:
+                return max(0.0, email.utils.parsedate_to_datetime(ra).timestamp() - time.time())
+            except (TypeError, ValueError):
+                pass  # unreadable: fall back to our own backoff
     return min(MAX_BACKOFF_S, 0.5 * (2**attempt))
 
 

@@ -153,15 +153,21 @@ def test_hostile_calls_are_refused_and_nothing_concludes(tmp_path, stub, name):
     assert any(e["event"] == "nudge" for e in events)
 
 
-def test_malformed_arguments_are_a_tool_error_the_model_can_fix(tmp_path, stub):
+@pytest.mark.parametrize(("raw", "error"), [
+    ('{"changes": [,', "not valid JSON"),
+    ('{"changes": [], "final": false, "final": true}', "'final' appears twice"),
+    ('{"changes": [{"n": NaN}], "final": true}', "NaN is not JSON"),
+    ('{"changes": "' + "x" * (2 * 1024 * 1024) + '", "final": true}', "over 2097152 characters"),
+])
+def test_malformed_arguments_are_a_tool_error_the_model_can_fix(tmp_path, stub, raw, error):
     stub.push(
-        {"call": {"name": "memory_review_propose", "arguments": '{"changes": [,'}},
+        {"call": {"name": "memory_review_propose", "arguments": raw}},
         {"propose": {"changes": GOOD, "final": True}},
     )
     out = run(tmp_path, stub, "openai")
-    assert out.status == "accepted"
+    assert out.status == "accepted" and out.final_changes == GOOD
     tool_msg = stub.requests[1].body["messages"][-1]
-    assert tool_msg["role"] == "tool" and "not valid JSON" in tool_msg["content"]
+    assert tool_msg["role"] == "tool" and error in tool_msg["content"]
 
 
 def test_truncated_arguments_end_the_attempt_with_a_clear_error(tmp_path, stub):

@@ -47,6 +47,7 @@ from memfs.rootdir import sessions_dir
 CONSOLIDATOR_VERSION = "memfs-consolidator/2"
 TOOL_NAME = "memory_review_propose"
 ENVELOPE_FIELDS = frozenset({"changes", "final"})
+MAX_ARGUMENT_CHARS = 2 * 1024 * 1024
 NUDGE = f"Answer only by calling {TOOL_NAME}; it is the only way to reply."
 
 
@@ -184,11 +185,36 @@ def replay_final_proposal(worker_session: list[dict[str, Any]]) -> dict[str, Any
     )
 
 
+class _Malformed(ValueError):
+    pass
+
+
+def _strict_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise _Malformed(f"key {dup!r} appears twice in one object")
+    return dict(pairs)
+
+
+def _no_constant(name: str) -> Any:
+    raise _Malformed(f"{name} is not JSON")
+
+
 def _envelope(call: ToolCall) -> tuple[Any, bool] | str:
-    """(changes, final) from the call's raw arguments, or an error the model can fix."""
+    """(changes, final) from the call's raw arguments, or an error the model can fix.
+
+    As strict as the proposal parser on text: no duplicate keys (which one would win is
+    ambiguous), no NaN/Infinity, a size cap before parsing.
+    """
+    if len(call.arguments_raw) > MAX_ARGUMENT_CHARS:
+        return f"arguments are over {MAX_ARGUMENT_CHARS} characters; propose less at once"
     try:
-        args = json.loads(call.arguments_raw)
-    except ValueError as exc:
+        args = json.loads(call.arguments_raw, object_pairs_hook=_strict_object,
+                          parse_constant=_no_constant)
+    except _Malformed as exc:
+        return f"arguments are malformed: {exc}"
+    except (ValueError, RecursionError) as exc:
         return f"arguments are not valid JSON ({exc}); send a JSON object {{changes, final}}"
     if not isinstance(args, dict):
         return "arguments must be a JSON object {changes, final}"

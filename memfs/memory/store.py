@@ -16,6 +16,7 @@ leftovers of a commit that died before its swap; the next commit removes them.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -88,6 +89,9 @@ class MemoryStore:
     def __init__(self, root: Path, ops: FsOps | None = None) -> None:
         self.root = Path(root)
         self.ops = ops or FsOps()
+        # Generation directories never change once named (name = seq + revision), so a verified
+        # read can be kept; only the link is read again each time.
+        self._cache: dict[tuple[str | None, str], GlobalGeneration | WorkspaceGeneration] = {}
 
     # ---- paths -------------------------------------------------------------------------
     @property
@@ -181,6 +185,9 @@ class MemoryStore:
         name = self._current_gen_name(self._global_link, True)
         if name is None:
             return empty_global()
+        cached = self._cache.get((None, name))
+        if isinstance(cached, GlobalGeneration):
+            return cached
         gen_dir = self._global_gens / name
         manifest = self._manifest(gen_dir)
         content = (gen_dir / GLOBAL_FILE).read_bytes().decode()
@@ -188,12 +195,17 @@ class MemoryStore:
         if revision != manifest.get("revision"):
             raise MemoryDamaged(f"Global generation {name} does not match its revision",
                                 "restore it from a backup or an older generation")
-        return GlobalGeneration(content=content, revision=revision, seq=int(name[:8]))
+        gen = GlobalGeneration(content=content, revision=revision, seq=int(name[:8]))
+        self._cache[(None, name)] = gen
+        return gen
 
     def _load_workspace(self, ws: str) -> WorkspaceGeneration:
         name = self._current_gen_name(self._ws_link(ws), False)
         if name is None:
             return empty_workspace(ws)
+        cached = self._cache.get((ws, name))
+        if isinstance(cached, WorkspaceGeneration):
+            return dataclasses.replace(cached, records=dict(cached.records))
         gen_dir = self._ws_gens(ws) / name
         manifest = self._manifest(gen_dir)
         records: dict[str, str] = {}
@@ -206,8 +218,12 @@ class MemoryStore:
         if revision != manifest.get("revision") or index != render_index(records):
             raise MemoryDamaged(f"workspace {ws!r} generation {name} does not match its revision",
                                 "restore it from a backup or an older generation")
-        return WorkspaceGeneration(workspace=ws, records=records, index=index,
-                                   revision=revision, seq=int(name[:8]))
+        gen = WorkspaceGeneration(workspace=ws, records=records, index=index, revision=revision,
+                                  seq=int(name[:8]))
+        if len(self._cache) > 256:
+            self._cache.clear()
+        self._cache[(ws, name)] = gen
+        return dataclasses.replace(gen, records=dict(records))
 
     @staticmethod
     def _manifest(gen_dir: Path) -> dict:

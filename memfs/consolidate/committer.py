@@ -188,7 +188,7 @@ def _commit_locked(root: Path, review: Review) -> Receipt:
         review_id=review.review_id, state=COMMITTING, workspace=review.workspace,
         source=review.source, scopes={}, proposal_hash=plan.proposal_hash,
         changes=plan.change_hashes(), worker_attempt=review.worker_attempt,
-        consolidator_version=review.consolidator_version, created_at=at, updated_at=at,
+        consolidator_version=str(review.consolidator_version), created_at=at, updated_at=at,
     )
 
     # 1. Final recheck: the source first (a changed source makes the target moot).

@@ -48,6 +48,7 @@ def test_fsynced_file_survives_sigkill(mounted) -> None:
     (mounted.work / "sub").mkdir()
     with open(mounted.work / "sub" / "tmp", "wb") as f:
         f.write(b"renamed content")
+        f.flush()
         os.fsync(f.fileno())
     os.rename(mounted.work / "sub" / "tmp", mounted.work / "sub" / "final")
     dfd = os.open(mounted.work / "sub", os.O_RDONLY | os.O_DIRECTORY)
@@ -71,6 +72,7 @@ def test_pending_count_drops_after_fsync(mounted) -> None:
     mounted.require_real()
     with open(mounted.work / "f", "wb") as f:
         f.write(b"x" * 1000)
+        f.flush()
         os.fsync(f.fileno())
         assert mounted.status()["pending"] == 0
 

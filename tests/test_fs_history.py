@@ -22,6 +22,7 @@ pytestmark = pytest.mark.mount
 def write_durably(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data)
+        f.flush()
         os.fsync(f.fileno())
 
 
@@ -149,7 +150,7 @@ def test_history_and_branches_are_read_only(mounted) -> None:
 def test_log_records_the_writing_process(mounted) -> None:
     mounted.require_real()
     target = mounted.work / "by-child.txt"
-    code = ("import os,sys\nf=open(sys.argv[1],'wb')\nf.write(b'child')\nos.fsync(f.fileno())\n"
+    code = ("import os,sys\nf=open(sys.argv[1],'wb')\nf.write(b'child')\nf.flush()\nos.fsync(f.fileno())\n"
             "print(os.getpid())")
     out = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
                          text=True, check=True)

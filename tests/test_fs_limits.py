@@ -105,6 +105,7 @@ def test_write_beyond_free_space_is_enospc_and_store_survives(small_fs, mount_fa
     keep = random.Random(5).randbytes(2 << 20)
     with open(m.work / "keep.bin", "wb") as f:
         f.write(keep)
+        f.flush()
         os.fsync(f.fileno())
 
     sv = os.statvfs(m.mnt)

@@ -43,7 +43,7 @@ from memfs.consolidate.receipts import (
     write_receipt,
 )
 from memfs.consolidate.worker import worker_session_path
-from memfs.rootdir import receipts_dir
+from memfs.rootdir import memory_dir, receipts_dir
 
 CHILD = """
 import json, sys
@@ -249,3 +249,17 @@ def test_a_retried_review_after_a_crash_is_recovered_not_written_twice(tmp_path:
     done = commit_review(sc.root, review)
     assert done.state == "committed" and done.history[-1].by == "recover"
     assert len(sc.memory.history(WS)) == gens
+
+
+def test_a_damaged_generation_is_reported_and_recovery_goes_on(tmp_path: Path) -> None:
+    sc = Scenario(tmp_path / "root")
+    review_id = run_commit(sc, sc.raw(), "commit-after-receipt", tmp_path)
+    record = (memory_dir(sc.root) / "workspaces" / WS).resolve() / "editor.md"
+    os.chmod(record, 0o644)
+    record.write_text("tampered on disk\n")
+    report = recover_cli(sc)
+    assert report["exit"] == 1 and report["unresolved"] == 1
+    assert [o["action"] for o in report["outcomes"]] == ["error"]
+    assert "does not match its revision" in report["outcomes"][0]["detail"]
+    receipt = read_receipt(sc.root, review_id)
+    assert receipt is not None and receipt.state == "committing"

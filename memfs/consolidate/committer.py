@@ -432,7 +432,13 @@ def recover_receipts(root: Path, plan_for: PlanSource | None = None,
     with review_lock(root, lock_timeout):
         scan = scan_receipts(root)
         remove_temp_files(root, scan.temp_files)
-        outcomes = [_recover_locked(root, r, None, source) for r in scan.receipts]
+        outcomes = []
+        for receipt in scan.receipts:
+            try:
+                outcomes.append(_recover_locked(root, receipt, None, source))
+            except MemfsError as exc:  # e.g. a damaged generation: report it, go on
+                outcomes.append(RecoveryOutcome(receipt.review_id, "error", receipt.state,
+                                                str(exc), receipt))
     return RecoveryReport(outcomes, scan.damaged, len(scan.temp_files))
 
 

@@ -25,7 +25,7 @@ from memfs.consolidate.committer import (
     plan_from_proposal,
     snapshot_of,
 )
-from memfs.consolidate.lock import review_lock
+from memfs.consolidate.lock import held_here, review_lock
 from memfs.consolidate.proposal import parse_proposal
 from memfs.consolidate.receipts import Receipt, new_review_id, read_receipt, scan_receipts
 from memfs.consolidate.worker import WorkerSession, new_attempt_id, worker_session_path
@@ -325,3 +325,27 @@ def test_receipts_command_lists_them(sc: Scenario) -> None:
     text = sc.cli("receipts")
     assert text.returncode == 0 and committed.review_id in text.stdout and "committed" in text.stdout
     assert sc.cli("receipts", "--state", "committing").stdout.strip() == "no receipts"
+
+
+def test_the_review_lock_is_free_while_the_model_is_asked(sc: Scenario) -> None:
+    """The real orchestration: each time it is about to ask the model, the lock is free
+    (taking it with no wait succeeds, from this thread and by flock); it commits after."""
+    from memfs.consolidate.review import ConsolidateOptions, consolidate
+    from memfs.consolidate.stub_server import StubServer
+
+    asked: list[bool] = []
+
+    def progress(message: str) -> None:
+        if "asking" in message:
+            with review_lock(sc.root, timeout=0):
+                asked.append(held_here(sc.root))
+            assert not held_here(sc.root)
+
+    draft = {**sc.raw(), "final": False}
+    with StubServer([{"propose": draft}, {"propose": sc.raw()}]) as stub:
+        options = ConsolidateOptions(provider="openai", model="gpt-4o",
+                                     base_url=stub.base_url("openai"))
+        out = consolidate(sc.root, sc.sid, WS, options, progress)
+    assert asked == [True, True]  # two model requests, the lock free before each
+    assert out.state == "committed" and out.receipt is not None
+    assert states(out.receipt) == ["committing", "committed"]

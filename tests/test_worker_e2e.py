@@ -278,3 +278,25 @@ def test_workspace_other_than_the_sessions_is_refused(tmp_path, stub):
     code, out, err = consolidate(root, stub, "openai", sid, "--workspace", "elsewhere")
     assert code == 1 and "belongs to workspace 'ws-alpha'" in out["error"]
     assert stub.requests == []
+
+
+def test_killed_after_the_worker_leaves_no_receipt_and_no_change(tmp_path, stub):
+    """SIGKILL between the accepted final and the commit: memory and receipts untouched, the
+    worker session intact (kill tests prove ordering only; durability rests on fsync)."""
+    root = tmp_path / "root"
+    sid = make_session(root)
+    before = memory_state(root)
+    stub.push(GLOBAL_AND_PUT)
+    code, _, err = consolidate(root, stub, "anthropic", sid,
+                               env={"MEMFS_CRASH_AT": "consolidate-after-worker"})
+    assert code == -9, err
+    assert memory_state(root) == before
+    (path,) = (root / "sessions" / "workers").glob("*.jsonl")
+    from memfs.consolidate.worker import load_worker_session, replay_final_proposal
+
+    events = load_worker_session(root, path.stem)
+    assert events[-1]["event"] == "end" and events[-1]["status"] == "accepted"
+    assert replay_final_proposal(events) == GLOBAL_AND_PUT["propose"]
+    with path.open("a") as f:  # a torn append is dropped on load
+        f.write('{"seq": 99, "event": "res')
+    assert load_worker_session(root, path.stem) == events

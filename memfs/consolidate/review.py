@@ -36,6 +36,7 @@ from memfs.consolidate.worker import (
     tool_spec,
 )
 from memfs.errors import MemfsError
+from memfs.memory.durable import crash_point
 from memfs.memory.generation import GlobalGeneration, WorkspaceGeneration
 from memfs.memory.preview import preview_global_change
 from memfs.memory.sessions import FrozenSession, ProjectedTurn, SessionStore
@@ -211,6 +212,7 @@ def consolidate(root: Path, session_id: str, workspace: str | None,
                            outcome.usage, str(outcome.session_path))
     if outcome.status != "accepted":
         return result
+    crash_point("consolidate-after-worker")  # the final is durable; nothing committed yet
 
     # What recovery would rebuild is what we commit: replay, then parse once more.
     raw = replay_final_proposal(load_worker_session(root, attempt_id))

@@ -300,3 +300,19 @@ def test_killed_after_the_worker_leaves_no_receipt_and_no_change(tmp_path, stub)
     with path.open("a") as f:  # a torn append is dropped on load
         f.write('{"seq": 99, "event": "res')
     assert load_worker_session(root, path.stem) == events
+
+
+def test_memory_written_while_the_model_works_is_never_overwritten(tmp_path):
+    root = tmp_path / "root"
+    sid = make_session(root)
+    memory = MemoryStore(memory_dir(root))
+
+    def someone_writes(_request) -> None:  # an online write through the mount, say
+        memory.put_record("ws-alpha", "editor", "Uses vim.\n")
+
+    with StubServer([{"propose": {"changes": [PUT_TABS], "final": True}}],
+                    on_request=someone_writes) as stub:
+        code, out, err = consolidate(root, stub, "openai", sid)
+    assert code == 1 and out["state"] == "target-conflict"
+    assert read_receipt(root, out["review_id"]).state == "target-conflict"
+    assert set(memory.workspace_generation("ws-alpha").records) == {"editor"}

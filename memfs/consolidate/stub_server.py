@@ -23,6 +23,7 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,8 +42,12 @@ class RecordedRequest:
 class StubServer:
     """Serve `script` on 127.0.0.1:<free port> from a background thread."""
 
-    def __init__(self, script: list[dict[str, Any]] | None = None, require_key: str | None = None):
+    def __init__(self, script: list[dict[str, Any]] | None = None, require_key: str | None = None,
+                 on_request: Callable[[RecordedRequest], None] | None = None):
+        """`on_request` runs (in the server thread) before each answer: a test's way to change
+        the world while the "model" is thinking."""
         self.script: list[dict[str, Any]] = list(script or [])
+        self.on_request = on_request
         self.requests: list[RecordedRequest] = []
         self.require_key = require_key
         self._lock = threading.Lock()
@@ -86,7 +91,10 @@ class StubServer:
     def _next(self, request: RecordedRequest) -> dict[str, Any] | None:
         with self._lock:
             self.requests.append(request)
-            return self.script.pop(0) if self.script else None
+            move = self.script.pop(0) if self.script else None
+        if self.on_request is not None:
+            self.on_request(request)
+        return move
 
     def _key_ok(self, protocol: str, headers: dict[str, str]) -> bool:
         if self.require_key is None:

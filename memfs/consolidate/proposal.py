@@ -286,9 +286,8 @@ def _check_range(start: int, end: int, at: str, session: FrozenSession) -> Evide
     if start > end:
         raise ProposalError(at, f"{label} is reversed ('from' is after 'to')")
     if start < 1 or end > session.turn_count:
-        raise ProposalError(at, f"{label} is outside session {session.id}, which has turns "
-                            f"1-{session.turn_count}" if session.turn_count else
-                            f"{label} cites session {session.id}, which has no turns",
+        turns = f"turns 1-{session.turn_count}" if session.turn_count else "no turns"
+        raise ProposalError(at, f"{label} is outside session {session.id}, which has {turns}",
                             "cite only turns the evidence projection shows")
     hidden = next((t for t in range(start, end + 1) if t not in session.visible_turns), None)
     if hidden is not None:

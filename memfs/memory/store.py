@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -295,7 +296,7 @@ class MemoryStore:
             current = self._load_workspace(ws)
             return self._commit_records(current, preview_workspace_changes(current, changes))
 
-    def _writing(self):  # noqa: ANN202 - a context manager
+    def _writing(self) -> AbstractContextManager[None]:
         self.ops.makedirs(self.root)
         return flocked(self._lock, exclusive=True)
 

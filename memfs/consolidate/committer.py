@@ -141,9 +141,9 @@ class Review:
     consolidator_version: str = DEFAULT_CONSOLIDATOR_VERSION
 
 
-def snapshot_of(frozen: object) -> SourceSnapshot:
-    """A SourceSnapshot from memfs.memory.sessions.FrozenSession (id, turn_count, hash)."""
-    return SourceSnapshot(frozen.id, frozen.turn_count, frozen.content_hash)  # type: ignore[attr-defined]
+def snapshot_of(frozen: FrozenSession) -> SourceSnapshot:
+    """What a receipt keeps of a frozen session: its id, turn count and content hash."""
+    return SourceSnapshot(frozen.id, frozen.turn_count, frozen.content_hash)
 
 
 # --- The commit --------------------------------------------------------------------------
@@ -275,7 +275,7 @@ def _finish(root: Path, receipt: Receipt, state: str, by: str, detail: str,
 
 
 def _with_scopes(receipt: Receipt, scopes: dict[str, ScopeRevisions]) -> Receipt:
-    return Receipt(**{**receipt.__dict__, "scopes": scopes})
+    return replace(receipt, scopes=scopes)
 
 
 def _current_source(root: Path, source: SourceSnapshot) -> SourceSnapshot | None:

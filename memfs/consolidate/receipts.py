@@ -20,7 +20,7 @@ import json
 import os
 import re
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -132,15 +132,10 @@ class Receipt:
     ) -> Receipt:
         """This receipt moved to `state`, with the move appended to its history."""
         at = now()
-        return Receipt(
-            **{
-                **self.__dict__,
-                "state": state,
-                "updated_at": at,
-                "detail": detail,
-                "observed": dict(observed if observed is not None else self.observed),
-                "history": (*self.history, HistoryEntry(at, state, by, detail)),
-            }
+        return replace(
+            self, state=state, updated_at=at, detail=detail,
+            observed=dict(observed if observed is not None else self.observed),
+            history=(*self.history, HistoryEntry(at, state, by, detail)),
         )
 
     def to_json(self) -> dict:

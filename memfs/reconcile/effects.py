@@ -293,6 +293,7 @@ def unlink_file(
         parent, name = chain[-1].fd, parts[-1]
         existing = _open_existing(parent, name, rel)
         if existing is None:
+            _fsync_chain(chain, rel)  # a retry completes an unlink only with its barriers
             return False
         fd, first = existing
         _check_fresh(fd, expected, force, rel)

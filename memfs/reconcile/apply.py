@@ -1,0 +1,114 @@
+"""Write-ahead: the journal's intents around each effect and each adoption.
+
+Why: a crash between deciding and finishing must never lose either side's work. So an intent
+carrying the expected old value is durable before each disk write or unlink and before each
+adoption into the tree; completion (and with it the new P) is recorded only once the effect is
+durable. A pending intent is resolved at its next observation by the rule (done, not done, or
+touched by someone else → an interrupted conflict); `settle` applies that resolution.
+
+The journal is memfs.store.journal.Journal; this module only calls its methods, so it keeps
+the one-way imports (reconcile never imports the workspace or the FUSE layer).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from memfs.reconcile.contained import Refused, RootId, crash_point
+from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
+from memfs.reconcile.rule import ABSENT, Decision, _Absent
+
+
+class JournalLike(Protocol):
+    def begin_intent(self, mount: str, path: str, op: str, *, old: str | None, new: str | None,
+                     branch: str | None = None, root: tuple[int, int] | None = None) -> int: ...
+    def complete_intent(self, intent_id: int) -> None: ...
+    def abandon_intent(self, intent_id: int) -> None: ...
+    def pending_intents(self, mount: str, path: str | None = None) -> list: ...  # type: ignore[type-arg]
+
+
+def _col(v: str | _Absent) -> str | None:
+    return None if v is ABSENT else v  # type: ignore[return-value]
+
+
+def push_write(
+    journal: JournalLike, mount: str, root_path: str | os.PathLike[str], root: RootId, rel: str,
+    data: bytes | Iterable[bytes], *, new_digest: str, expected: str | _Absent,
+    force: bool = False, branch: str | None = None,
+) -> Written:
+    """Intent, effect, completion. A refusal that touched nothing abandons the intent (P stays as
+    it was); a failure after the rename leaves it pending, so the path stays owed."""
+    iid = journal.begin_intent(mount, rel, "write", old=_col(expected), new=new_digest,
+                               branch=branch, root=(root.dev, root.ino))
+    crash_point("apply:after-intent")
+    try:
+        written = write_file(root_path, rel, data, root=root, expected=expected, force=force)
+    except EffectFailed:
+        raise
+    except Refused as exc:
+        if not exc.touched:
+            journal.abandon_intent(iid)
+        raise
+    crash_point("apply:after-effect")
+    if written.digest != new_digest:
+        journal.abandon_intent(iid)
+        raise Refused(f"{rel}: the bytes written are not the ones the intent named",
+                      "retry the materialize", reason="digest-mismatch", touched=True)
+    journal.complete_intent(iid)
+    return written
+
+
+def push_unlink(
+    journal: JournalLike, mount: str, root_path: str | os.PathLike[str], root: RootId, rel: str,
+    *, expected: str, force: bool = False, branch: str | None = None,
+) -> bool:
+    """Intent, unlink, completion (P := absent)."""
+    iid = journal.begin_intent(mount, rel, "unlink", old=expected, new=None, branch=branch,
+                               root=(root.dev, root.ino))
+    crash_point("apply:after-intent")
+    try:
+        removed = unlink_file(root_path, rel, root=root, expected=expected, force=force)
+    except EffectFailed:
+        raise
+    except Refused as exc:
+        if not exc.touched:
+            journal.abandon_intent(iid)
+        raise
+    crash_point("apply:after-effect")
+    journal.complete_intent(iid)
+    return removed
+
+
+def adopt(
+    journal: JournalLike, mount: str, rel: str, *, old: str | _Absent, new: str | _Absent,
+    branch: str | None, commit: Callable[[], None], root: RootId | None = None,
+) -> None:
+    """Take disk into the tree: intent (old/new are the store side), then `commit` — the
+    caller's tree change, which must be durable (synced) when it returns — then completion,
+    which records P := new."""
+    iid = journal.begin_intent(mount, rel, "adopt", old=_col(old), new=_col(new), branch=branch,
+                               root=(root.dev, root.ino) if root else None)
+    crash_point("apply:after-intent")
+    commit()
+    crash_point("apply:after-effect")
+    journal.complete_intent(iid)
+
+
+def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision]) -> dict[str, str]:
+    """Apply the rule's resolution of pending intents: done (an adoption that landed) completes;
+    not-done and interrupted abandon (an interrupted path's conflict goes into branch intent by
+    the caller, from decision.record_conflict). Returns path -> resolution."""
+    settled: dict[str, str] = {}
+    pending = {i.path: i for i in journal.pending_intents(mount)}
+    for path, dec in decisions.items():
+        if dec.resolve_pending is None or path not in pending:
+            continue
+        intent = pending[path]
+        if dec.resolve_pending == "done":
+            journal.complete_intent(intent.id)
+        else:
+            journal.abandon_intent(intent.id)
+        settled[path] = dec.resolve_pending
+    return settled

@@ -1,0 +1,361 @@
+"""Planning, pure: a whole pass, sync's contract and materialize's contract as functions.
+
+Why pure: the contracts (a sync without a path never discards a draft; a path sync takes disk
+and lists what it gave up; materialize never deletes without apply_deletions, takes up only what
+the evidence says disk owes, and overwrites a copy without evidence only when named and forced)
+are promises about decisions, so they are tested as tables without disks or clocks. The caller
+(the workspace) gathers the inputs on one branch, applies the plan, and gathers again if the
+branch moved under it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from memfs.reconcile.intent import IntentTable
+from memfs.reconcile.rule import (
+    ABSENT,
+    NO_EVIDENCE,
+    Action,
+    Content,
+    Decision,
+    Detail,
+    Disk,
+    DiskUnknown,
+    PathIntent,
+    Pending,
+    State,
+    _Absent,
+    decide,
+)
+
+EvidenceMap = Mapping[str, "str | _Absent"]  # a missing key is NO_EVIDENCE
+
+
+class Observed(Protocol):
+    """What plan_pass needs of an observation (memfs.reconcile.observe.Observation)."""
+
+    scope: str
+    files: Mapping[str, object]
+    regions: Sequence[object]
+
+    def disk(self, path: str) -> Disk: ...
+
+
+def _under(path: str, scope: str) -> bool:
+    return scope == "" or path == scope or path.startswith(scope + "/")
+
+
+def pending_from_journal(intents: Iterable[object], branch: str | None) -> dict[str, Pending]:
+    """Journal intents (memfs.store.journal.Intent) as the rule's Pending, newest per path."""
+    out: dict[str, Pending] = {}
+    for it in intents:
+        op = it.op  # type: ignore[attr-defined]
+        old = ABSENT if it.old is None else it.old  # type: ignore[attr-defined]
+        new = ABSENT if it.new is None else it.new  # type: ignore[attr-defined]
+        on_branch = op != "adopt" or it.branch in (None, branch)  # type: ignore[attr-defined]
+        out[it.path] = Pending(op, old, new, on_branch)  # type: ignore[attr-defined]
+    return out
+
+
+@dataclass
+class PassPlan:
+    """One pass's decisions on one branch, and what applying it changes."""
+
+    branch: str | None
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    regions: list[object] = field(default_factory=list)
+
+    def listing(self) -> dict[str, tuple[str, str | None]]:
+        """path -> (state, conflict kind) for every path that lists (absent-on-both excluded)."""
+        return {p: (str(d.state), str(d.conflict) if d.conflict else None)
+                for p, d in sorted(self.decisions.items()) if d.state is not None}
+
+    def adoptions(self) -> dict[str, Decision]:
+        return {p: d for p, d in self.decisions.items() if d.action == Action.ADOPT_DISK}
+
+    def evidence_updates(self) -> dict[str, str | _Absent]:
+        return {p: d.record for p, d in self.decisions.items() if d.record is not None}
+
+    def owed(self) -> dict[str, Decision]:
+        return {p: d for p, d in self.decisions.items() if d.owes is not None}
+
+
+def plan_pass(
+    observation: Observed,
+    store_view: Mapping[str, Content],
+    evidence: EvidenceMap,
+    intent: IntentTable,
+    pending: Mapping[str, Pending] | None = None,
+    *,
+    branch: str | None = None,
+) -> PassPlan:
+    """Decide every path the observation's scope covers: store entries, evidence, intent, pending
+    intents and files disk holds. Paths in incomplete regions come out unverified."""
+    pending = pending or {}
+    scope = observation.scope
+    paths = {p for p in store_view if _under(p, scope)}
+    paths |= {p for p in evidence if _under(p, scope)}
+    paths |= {p for p in intent if _under(p, scope)}
+    paths |= {p for p in pending if _under(p, scope)}
+    paths |= set(observation.files)
+    plan = PassPlan(branch, regions=list(observation.regions))
+    for path in sorted(paths):
+        pi = intent.get(path)
+        if path in pending:
+            pi = PathIntent(pi.tombstone, pi.origin_store, pi.conflict, pending[path], pi.damaged)
+        s = store_view.get(path, ABSENT)
+        p = evidence.get(path, NO_EVIDENCE)
+        plan.decisions[path] = decide(observation.disk(path), s, p, pi)
+    return plan
+
+
+# --- sync ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Discarded:
+    path: str
+    was: str  # the state the workspace change had
+    op: Literal["modified", "deleted", "restored"]
+
+
+@dataclass
+class SyncPlan:
+    """What a sync takes. `take` maps path -> the disk side to put in the store (a Content) or
+    ABSENT to remove it; `record` is the evidence to record; intent changes clear tombstones and
+    conflicts of the paths taken."""
+
+    take: dict[str, Content | _Absent] = field(default_factory=dict)
+    record: dict[str, str | _Absent] = field(default_factory=dict)
+    clear_intent: list[str] = field(default_factory=list)
+    record_conflicts: dict[str, object] = field(default_factory=dict)
+    resolve_pending: dict[str, str] = field(default_factory=dict)
+    discarded: list[Discarded] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
+    refused: str | None = None
+
+
+def _take_for(d: Disk) -> tuple[Content | _Absent, str | _Absent]:
+    """The store side and P a sync takes for disk side d (binary/oversize: dropped, disk-only)."""
+    if d is ABSENT:
+        return ABSENT, ABSENT
+    assert isinstance(d, Content)
+    if d.kind != "text" or d.digest is None:
+        return ABSENT, ABSENT
+    return d, d.digest
+
+
+def plan_sync(
+    plan: PassPlan,
+    observation: Observed,
+    store_view: Mapping[str, Content],
+    *,
+    path: str | None = None,
+    branch_now: str | None = None,
+) -> SyncPlan:
+    """Sync's contract. Without a path: apply the rule (adoptions, agreements, conflicts) and
+    never discard a draft. With a path: take disk for everything under it that disk shows,
+    listing each workspace change given up under `discarded`; only on the branch it was asked on
+    (the pass's branch), else take nothing and say so."""
+    out = SyncPlan()
+    if path is not None and branch_now != plan.branch:
+        out.refused = (f"the selected branch changed ({plan.branch} -> {branch_now}) before the "
+                       f"sync of {path!r} gathered; nothing was taken")
+        return out
+    for p, dec in plan.decisions.items():
+        if dec.state == State.UNVERIFIED:
+            out.unverified.append(p)
+            continue
+        if dec.resolve_pending is not None:
+            out.resolve_pending[p] = dec.resolve_pending
+        named = path is not None and _under(p, path)
+        if not named or dec.action in (Action.AGREE, Action.NOTHING, Action.ADOPT_DISK):
+            if dec.action == Action.ADOPT_DISK:
+                d = observation.disk(p)
+                out.take[p], _ = _take_for(d)
+                if dec.clear_tombstone:
+                    out.clear_intent.append(p)
+            if dec.record is not None:
+                out.record[p] = dec.record
+            if dec.clear_conflict:
+                out.clear_intent.append(p)
+            if dec.record_conflict is not None:
+                out.record_conflicts[p] = dec.record_conflict
+            continue
+        # A path sync of a path the rule keeps for the workspace: take disk, say what was lost.
+        d = observation.disk(p)
+        if isinstance(d, DiskUnknown):
+            out.unverified.append(p)
+            continue
+        s = store_view.get(p, ABSENT)
+        take, record = _take_for(d)
+        if dec.state == State.NOT_IN_BRANCH:
+            out.take[p] = take
+        elif s != take or dec.state in (State.WORKSPACE_DELETED, State.CONFLICT):
+            op: Literal["modified", "deleted", "restored"] = (
+                "restored" if s is ABSENT else "deleted" if take is ABSENT else "modified")
+            out.discarded.append(Discarded(p, str(dec.state), op))
+            out.take[p] = take
+        out.record[p] = record
+        out.clear_intent.append(p)
+    return out
+
+
+# --- materialize ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Write:
+    path: str
+    expected: str | _Absent  # disk as the decision saw it
+    force: bool  # skip the effect's freshness check (a named, forced path only)
+
+
+@dataclass(frozen=True)
+class Unlink:
+    path: str
+    expected: str
+    force: bool
+
+
+@dataclass(frozen=True)
+class Skipped:
+    path: str
+    state: str
+    reason: str
+    remedy: str
+
+
+@dataclass
+class MaterializePlan:
+    writes: list[Write] = field(default_factory=list)
+    unlinks: list[Unlink] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    deletions_left: list[str] = field(default_factory=list)
+    refused: str | None = None
+
+
+def _named(path: str, paths: Sequence[str] | None) -> bool:
+    return bool(paths) and any(_under(path, n) for n in paths or ())
+
+
+def plan_materialize(
+    plan: PassPlan,
+    observation: Observed,
+    *,
+    paths: Sequence[str] | None = None,
+    force: bool = False,
+    apply_deletions: bool = False,
+    pinned_branch: str | None = None,
+) -> MaterializePlan:
+    """Materialize's contract over one pass (decided on the branch it selects, in the same turn).
+
+    Takes up only what the decisions say disk owes; a bare call never overwrites a copy without
+    evidence and never writes a pre-evidence entry disk lacks; force counts only for named
+    paths; nothing is deleted without apply_deletions; every refusal is listed with its remedy.
+    A mount pinned to another branch is refused unless forced.
+    """
+    out = MaterializePlan()
+    if pinned_branch is not None and plan.branch != pinned_branch and not force:
+        out.refused = (f"disk holds branch {pinned_branch!r} (last materialized); "
+                       f"{plan.branch!r} diverges from it")
+        return out
+    for p, dec in sorted(plan.decisions.items()):
+        if paths and not _named(p, paths):
+            continue
+        named = _named(p, paths)
+        if dec.state == State.UNVERIFIED:
+            out.skipped.append(Skipped(p, "unverified", dec.reason,
+                                       "make the path readable (or fix the branch intent with a "
+                                       "sync of the path), then materialize again"))
+            continue
+        if dec.owes is None:
+            continue
+        need = set(dec.requires)
+        have = {"apply_deletions"} if apply_deletions else set()
+        if named:
+            have.add("named")
+            if force:
+                have.add("force")
+        if dec.owes == "unlink" and "apply_deletions" not in have:
+            out.deletions_left.append(p)
+            continue
+        if not need <= have:
+            out.skipped.append(_skip(p, dec, need - have))
+            continue
+        d = observation.disk(p)
+        if isinstance(d, DiskUnknown):  # pragma: no cover - the rule already said unverified
+            continue
+        expected: str | _Absent = ABSENT if d is ABSENT else (d.digest or "")
+        effect_force = "force" in need or (named and force)
+        if dec.owes == "write":
+            out.writes.append(Write(p, expected, effect_force))
+        elif d is not ABSENT:
+            out.unlinks.append(Unlink(p, expected, effect_force))  # type: ignore[arg-type]
+        elif dec.detail == Detail.PENDING_WRITE_SEEN:
+            out.unlinks.append(Unlink(p, "", False))  # already gone: completes with barriers
+    return out
+
+
+def _skip(path: str, dec: Decision, missing: set[str]) -> Skipped:
+    state = str(dec.state)
+    if dec.conflict is not None:
+        state = f"conflict: {dec.conflict}"
+        remedy = (f"`memfs sync {path}` takes disk's copy; `memfs materialize --force {path}` "
+                  "writes the workspace's")
+    elif dec.state == State.DISK_MISSING_PROVENANCE_UNKNOWN:
+        remedy = (f"nothing records whether disk ever had it: `memfs materialize {path}` writes "
+                  f"it, `memfs sync {path}` drops it from the workspace")
+    elif dec.state == State.WORKSPACE_DELETED:
+        remedy = (f"disk's copy has no evidence: `memfs materialize --apply-deletions --force "
+                  f"{path}` removes it, `memfs sync {path}` restores it")
+    else:
+        remedy = f"name the path ({', '.join(sorted(missing))}): `memfs materialize {path}`"
+    return Skipped(path, state, dec.reason, remedy)
+
+
+# --- status --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OwedCounts:
+    pending_changes: int
+    pending_workspace_deletions: int
+    conflicts: int
+
+
+def count_owed(
+    store_view: Mapping[str, Content],
+    evidence: EvidenceMap,
+    intent: IntentTable,
+    pending: Mapping[str, Pending] | None = None,
+) -> OwedCounts:
+    """What disk owes by the evidence alone (no disk read): drafts (store differs from P, P
+    known; or a workspace-created file), pending writes, workspace deletions disk has not
+    confirmed, conflicts. An entry never checked against disk (no P, no origin) is left out
+    until a listing or a materialize checks it."""
+    pending = pending or {}
+    changes = deletions = conflicts = 0
+    for path in set(store_view) | set(evidence) | set(intent) | set(pending):
+        pi = intent.get(path)
+        if pi.conflict is not None or pi.damaged:
+            conflicts += int(pi.conflict is not None)
+            continue
+        pend = pending.get(path)
+        s = store_view.get(path, ABSENT)
+        p = evidence.get(path, NO_EVIDENCE)
+        if pend is not None and pend.op == "unlink":
+            deletions += 1
+        elif pend is not None and pend.op == "write":
+            changes += 1
+        elif s is ABSENT:
+            if pi.tombstone and p is not NO_EVIDENCE and p is not ABSENT:
+                deletions += 1
+        elif p is NO_EVIDENCE:
+            changes += int(pi.origin_store)
+        elif p != s.digest:
+            changes += 1
+    return OwedCounts(changes, deletions, conflicts)

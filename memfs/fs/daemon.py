@@ -55,6 +55,7 @@ class RootLock:
 
 def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool = False) -> int:
     lock = RootLock(root, mountpoint)
+    _recover_reviews(root)
     store = Store.open(root)
     ws = Workspace(store, commit_interval)
     ops = MemfsOperations(ws)
@@ -80,6 +81,17 @@ def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool
                 sock.unlink()
             lock.release()
     return 0
+
+
+def _recover_reviews(root: Path) -> None:
+    """Finish consolidation reviews a crash left `committing` before serving memory."""
+    from memfs.consolidate.committer import recover_receipts
+
+    try:
+        report = recover_receipts(root)
+        log.info("receipt recovery: %s", report)
+    except Exception as exc:  # noqa: BLE001 - the mount still serves files; `memfs recover` retries
+        log.error("receipt recovery failed (run `memfs recover`): %s", exc)
 
 
 async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:

@@ -60,7 +60,11 @@ class Handle:
 
 
 class MemfsOperations(pyfuse3.Operations):
-    enable_writeback_cache = True
+    # No writeback cache: with it the kernel keeps its own size and mtime for regular files
+    # and never sends the mtime of a write once the file is closed, so the stored mtime
+    # would drift from what stat showed, and a size changed behind the kernel (undo, a
+    # backing-disk ingest) would be ignored. Reads are still cached (keep_cache).
+    enable_writeback_cache = False
     supports_dot_lookup = True
 
     def __init__(self, ws: Workspace, extra_virtual: dict | None = None) -> None:

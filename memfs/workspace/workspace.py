@@ -43,8 +43,8 @@ ROOT_ID = 1
 NAME_MAX = 255
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
-DIRTY_BYTES_SOON = 32 << 20  # commit early when this much data waits in memory
-DIRTY_BYTES_MAX = 64 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
+DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
+DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
 
 Invalidator = Callable[[list[tuple[int, bytes]], list[int]], None]
 
@@ -194,6 +194,8 @@ class Workspace:
             return d
         if name == b"..":
             return d.parent or d
+        if len(name) > NAME_MAX:
+            raise fail(errno.ENAMETOOLONG)
         child = self.children(d).get(name)
         if child is None:
             raise fail(errno.ENOENT)

@@ -159,6 +159,15 @@ def test_pending_unlink_and_adoption():
     assert decide(TA, TA, A, elsewhere).resolve_pending is None
 
 
+def test_another_branchs_push_seen_on_disk():
+    """A branch without the entry neither replays nor unlinks it, and reads no false conflict."""
+    w = PathIntent(pending=Pending("write", A, B, on_this_branch=False))
+    other = decide(TB, ABSENT, A, w)
+    assert other.state == State.NOT_IN_BRANCH and other.owes is None and other.record is None
+    assert other.resolve_pending is None
+    assert decide(TA, ABSENT, A, w).resolve_pending == "not-done"
+
+
 # --- properties over the whole input space -------------------------------------------------
 
 digests = st.sampled_from([A, B, C])
@@ -188,10 +197,14 @@ def test_rule_invariants(d, s, p, intent):
     dv, sv = _val(d), _val(s)
     effective_p = p
     pend = intent.pending
-    if pend is not None and pend.on_this_branch and dec.resolve_pending == "not-done":
+    if pend is not None and dec.resolve_pending == "not-done":
         effective_p = pend.old if pend.op != "adopt" else p
     if pend is not None and dec.resolve_pending == "done":
         effective_p = pend.new
+    if pend is not None and not pend.on_this_branch and pend.op != "adopt" and dv == pend.new:
+        effective_p = pend.new
+        assert dec.record is None  # not completed here
+        assert not (dec.owes == "write" and sv == pend.new)  # nor replayed
     # Nothing is decided from what could not be seen.
     if intent.damaged or isinstance(d, DiskUnknown):
         assert dec.action == Action.UNVERIFIED and dec.record is None and dec.owes is None

@@ -55,7 +55,7 @@ def pending_from_journal(intents: Iterable[object], branch: str | None) -> dict[
         op = it.op  # type: ignore[attr-defined]
         old = ABSENT if it.old is None else it.old  # type: ignore[attr-defined]
         new = ABSENT if it.new is None else it.new  # type: ignore[attr-defined]
-        on_branch = op != "adopt" or it.branch in (None, branch)  # type: ignore[attr-defined]
+        on_branch = it.branch in (None, branch)  # type: ignore[attr-defined]
         out[it.path] = Pending(op, old, new, on_branch)  # type: ignore[attr-defined]
     return out
 

@@ -99,7 +99,9 @@ class Pending:
     """A write-ahead intent not yet completed. `op` is `write`/`unlink` (disk effect) or `adopt`
     (taking disk into this branch's tree). `old`/`new` are the side's expected values before and
     after, as evidence values (digest or ABSENT). An adoption planned on another branch is left
-    for that branch (`on_this_branch=False`)."""
+    for that branch (`on_this_branch=False`); another branch's disk effect that shows on disk
+    decides this branch's state as if disk agreed with it, and is neither completed nor replayed
+    here."""
 
     op: Literal["write", "unlink", "adopt"]
     old: _Absent | str
@@ -251,10 +253,8 @@ def decide(d: Disk, s: Store, p: Evidence, intent: PathIntent = NO_INTENT) -> De
         return Decision(Action.UNVERIFIED, State.UNVERIFIED, reason=f"disk unknown: {d.reason}")
 
     pending = intent.pending
-    if pending is not None and pending.on_this_branch:
-        settled = _settle_pending(d, s, p, intent, pending)
-        if settled is not None:
-            return settled
+    if pending is not None and (pending.on_this_branch or pending.op != "adopt"):
+        return _settle_pending(d, s, p, intent, pending)
 
     dv, sv = _value(d), _value(s)
 
@@ -351,7 +351,7 @@ def _decide_unknown(d: Disk, s: Store, intent: PathIntent) -> Decision:
 
 def _settle_pending(
     d: Disk, s: Store, p: Evidence, intent: PathIntent, pending: Pending
-) -> Decision | None:
+) -> Decision:
     """Resolve a write-ahead intent at its next observation.
 
     A disk intent is completed only by a push whose barriers succeed: seeing its bytes on disk
@@ -359,9 +359,13 @@ def _settle_pending(
     old value means it never happened; anything else is an interrupted conflict.
     """
     side = _value(d) if pending.op in ("write", "unlink") else _value(s)
+    rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict)
+    if _eq(side, pending.new) and not pending.on_this_branch:
+        # Another branch's push shows on disk: decide as if disk agreed with it, but neither
+        # complete it (its own branch does, with barriers) nor replay it here.
+        return _with(decide(d, s, pending.new, rest), record=None)
     if _eq(side, pending.new):
         if pending.op == "adopt":
-            rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict)
             # The adoption landed; completing its intent records P := new, and the rest of
             # the decision is made from there.
             return _with(decide(d, s, pending.new, rest), resolve_pending="done")
@@ -372,7 +376,6 @@ def _settle_pending(
         return Decision(Action.KEEP_STORE, state, Detail.PENDING_WRITE_SEEN, owes=pending.op,
                         reason="disk shows the pending effect; a push with barriers completes it")
     if _eq(side, pending.old):
-        rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict)
         inner = decide(d, s, pending.old if pending.op != "adopt" else p, rest)
         return _with(inner, resolve_pending="not-done")
     return Decision(

@@ -329,6 +329,10 @@ class Journal:
             mount, path, new = row[0], row[1], row[2]
             c.execute("UPDATE journal_intents SET state='done', settled_at=? WHERE id=?",
                       (time.time(), intent_id))
+            # A redo supersedes the interrupted intents of the same path it completes.
+            c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? WHERE mount=? "
+                      "AND path=? AND state='pending' AND id<?",
+                      (time.time(), mount, path, intent_id))
             c.execute(
                 "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
                 " VALUES (?, ?, ?, ?)", (mount, path, None if new == _ABSENT_COL else new,

@@ -1,0 +1,202 @@
+"""Pass, sync, materialize and status contracts, decided over real observed directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import xxhash
+
+from memfs.reconcile import intent as intent_mod
+from memfs.reconcile.observe import observe
+from memfs.reconcile.plan import (
+    Discarded,
+    count_owed,
+    plan_materialize,
+    plan_pass,
+    plan_sync,
+)
+from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, Pending
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(256)
+
+
+def h(data: bytes) -> str:
+    return xxhash.xxh3_128(data).hexdigest()
+
+
+def text(data: bytes) -> Content:
+    return Content(h(data), "text")
+
+
+@pytest.fixture
+def world(tmp_path: Path):
+    """Disk after some shell work, the store with some workspace work, and the evidence."""
+    root = tmp_path / "root"
+    (root / "src").mkdir(parents=True)
+    disk = {
+        "same.txt": b"same\n",  # synced
+        "drafted.txt": b"v1\n",  # workspace edited it: draft
+        "shell-edit.txt": b"shell v2\n",  # shell edited it
+        "both.txt": b"disk side\n",  # both edited: conflict
+        "ws-deleted.txt": b"keep?\n",  # workspace deleted it
+        "other-branch.txt": b"ob\n",  # this branch lacks it
+        "legacy.txt": b"newer on disk\n",  # no evidence, differs (field report)
+        "shot.png": PNG,  # binary, new on disk
+        "src/new-on-disk.md": b"# new\n",
+    }
+    for name, data in disk.items():
+        (root / name).write_bytes(data)
+    store = {
+        "same.txt": text(b"same\n"),
+        "drafted.txt": text(b"v2 draft\n"),
+        "shell-edit.txt": text(b"v1\n"),
+        "both.txt": text(b"workspace side\n"),
+        "shell-rm.txt": text(b"rm me\n"),
+        "draft-rm.txt": text(b"draft\n"),
+        "legacy.txt": text(b"stale tree\n"),
+        "legacy-missing.txt": text(b"pre-evidence\n"),
+        "new-in-ws.txt": text(b"created in the workspace\n"),
+    }
+    evidence = {
+        "same.txt": h(b"same\n"),
+        "drafted.txt": h(b"v1\n"),
+        "shell-edit.txt": h(b"v1\n"),
+        "both.txt": h(b"v1\n"),
+        "shell-rm.txt": h(b"rm me\n"),
+        "draft-rm.txt": h(b"v1\n"),
+        "ws-deleted.txt": h(b"keep?\n"),
+        "other-branch.txt": h(b"ob\n"),
+    }
+    table = intent_mod.IntentTable({
+        "ws-deleted.txt": PathIntent(tombstone=True),
+        "new-in-ws.txt": PathIntent(origin_store=True),
+    })
+    return root, store, evidence, table
+
+
+def states(plan):
+    return {p: (s if k is None else f"{s}:{k}") for p, (s, k) in plan.listing().items()}
+
+
+def test_pass_lists_every_state(world):
+    root, store, evidence, table = world
+    obs = observe(root)
+    plan = plan_pass(obs, store, evidence, table, branch="main")
+    assert states(plan) == {
+        "same.txt": "synced",
+        "drafted.txt": "workspace-draft",
+        "shell-edit.txt": "synced",  # adopted
+        "both.txt": "conflict:both-changed",
+        "draft-rm.txt": "conflict:deleted-on-disk",
+        "ws-deleted.txt": "workspace-deleted",
+        "other-branch.txt": "not-in-branch",
+        "legacy.txt": "conflict:unknown-provenance",
+        "legacy-missing.txt": "disk-missing-provenance-unknown",
+        "new-in-ws.txt": "workspace-draft",
+        "shot.png": "disk-only",
+        "src/new-on-disk.md": "synced",
+    }
+    assert "shell-rm.txt" in plan.adoptions()  # removed from the store, listed nowhere
+
+
+def test_sync_without_path_never_discards_a_draft(world):
+    root, store, evidence, table = world
+    obs = observe(root)
+    plan = plan_pass(obs, store, evidence, table, branch="main")
+    sync = plan_sync(plan, obs, store, branch_now="main")
+    assert sync.discarded == []
+    assert set(sync.take) == {"shell-edit.txt", "shell-rm.txt", "shot.png", "src/new-on-disk.md"}
+    assert sync.take["shell-rm.txt"] is ABSENT and sync.take["shot.png"] is ABSENT  # disk-only
+    for kept in ("drafted.txt", "both.txt", "draft-rm.txt", "ws-deleted.txt", "new-in-ws.txt",
+                 "legacy.txt", "legacy-missing.txt"):
+        assert kept not in sync.take
+    assert set(sync.record_conflicts) == {"both.txt", "draft-rm.txt", "legacy.txt"}
+
+
+def test_path_sync_takes_disk_and_lists_what_it_gave_up(world):
+    root, store, evidence, table = world
+    obs = observe(root)
+    plan = plan_pass(obs, store, evidence, table, branch="main")
+    sync = plan_sync(plan, obs, store, path="", branch_now="main")
+    assert sorted(sync.discarded, key=lambda d: d.path) == [
+        Discarded("both.txt", "conflict", "modified"),
+        Discarded("draft-rm.txt", "conflict", "deleted"),
+        Discarded("drafted.txt", "workspace-draft", "modified"),
+        Discarded("legacy-missing.txt", "disk-missing-provenance-unknown", "deleted"),
+        Discarded("legacy.txt", "conflict", "modified"),
+        Discarded("new-in-ws.txt", "workspace-draft", "deleted"),
+        Discarded("ws-deleted.txt", "workspace-deleted", "restored"),
+    ]
+    assert sync.take["drafted.txt"] == text(b"v1\n")
+    assert "same.txt" not in sync.take  # agreed: kept as it is
+    assert sync.take["other-branch.txt"] == text(b"ob\n")
+    # A path sync is kept to its branch.
+    moved = plan_sync(plan, obs, store, path="drafted.txt", branch_now="other")
+    assert moved.refused and not moved.take
+
+
+def test_path_sync_keeps_an_agreed_binary(tmp_path: Path):
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "pic.png").write_bytes(PNG)
+    store = {"pic.png": Content(h(PNG), "binary")}
+    obs = observe(root)
+    plan = plan_pass(obs, store, {"pic.png": h(PNG)}, intent_mod.IntentTable(), branch="b")
+    sync = plan_sync(plan, obs, store, path="", branch_now="b")
+    assert sync.take == {} and sync.discarded == [] and states(plan) == {"pic.png": "synced"}
+
+
+def test_materialize_takes_up_only_what_is_owed(world):
+    root, store, evidence, table = world
+    obs = observe(root)
+    plan = plan_pass(obs, store, evidence, table, branch="main")
+    bare = plan_materialize(plan, obs)
+    assert {w.path for w in bare.writes} == {"drafted.txt", "new-in-ws.txt"}
+    assert all(not w.force for w in bare.writes)
+    assert bare.unlinks == [] and bare.deletions_left == ["ws-deleted.txt"]
+    skipped = {s.path: s for s in bare.skipped}
+    assert set(skipped) == {"both.txt", "draft-rm.txt", "legacy.txt", "legacy-missing.txt"}
+    assert "--force legacy.txt" in skipped["legacy.txt"].remedy
+    # Force without a path changes nothing about copies without evidence (field report).
+    forced = plan_materialize(plan, obs, force=True)
+    assert {w.path for w in forced.writes} == {"drafted.txt", "new-in-ws.txt"}
+    # Named and forced: the workspace's side is written over disk's.
+    named = plan_materialize(plan, obs, paths=["legacy.txt", "both.txt"], force=True)
+    assert {(w.path, w.force) for w in named.writes} == {("legacy.txt", True), ("both.txt", True)}
+    # A pre-evidence entry disk lacks: written only when named.
+    assert [w.path for w in plan_materialize(plan, obs, paths=["legacy-missing.txt"]).writes] == [
+        "legacy-missing.txt"]
+    # Deletions only with apply_deletions.
+    dele = plan_materialize(plan, obs, apply_deletions=True)
+    assert [(u.path, u.force) for u in dele.unlinks] == [("ws-deleted.txt", False)]
+
+
+def test_materialize_pin_and_unverified(world):
+    root, store, evidence, table = world
+    (root / "locked").mkdir()
+    obs = observe(root, ignore=["locked"])
+    store = dict(store, **{"locked/x.txt": text(b"x\n")})
+    plan = plan_pass(obs, store, dict(evidence, **{"locked/x.txt": h(b"old\n")}), table,
+                     branch="feature")
+    refused = plan_materialize(plan, obs, pinned_branch="main")
+    assert refused.refused and not refused.writes
+    ok = plan_materialize(plan, obs, pinned_branch="main", force=True)
+    assert any(s.path == "locked/x.txt" and s.state == "unverified" for s in ok.skipped)
+
+
+def test_status_counts_what_disk_owes_by_evidence():
+    store = {"draft.txt": text(b"d2"), "same.txt": text(b"s"), "legacy.txt": text(b"l"),
+             "new.txt": text(b"n"), "failed.txt": text(b"f2")}
+    evidence = {"draft.txt": h(b"d1"), "same.txt": h(b"s"), "gone.txt": h(b"g"),
+                "c.txt": h(b"c"), "failed.txt": h(b"f1")}
+    table = intent_mod.IntentTable({
+        "gone.txt": PathIntent(tombstone=True),
+        "new.txt": PathIntent(origin_store=True),
+        "c.txt": PathIntent(conflict=Conflict("both-changed", h(b"x"))),
+    })
+    counts = count_owed(store, evidence, table, {"failed.txt": Pending("write", h(b"f1"),
+                                                                         h(b"f2"))})
+    # draft, new, failed (its write never completed) / gone / c; legacy.txt never checked.
+    assert (counts.pending_changes, counts.pending_workspace_deletions, counts.conflicts) == (3, 1,
+                                                                                              1)

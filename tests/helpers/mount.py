@@ -78,14 +78,17 @@ class MemfsMount:
         self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
         self.work = mnt / "work"
+        self.initialized = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         """init (idempotent), mount in the foreground, wait until the kernel shows the mount."""
         self.mnt.mkdir(parents=True, exist_ok=True)
-        init = subprocess.run(memfs_cmd(self.root, "init"), capture_output=True, text=True,
-                              cwd=REPO, timeout=60)
-        assert init.returncode == 0, f"memfs init failed: {init.stdout}{init.stderr}"
+        if not self.initialized:
+            init = subprocess.run(memfs_cmd(self.root, "init"), capture_output=True, text=True,
+                                  cwd=REPO, timeout=60)
+            assert init.returncode == 0, f"memfs init failed: {init.stdout}{init.stderr}"
+            self.initialized = True
         logf = open(self.log, "ab")
         logf.write(f"\n==== mount at {time.strftime('%H:%M:%S')} ====\n".encode())
         logf.flush()

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from memfs.cli.main import add_json_flag, emit
-from memfs.consolidate.providers import PROVIDERS
-from memfs.consolidate.review import ConsolidateOptions, ReviewOutcome, consolidate
-from memfs.consolidate.worker import Budget
 from memfs.rootdir import resolve_root
+
+if TYPE_CHECKING:
+    from memfs.consolidate.review import ReviewOutcome
+
+# Kept here rather than imported: the provider modules pull in httpx and trio, which every
+# other CLI command would otherwise pay for at start-up.
+PROVIDERS = ("openai", "anthropic")
 
 WHY_NOT = {
     "step-cap": "the model sent no accepted final proposal within --max-steps",
@@ -54,6 +59,9 @@ def _positive_float(text: str) -> float:
 
 
 def cmd_consolidate(args: argparse.Namespace) -> int:
+    from memfs.consolidate.review import ConsolidateOptions, consolidate
+    from memfs.consolidate.worker import Budget
+
     root = resolve_root(args.root)
     options = ConsolidateOptions(
         provider=args.provider, model=args.model, base_url=args.base_url,

@@ -33,7 +33,7 @@ import stat
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import xxhash
 
@@ -93,8 +93,9 @@ def sniff(head: bytes) -> tuple[Kind, str]:
     return "text", "text/plain"
 
 
-@dataclass(frozen=True)
-class Fingerprint:
+class Fingerprint(NamedTuple):
+    """Compared by value; a NamedTuple because a walk builds one per file."""
+
     size: int
     mtime_ns: int
     ctime_ns: int
@@ -133,8 +134,7 @@ class HashRecord:
     hashed_at_ns: int
 
 
-@dataclass(frozen=True)
-class FileFact:
+class FileFact(NamedTuple):
     path: str
     size: int
     fingerprint: Fingerprint
@@ -206,6 +206,7 @@ class _Walk:
     limit: int | None
     seen: int = 0
     root_fd: int = -1
+    root_dev: int = -1
 
     def ignored(self, rel: str, name: str) -> str | None:
         if name.startswith(TEMP_PREFIX):
@@ -319,12 +320,12 @@ class _Walk:
             close_chain(sub)
 
     def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result) -> None:
-        fp = Fingerprint.of(st)
+        fp = Fingerprint(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         cached = self.cache.get(rel)
         if (
-            cached is not None and self.trust and st.st_dev == self.obs.root.dev
-            and (cached.size, cached.mtime_ns, cached.ctime_ns, cached.ino, cached.dev)
-            == (fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev)
+            cached is not None and self.trust and fp.dev == self.root_dev
+            and fp.mtime_ns == cached.mtime_ns and fp.ctime_ns == cached.ctime_ns
+            and fp.size == cached.size and fp.ino == cached.ino and fp.dev == cached.dev
             and fp.mtime_ns < cached.hashed_at_ns - self.racy_ns
             and fp.ctime_ns < cached.hashed_at_ns - self.racy_ns
         ):
@@ -416,7 +417,7 @@ def observe(
         w = _Walk(
             Observation(rid, scope), os.fspath(root_path), cache or {}, is_tracked,
             max_file_size, tuple(ignore), ignore_vcs, magic in trusted_fs, racy_ns, clock,
-            follow_symlinks, limit, root_fd=root_fd,
+            follow_symlinks, limit, root_fd=root_fd, root_dev=rid.dev,
         )
         parts = components(scope)
         try:

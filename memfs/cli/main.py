@@ -19,7 +19,9 @@ TOPICS = ("store_cmds", "memory_cmds", "consolidate_cmds", "receipts_cmds", "rec
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memfs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="memfs", description="memfs: a durable, versioned workspace store mounted as a folder."
+    )
     parser.add_argument("--root", help="store root (default $MEMFS_ROOT or $XDG_DATA_HOME/memfs)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for topic in TOPICS:

@@ -261,7 +261,9 @@ def test_swap_race_writes_nothing_outside(env, mode: str):
         proc.kill()
         proc.wait()
     assert snapshot(outside) == before, "something reached outside the root"
-    assert outcomes["refused"] > 0 and outcomes["written"] > 0, outcomes
+    assert outcomes["refused"] > 0, outcomes  # the race really ran
+    if mode == "exchange":  # "d" is always the real directory or the symlink: both outcomes
+        assert outcomes["written"] > 0, outcomes
 
 
 def test_scratch_left_by_a_kill_is_skipped_and_swept(env):

@@ -24,6 +24,13 @@ from memfs.store.trees import DIR, FILE, LINK, decode_dir, decode_manifest, enco
 
 DEFAULT_BRANCH = "main"
 EMPTY_TREE = encode_dir([])
+BINDING_KEY = "backing:"  # meta key prefix: a store mount's backing directory (not per branch)
+
+# Branch intent of backed mounts, per commit (memfs.workspace.backing): {mount: object id of the
+# intent bytes}, so it rewinds with undo and branch switch exactly as the tree does.
+INTENT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS commit_intents (commit_id TEXT PRIMARY KEY, data TEXT NOT NULL);
+"""
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,12 @@ class Transaction:
         )
         return Commit(cid, seq, parent, tree, branch, now, message, processes)
 
+    def put_intents(self, commit_id: str, intents: dict[str, bytes]) -> None:
+        """Keep each backed mount's branch-intent bytes with this commit."""
+        doc = {mount: self.put_object(data) for mount, data in sorted(intents.items())}
+        self.conn.execute("INSERT OR REPLACE INTO commit_intents VALUES (?, ?)",
+                          (commit_id, json.dumps(doc)))
+
 
 class Store:
     def __init__(self, root: Path) -> None:
@@ -92,6 +105,7 @@ class Store:
         self._write_lock = threading.Lock()
         self._writer = db.connect(self.db_path)
         db.create_schema(self._writer)
+        self._writer.executescript(INTENT_SCHEMA)
         self._reader = db.connect(self.db_path)
         self._reader_lock = threading.Lock()
         self.chunks = ChunkStore(root)
@@ -254,6 +268,40 @@ class Store:
                 (name, cid, self.current_branch(), time.time_ns()),
             )
         return cid
+
+    # -- backing directories and their branch intent --------------------------------
+    def bindings(self) -> dict[str, dict]:
+        """mount -> its backing binding (memfs.workspace.backing.Binding as JSON)."""
+        rows = self._query("SELECT key, value FROM meta WHERE key LIKE ?", (BINDING_KEY + "%",))
+        return {k[len(BINDING_KEY):]: json.loads(v) for k, v in rows}
+
+    def set_binding(self, mount: str, doc: dict | None) -> None:
+        """Bind (doc) or unbind (None) a store mount; bindings are not per branch."""
+        with self.transaction() as tx:
+            if doc is None:
+                tx.conn.execute("DELETE FROM meta WHERE key = ?", (BINDING_KEY + mount,))
+            else:
+                tx.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                (BINDING_KEY + mount, json.dumps(doc, sort_keys=True)))
+
+    def intents_at(self, commit_id: str, max_walk: int = 10_000) -> dict[str, bytes | None]:
+        """Intent bytes per mount kept with `commit_id` (or its nearest ancestor that kept
+        any; none at all: {}). A mount whose object is missing maps to None (damaged)."""
+        cid: str | None = commit_id
+        for _ in range(max_walk):
+            if cid is None:
+                return {}
+            rows = self._query("SELECT data FROM commit_intents WHERE commit_id = ?", (cid,))
+            if rows:
+                out: dict[str, bytes | None] = {}
+                for mount, oid in json.loads(rows[0][0]).items():
+                    try:
+                        out[mount] = self.read_object(oid)
+                    except StoreError:
+                        out[mount] = None
+                return out
+            cid = self.commit(cid).parent
+        return {}
 
     # -- consistency ---------------------------------------------------------------
     def fsck(self) -> list[str]:

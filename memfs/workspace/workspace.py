@@ -75,6 +75,7 @@ class _Plan:
     clean: list[tuple[Node, int]] = field(default_factory=list)  # symlinks etc.
     seq: int = 0
     processes: list[dict] = field(default_factory=list)
+    intents: dict[str, bytes] | None = None  # backed mounts' branch intent (backing.py)
 
 
 class Workspace:
@@ -100,6 +101,10 @@ class Workspace:
         self._free_cache: tuple[float, int] = (0.0, 0)
         self._dirty_files: set[Node] = set()
         self.stopped = False
+        # Backing directories (memfs.workspace.backing installs itself here): disk-only nodes
+        # are shown from disk and never committed.
+        self.backing = None
+        self.disk_only: dict[int, tuple[str, str]] = {}
 
     # -- node table --------------------------------------------------------------
     def _new_id(self) -> int:
@@ -451,12 +456,16 @@ class Workspace:
         plan = _Plan(seq=self.mutation_seq)
         plan.processes = [{"pid": p, "uid": u, "comm": c} for (p, u), c in self._processes.items()]
         self._processes = {}
+        if self.backing is not None:
+            plan.intents = self.backing.intent_bytes()
         plan.root = self._snap_dir(self.root, plan)
         return plan
 
     def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
         entries: list[tuple[Entry, object]] = []
         for child in self.children(d).values():
+            if child.id in self.disk_only:
+                continue
             if child.kind == DIR and (child.dirty or child.ref is None):
                 job = self._snap_dir(child, plan)
                 entries.append((child.entry("", 0), job))
@@ -500,7 +509,11 @@ class Workspace:
                         entries.append(e)
                     j.ref = tx.put_object(encode_dir(entries))
             _maybe_crash("after-objects")
-            return tx.add_commit(self.head, plan.root.ref, self.branch, message, plan.processes)
+            commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
+                                   plan.processes)
+            if plan.intents is not None:
+                tx.put_intents(commit.id, plan.intents)
+            return commit
 
     def _apply(self, plan: _Plan) -> None:
         """Back on the loop: mark clean what did not change while the commit ran."""
@@ -571,6 +584,8 @@ class Workspace:
         self._remap_dir(self.root, tree, entries, inodes)
         self.root.ref, self.root.dirty = tree, False
         self.invalidate(entries, inodes)
+        if self.backing is not None:
+            self.backing.tree_replaced()
 
     def _remap_dir(self, d: Node, tree: str, entries: list, inodes: list) -> None:
         """Directories keep their inode (a shell's cwd survives an undo); a file or link
@@ -627,6 +642,7 @@ class Workspace:
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,
             "mounts": mounts,
+            **({"backing": self.backing.status()} if self.backing is not None else {}),
         }
 
 

@@ -200,3 +200,20 @@ def test_shell_edit_adoption_killed(setup, point: str):
         apply.settle(j, MOUNT, plan.decisions)
         assert j.evidence(MOUNT, "f.txt") == EvidenceRecord(h(SHELL))
     assert (root / "f.txt").read_bytes() == SHELL  # disk's edit is never lost
+
+
+def test_failed_barrier_listing_then_disk_restored_keeps_the_draft(setup):
+    """Killed after the rename, before the directory barrier; a listing sees the new bytes but
+    completes nothing; then disk goes back to the prior version (as a lost write would leave
+    it): the draft is kept and still owed, never replaced by the older disk copy."""
+    tmp, root, rid, store_file = setup
+    run_child("write", "effect:renamed", tmp, root, rid, store_file)
+    store = {"f.txt": NEW}
+    j, obs, plan = restart_and_decide(tmp, root, rid, store, intent.IntentTable())
+    assert plan.decisions["f.txt"].detail == Detail.PENDING_WRITE_SEEN
+    assert plan.decisions["f.txt"].record is None
+    (root / "f.txt").write_bytes(OLD)
+    j, obs, plan = restart_and_decide(tmp, root, rid, store, intent.IntentTable())
+    dec = plan.decisions["f.txt"]
+    assert dec.state == State.WORKSPACE_DRAFT and dec.owes == "write"
+    assert dec.action != Action.ADOPT_DISK

@@ -42,7 +42,10 @@ class FileData:
     def __init__(self, size: int = 0, chunks: dict[int, str] | None = None) -> None:
         self.size = size
         self.chunks: dict[int, str] = chunks or {}
-        self.dirty: dict[int, bytearray] = {}
+        # Changed pieces. A piece written whole is kept as the immutable bytes the kernel
+        # handed us (no copy, and the commit can take it as is); a partly written one is a
+        # bytearray.
+        self.dirty: dict[int, bytes | bytearray] = {}
         self.gen: dict[int, int] = {}
 
     def dirty_bytes(self) -> int:
@@ -71,6 +74,8 @@ class FileData:
 
     def _piece(self, idx: int, fetch: Callable[[str, int, int], bytes], whole: bool) -> bytearray:
         ba = self.dirty.get(idx)
+        if isinstance(ba, bytes):
+            ba = self.dirty[idx] = bytearray(ba)
         if ba is None:
             if idx in self.chunks and not whole:
                 ba = bytearray(fetch(self.chunks[idx], 0, CHUNK_SIZE))
@@ -85,7 +90,13 @@ class FileData:
         while done < len(data):
             idx, start = divmod(pos, CHUNK_SIZE)
             n = min(len(data) - done, CHUNK_SIZE - start)
-            ba = self._piece(idx, fetch, whole=(start == 0 and n == CHUNK_SIZE))
+            if start == 0 and n == CHUNK_SIZE:
+                self.dirty[idx] = bytes(data) if len(data) == n else bytes(view[done:done + n])
+                self.gen[idx] = next(_generation)
+                pos += n
+                done += n
+                continue
+            ba = self._piece(idx, fetch, whole=False)
             if len(ba) < start:
                 ba.extend(bytes(start - len(ba)))
             ba[start:start + n] = view[done:done + n]

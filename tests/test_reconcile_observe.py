@@ -269,3 +269,18 @@ def test_chmod_000_directory_reads_unverified():
 
 def test_recorded_root_identity_type(tree: Path):
     assert isinstance(observe(tree).root, RootId)
+
+
+def test_fingerprint_cache_round_trips_through_the_journal(tree: Path, tmp_path: Path):
+    from dataclasses import asdict
+
+    from memfs.store.journal import FingerprintRow, Journal
+
+    j = Journal(tmp_path / "store.db")
+    first = observe(tree, clock=later)
+    j.put_fingerprints("work", {p: FingerprintRow(**asdict(r)) for p, r in first.hashed.items()})
+    j.close()
+    again = observe(tree, cache=Journal(tmp_path / "store.db").fingerprints("work"))
+    assert not any(f.rehashed for f in again.files.values())
+    assert {p: f.digest for p, f in again.files.items()} == {
+        p: f.digest for p, f in first.files.items()}

@@ -23,7 +23,7 @@ from memfs.control import MAX_LINE, encode_reply
 from memfs.errors import MemfsError
 from memfs.fs.operations import MemfsOperations
 from memfs.rootdir import control_socket
-from memfs.store import Store
+from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
@@ -55,9 +55,9 @@ class RootLock:
 
 def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool = False) -> int:
     lock = RootLock(root, mountpoint)
-    _recover_reviews(root)
-    store = Store.open(root)
-    ws = Workspace(store, commit_interval)
+    recover_reviews(root)
+    ws = Workspace.open(root, commit_interval)
+    store = ws.store
     ops = MemfsOperations(ws)
     options = set(pyfuse3.default_options) | {"fsname=memfs", "subtype=memfs"}
     if os.getuid() == 0:
@@ -81,17 +81,6 @@ def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool
                 sock.unlink()
             lock.release()
     return 0
-
-
-def _recover_reviews(root: Path) -> None:
-    """Finish consolidation reviews a crash left `committing` before serving memory."""
-    from memfs.consolidate.committer import recover_receipts
-
-    try:
-        report = recover_receipts(root)
-        log.info("receipt recovery: %s", report)
-    except Exception as exc:  # noqa: BLE001 - the mount still serves files; `memfs recover` retries
-        log.error("receipt recovery failed (run `memfs recover`): %s", exc)
 
 
 async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:

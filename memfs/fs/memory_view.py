@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 import trio
 
 from memfs.errors import MemfsError
-from memfs.memory.records import INDEX_NAME, RECORD_SUFFIX
-from memfs.memory.store import MemoryStore
+from memfs.workspace.agent_memory import INDEX_NAME, RECORD_SUFFIX, MemoryStore, validate_name
 
 
 class MemError(Exception):
@@ -153,8 +152,6 @@ class MemoryView:
         return f
 
     def _check_record_name(self, name: bytes) -> None:
-        from memfs.memory.records import validate_name
-
         try:
             validate_name(name[: -len(RECORD_SUFFIX)].decode("utf-8"))
         except (MemfsError, UnicodeDecodeError):

@@ -19,11 +19,9 @@ import trio
 
 from memfs.fs.memory_view import MemDir, MemError, MemFile, MemoryView
 from memfs.fs.virtual import VDir, VFile, VirtualTree
-from memfs.memory.store import MemoryStore
-from memfs.rootdir import memory_dir
-from memfs.store.trees import DIR, FILE, LINK
+from memfs.workspace.agent_memory import open_memory
 from memfs.workspace.nodes import Node, WorkspaceError
-from memfs.workspace.workspace import ROOT_ID, Workspace
+from memfs.workspace.workspace import DIR, FILE, LINK, ROOT_ID, Workspace
 
 log = logging.getLogger("memfs.fs")
 
@@ -74,7 +72,7 @@ class MemfsOperations(pyfuse3.Operations):
         extra[b"memory"] = lambda: self.mem.top
         self.virtual = VirtualTree(ws, ws.store.root, extra)
         self.mem = MemoryView(
-            MemoryStore(memory_dir(ws.store.root)),
+            open_memory(ws.store.root),
             lambda: [n.decode("utf-8", "surrogateescape") for n in ws.children(ws.root)],
             self.virtual._id,
         )

@@ -106,6 +106,11 @@ class Workspace:
         self.backing = None
         self.disk_only: dict[int, tuple[str, str]] = {}
 
+    @classmethod
+    def open(cls, root, commit_interval: float = 0.1) -> Workspace:
+        """The workspace of the store at `root` (created if missing)."""
+        return cls(Store.open(root), commit_interval)
+
     # -- node table --------------------------------------------------------------
     def _new_id(self) -> int:
         nid = self._next_id

@@ -1,0 +1,32 @@
+"""What the FUSE layer needs of agent memory and consolidation, so it imports only the
+workspace package (fs → workspace → memory/consolidate)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from memfs.memory.records import INDEX_NAME, RECORD_SUFFIX, validate_name
+from memfs.memory.store import MemoryStore
+from memfs.rootdir import memory_dir
+
+log = logging.getLogger("memfs.workspace")
+
+
+def open_memory(root: Path) -> MemoryStore:
+    return MemoryStore(memory_dir(root))
+
+
+def recover_reviews(root: Path) -> None:
+    """Finish consolidation reviews a crash left `committing` (never asks a model)."""
+    from memfs.consolidate.committer import recover_receipts
+
+    try:
+        report = recover_receipts(root)
+        log.info("receipt recovery: %s", report)
+    except Exception as exc:  # noqa: BLE001 - files are still served; `memfs recover` retries
+        log.error("receipt recovery failed (run `memfs recover`): %s", exc)
+
+
+__all__ = ["INDEX_NAME", "RECORD_SUFFIX", "MemoryStore", "open_memory", "recover_reviews",
+           "validate_name"]

@@ -342,3 +342,26 @@ def test_faults_leave_the_path_owed_and_a_retry_completes(env, point, err, when,
     assert out["retry"] == "ok"
     assert (root / "d" / "f.txt").read_bytes() == b"new content\n"
     assert sorted(os.listdir(root / "d")) == ["f.txt"]  # no scratch left behind
+
+
+def test_contained_read_of_a_disk_only_file(env):
+    from memfs.reconcile.contained import open_contained_file
+
+    root, outside, rid = env
+    (root / "pics").mkdir()
+    (root / "pics" / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n....")
+    fd, st = open_contained_file(root, "pics/a.png", root=rid)
+    try:
+        assert os.pread(fd, 100, 0).startswith(b"\x89PNG") and st.st_size == 12
+    finally:
+        os.close(fd)
+    os.mkfifo(root / "pics" / "pipe")
+    (root / "pics" / "out.png").symlink_to(outside / "secret.txt")
+    (root / "outdir").symlink_to(outside / "d")
+    for rel in ("pics/pipe", "pics/out.png", "outdir/victim.txt", "pics", "pics/../a"):
+        with pytest.raises(Refused):
+            open_contained_file(root, rel, root=rid)
+    root.rename(root.with_name("away"))
+    root.mkdir()
+    with pytest.raises(RootUnavailable):
+        open_contained_file(root, "pics/a.png", root=rid)

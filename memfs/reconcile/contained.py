@@ -235,3 +235,37 @@ def hash_fd(fd: int, chunk: int = 1 << 20) -> tuple[str, int]:
             return h.hexdigest(), offset
         h.update(data)
         offset += len(data)
+
+
+def open_contained_file(root_path: str | os.PathLike[str], rel: str, *,
+                        root: RootId | None) -> tuple[int, os.stat_result]:
+    """A read-only fd on the regular file at `rel` under the root, reached through directory
+    fds (for serving a disk-only file's bytes). The caller closes it.
+
+    Refuses symlinks and special files (opened O_NONBLOCK, so a FIFO never blocks), a path whose
+    parents moved while it was opened, and raises RootUnavailable for a missing or replaced root.
+    """
+    parts = components(rel)
+    if not parts:
+        raise Refused("the root is not a file", reason="bad-path")
+    root_fd, rid = open_root(root_path, root)
+    chain: list[DirLink] = []
+    try:
+        chain = open_chain(root_fd, parts[:-1])
+        try:
+            fd = os.open(parts[-1], FILE_FLAGS, dir_fd=chain[-1].fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOENT, errno.ENOTDIR):
+                raise Refused(f"{rel}: not a regular file inside the backing root",
+                              "list the directory again", reason="not-regular") from None
+            raise
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or not still_linked(chain)
+                or not root_unchanged(root_path, rid)):
+            os.close(fd)
+            raise Refused(f"{rel}: not a regular file inside the backing root",
+                          "list the directory again", reason="not-regular")
+        return fd, st
+    finally:
+        close_chain(chain)
+        os.close(root_fd)

@@ -200,3 +200,52 @@ def test_status_counts_what_disk_owes_by_evidence():
     # draft, new, failed (its write never completed) / gone / c; legacy.txt never checked.
     assert (counts.pending_changes, counts.pending_workspace_deletions, counts.conflicts) == (3, 1,
                                                                                               1)
+
+
+def test_gather_on_one_branch():
+    from memfs.reconcile.plan import gather_on_one_branch
+
+    branches = iter(["b", "b", "b"])
+    current = ["a"]
+
+    def selected():
+        return current[0]
+
+    def gather(branch):
+        current[0] = next(branches)  # the branch moves while we gather, once
+        return {"branch": branch}
+
+    got = gather_on_one_branch(selected, gather)
+    assert got.branch == "b" and got.inputs == {"branch": "b"} and got.incomplete is None
+    flip = iter(range(100))
+    never = gather_on_one_branch(lambda: str(next(flip)), lambda b: b)
+    assert never.inputs is None and "changed" in never.incomplete
+
+
+def test_accept_root_sets_evidence_aside_and_nothing_reads_deleted(tmp_path: Path):
+    """After accept_root the old evidence is aside: a file the new root lacks stays in the
+    workspace, a new one is taken in, nothing is taken as deleted; a second sync is a no-op."""
+    from memfs.store.journal import Journal
+
+    root = tmp_path / "new-root"
+    root.mkdir()
+    (root / "fresh.txt").write_bytes(b"fresh\n")
+    (root / "same.txt").write_bytes(b"same\n")
+    j = Journal(tmp_path / "store.db")
+    j.record_evidence("work", [("kept.txt", h(b"k\n")), ("same.txt", h(b"same\n"))], root=(1, 1))
+    obs = observe(root)
+    j.accept_root("work", obs.root.dev, obs.root.ino)
+    evidence = {p: r.digest for p, r in j.evidence_under("work").items()}
+    assert evidence == {}
+    store = {"kept.txt": text(b"k\n"), "same.txt": text(b"same\n")}
+    plan = plan_pass(obs, store, evidence, intent_mod.IntentTable(), branch="main")
+    sync = plan_sync(plan, obs, store, branch_now="main")
+    assert sync.take == {"fresh.txt": text(b"fresh\n")}
+    assert all(v is not ABSENT for v in sync.take.values())
+    assert states(plan)["kept.txt"] == "disk-missing-provenance-unknown"
+    j.record_evidence("work", sync.record.items(), root=(obs.root.dev, obs.root.ino))
+    store["fresh.txt"] = text(b"fresh\n")
+    evidence = {p: r.digest for p, r in j.evidence_under("work").items()}
+    again = plan_sync(plan_pass(obs, store, evidence, intent_mod.IntentTable(), branch="main"),
+                      obs, store, branch_now="main")
+    assert again.take == {} and again.discarded == []

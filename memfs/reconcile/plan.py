@@ -10,7 +10,7 @@ branch moved under it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -359,3 +359,30 @@ def count_owed(
         elif p != s.digest:
             changes += 1
     return OwedCounts(changes, deletions, conflicts)
+
+
+# --- one branch per decision -----------------------------------------------------------------
+
+
+@dataclass
+class Gathered:
+    """A pass's inputs gathered on one branch, or `incomplete` if the branch kept changing."""
+
+    branch: str | None
+    inputs: object | None
+    incomplete: str | None = None
+
+
+def gather_on_one_branch(
+    selected: Callable[[], str | None], gather: Callable[[str | None], object], *,
+    attempts: int = 3,
+) -> Gathered:
+    """Gather on the selected branch and check it is still selected afterwards; if it changed
+    under the gathering, gather again; if it keeps changing, say the pass is incomplete rather
+    than decide one branch's content with another's states."""
+    for _ in range(attempts):
+        branch = selected()
+        inputs = gather(branch)
+        if selected() == branch:
+            return Gathered(branch, inputs)
+    return Gathered(None, None, f"the selected branch changed during {attempts} gatherings")

@@ -50,6 +50,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_log)
 
+    p = sub.add_parser("reflog", help="undo/restore moves of branch heads, newest first")
+    p.add_argument("-n", type=int, default=20)
+    add_json_flag(p)
+    p.set_defaults(func=cmd_reflog)
+
     p = sub.add_parser("undo", help="move the branch back N commits (default 1)")
     p.add_argument("steps", nargs="?", type=int, default=1)
     add_json_flag(p)
@@ -205,6 +210,18 @@ def cmd_log(args) -> int:
     return 0
 
 
+def cmd_reflog(args) -> int:
+    store = Store.open(_root(args), create=False)  # a read: safe beside a running daemon (WAL)
+    try:
+        moves = store.reflog(args.n)
+    finally:
+        store.close()
+    lines = [f"{datetime.fromtimestamp(m['time']).strftime('%Y-%m-%d %H:%M:%S')}  {m['branch']}  "
+             f"{(m['old'] or '-')[:12]} -> {m['new'][:12]}  {m['reason']}" for m in moves]
+    emit(args, moves, "\n".join(lines) or "no undo or restore yet")
+    return 0
+
+
 def cmd_undo(args) -> int:
     def direct(store: Store) -> dict:
         branch = store.current_branch()
@@ -214,7 +231,7 @@ def cmd_undo(args) -> int:
 
     res = _ask(args, "undo", direct, steps=args.steps)
     emit(args, res, f"undid {args.steps} commit(s); head is now {res['head'][:12]}"
-                    " (the undone commits stay in the store's reflog)")
+                    " (to go back: `memfs reflog`, then `memfs restore <old>`)")
     return 0
 
 

@@ -204,6 +204,15 @@ class Store:
     def branches(self) -> dict[str, str]:
         return dict(self._query("SELECT name, head FROM branches ORDER BY name"))
 
+    def reflog(self, limit: int = 50) -> list[dict]:
+        """Head moves other than commits (undo, restore), newest first: the way back."""
+        rows = self._query(
+            "SELECT seq, branch, old, new, reason, time_ns FROM reflog ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        )
+        return [{"seq": r[0], "branch": r[1], "old": r[2], "new": r[3], "reason": r[4],
+                 "time": r[5] / 1e9} for r in rows]
+
     def checkpoints(self) -> list[tuple[str, str, str, int]]:
         return self._query("SELECT name, commit_id, branch, time_ns FROM checkpoints ORDER BY time_ns")
 

@@ -198,6 +198,15 @@ class Workspace:
         if node.readonly:
             raise fail(errno.EROFS)
 
+    def _live_dir(self, d: Node) -> None:
+        """A directory removed (by rmdir, undo or a branch switch) takes no new entries:
+        they could never be committed. POSIX says ENOENT."""
+        node = d
+        while node.parent is not None:
+            node = node.parent
+        if node is not self.root:
+            raise fail(errno.ENOENT)
+
     # -- namespace operations ------------------------------------------------------
     def lookup(self, d: Node, name: bytes) -> Node:
         if name == b".":
@@ -215,6 +224,7 @@ class Workspace:
                target: bytes = b"") -> Node:
         self._writable(d)
         _check_name(name)
+        self._live_dir(d)
         kids = self.children(d)
         if name in kids:
             raise fail(errno.EEXIST)
@@ -267,6 +277,7 @@ class Workspace:
         self._writable(od)
         self._writable(nd)
         _check_name(nname)
+        self._live_dir(nd)
         src = self.lookup(od, oname)
         dst = self.children(nd).get(nname)
         if nd.id == ROOT_ID and src.kind != DIR:
@@ -616,12 +627,23 @@ class Workspace:
                 kids[name] = node
             else:
                 node.parent = None
+                self._empty_subtree(node, inodes)
                 entries.append((d.id, name))
                 inodes.append(node.id)
         for name, e in fresh.items():
             if name not in kids:
                 kids[name] = self._node_from_entry(e, d)
         d._children = kids
+
+    def _empty_subtree(self, node: Node, inodes: list) -> None:
+        """A removed directory, and every directory below it that a shell may still be
+        in, reads empty (as after rm -r) instead of showing the old entries."""
+        if node.kind != DIR or node._children is None:
+            return
+        for child in node._children.values():
+            inodes.append(child.id)
+            self._empty_subtree(child, inodes)
+        node._children, node.ref = {}, None
 
     def view(self, commit_id: str) -> Node:
         """A read-only tree of a past commit (for .memfs/history and .memfs/branches)."""

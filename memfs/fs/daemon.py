@@ -24,6 +24,7 @@ from memfs.errors import MemfsError
 from memfs.fs.operations import MemfsOperations
 from memfs.rootdir import control_socket
 from memfs.workspace.agent_memory import recover_reviews
+from memfs.workspace.backing import Backing
 from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
@@ -58,6 +59,7 @@ def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool
     recover_reviews(root)
     ws = Workspace.open(root, commit_interval)
     store = ws.store
+    Backing(ws)
     ops = MemfsOperations(ws)
     options = set(pyfuse3.default_options) | {"fsname=memfs", "subtype=memfs"}
     if os.getuid() == 0:
@@ -88,11 +90,19 @@ async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:
         nursery.start_soon(ws.run)
         nursery.start_soon(_signals, ws)
         await nursery.start(_control_server, ws, ops, root)
+        nursery.start_soon(_initial_passes, ws, ops)
         await pyfuse3.main()
         log.info("mount ended; committing what is pending")
         ws.stopped = True
         await ws.commit("unmount")
         nursery.cancel_scope.cancel()
+
+
+async def _initial_passes(ws: Workspace, ops: MemfsOperations) -> None:
+    """Backed mounts are observed once at start (the mount shows disk's truth from the start)."""
+    if ws.backing is not None and ws.backing.bindings:
+        log.info("initial passes: %s", await ws.backing.pass_all())
+        await ops.drain_invalidations()
 
 
 async def _signals(ws: Workspace) -> None:
@@ -168,7 +178,11 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
         result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
     elif op == "branch_switch":
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
+    elif op.startswith("backing_") and ws.backing is not None:
+        result = await ws.backing.control(op, args)
     else:
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
+    if op in ("undo", "restore", "branch_switch") and ws.backing is not None:
+        await ws.backing.pass_all()  # disk-only nodes are not in any commit: show them again
     await ops.drain_invalidations()
     return result

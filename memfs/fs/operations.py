@@ -28,6 +28,7 @@ log = logging.getLogger("memfs.fs")
 CACHE_TIMEOUT = 300.0  # safe: every change made behind the kernel's back is invalidated
 CONTROL_NAME = b".memfs"
 BLKSIZE = 128 * 1024
+STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (backing.py)
 
 
 def _guard(fn: Callable) -> Callable:
@@ -70,6 +71,8 @@ class MemfsOperations(pyfuse3.Operations):
         self.ws = ws
         extra = dict(extra_virtual or {})
         extra[b"memory"] = lambda: self.mem.top
+        extra[b"conflicts"] = lambda: self.virtual.path_dir(
+            lambda: ws.backing.conflict_files() if ws.backing is not None else {})
         self.virtual = VirtualTree(ws, ws.store.root, extra)
         self.mem = MemoryView(
             open_memory(ws.store.root),
@@ -160,6 +163,20 @@ class MemfsOperations(pyfuse3.Operations):
             known_entries = [(p, n) for p, n in entries if self.lookups.get(p) or p == ROOT_ID]
             await trio.to_thread.run_sync(_invalidate, known_entries, known)
 
+    async def _on_access(self, node: Node, wait: bool) -> None:
+        """Backed mounts: observe the scope first (rate-limited in backing.on_access). Inside
+        a lookup the kernel holds the parent's lock, so invalidating names under it must not
+        be awaited there: the drain then runs as its own task."""
+        if await self.ws.backing.on_access(node):
+            if wait:
+                await self.drain_invalidations()
+            else:
+                trio.lowlevel.spawn_system_task(self.drain_invalidations)
+
+    def _disk_only(self, parent: Node, name: bytes) -> bool:
+        child = self.ws.children(parent).get(name) if parent.kind == DIR else None
+        return child is not None and child.id in self.ws.disk_only
+
     def _ctx(self, ctx) -> None:
         self.ws.note_process(ctx.pid, ctx.uid)
 
@@ -175,6 +192,8 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if parent.id == ROOT_ID and name == CONTROL_NAME:
             return self._counted(self.virtual.top)
+        if parent.id != ROOT_ID and self.ws.backing is not None:
+            await self._on_access(parent, wait=False)
         return self._counted(self.ws.lookup(parent, name))
 
     @_guard
@@ -233,7 +252,10 @@ class MemfsOperations(pyfuse3.Operations):
             gid = parent.gid
             if kind == DIR:
                 mode |= stat.S_ISGID
-        return self.ws.create(parent, name, kind, mode, ctx.uid, gid, target)
+        node = self.ws.create(parent, name, kind, mode, ctx.uid, gid, target)
+        if self.ws.backing is not None and kind == FILE:
+            self.ws.backing.note_created(node, node.path())
+        return node
 
     @_guard
     async def mkdir(self, parent_inode, name, mode, ctx):
@@ -272,7 +294,13 @@ class MemfsOperations(pyfuse3.Operations):
             return
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
-        self.ws.unlink(parent, name)
+        if self.ws.backing is None:
+            self.ws.unlink(parent, name)
+            return
+        if self._disk_only(parent, name):
+            raise pyfuse3.FUSEError(errno.EROFS)  # disk-only: shown from disk, read-only
+        path = parent.path() + b"/" + name
+        self.ws.backing.note_removed(self.ws.unlink(parent, name), path)
 
     @_guard
     async def rmdir(self, parent_inode, name, ctx):
@@ -294,7 +322,20 @@ class MemfsOperations(pyfuse3.Operations):
         self._ctx(ctx)
         if CONTROL_NAME in (name_old, name_new) and ROOT_ID in (old.id, new.id):
             raise pyfuse3.FUSEError(errno.EBUSY)
+        backing = self.ws.backing
+        if backing is None:
+            self.ws.rename(old, name_old, new, name_new, flags)
+            return
+        if self._disk_only(old, name_old) or self._disk_only(new, name_new):
+            raise pyfuse3.FUSEError(errno.EROFS)
+        old_path, new_path = old.path() + b"/" + name_old, new.path() + b"/" + name_new
         self.ws.rename(old, name_old, new, name_new, flags)
+        moved = self.ws.lookup(new, name_new)
+        if flags & pyfuse3.RENAME_EXCHANGE:
+            backing.note_created(self.ws.lookup(old, name_old), old_path)
+        else:
+            backing.note_removed(moved, old_path)
+        backing.note_created(moved, new_path)
 
     # -- files ------------------------------------------------------------------------
     def _open_handle(self, h: Handle) -> int:
@@ -333,6 +374,8 @@ class MemfsOperations(pyfuse3.Operations):
             return self.mem.content(h.mem)[off:off + size]
         if h.node is None:
             return h.data[off:off + size]
+        if h.node.id in self.ws.disk_only:
+            return await self.ws.backing.read_disk(h.node, off, size)
         return self.ws.read(h.node, off, size)
 
     @_guard
@@ -378,6 +421,8 @@ class MemfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if isinstance(node, (VFile, MemFile)) or (isinstance(node, Node) and node.kind != DIR):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        if isinstance(node, Node) and node.id != ROOT_ID and self.ws.backing is not None:
+            await self._on_access(node, wait=True)
         fh = self._open_handle(Handle(node if isinstance(node, Node) else None))
         self._dir_snapshots[fh] = []
         self.handles[fh].data = inode  # type: ignore[assignment]
@@ -460,6 +505,12 @@ class MemfsOperations(pyfuse3.Operations):
     @_guard
     async def getxattr(self, inode, name, ctx):
         node = self._node(inode)
+        if name in STATE_XATTRS and isinstance(node, Node) and self.ws.backing is not None:
+            state = self.ws.backing.state_of(node)
+            value = None if state is None else state[name == STATE_XATTRS[1]]
+            if value is None:
+                raise pyfuse3.FUSEError(errno.ENODATA)
+            return value.encode()
         if not isinstance(node, Node) or name not in node.xattrs:
             raise pyfuse3.FUSEError(errno.ENODATA)
         return node.xattrs[name]
@@ -467,7 +518,13 @@ class MemfsOperations(pyfuse3.Operations):
     @_guard
     async def listxattr(self, inode, ctx):
         node = self._node(inode)
-        return list(node.xattrs) if isinstance(node, Node) else []
+        if not isinstance(node, Node):
+            return []
+        names = list(node.xattrs)
+        state = self.ws.backing.state_of(node) if self.ws.backing is not None else None
+        if state is not None:
+            names += [STATE_XATTRS[0]] + ([STATE_XATTRS[1]] if state[1] else [])
+        return names
 
     @_guard
     async def removexattr(self, inode, name, ctx):

@@ -119,3 +119,35 @@ class VirtualTree:
             return None
 
         return self._dir(lookup, listing)
+
+    def path_dir(self, provider: Callable[[], dict[str, Path | None]], prefix: str = "") -> VDir:
+        """A read-only tree over 'a/b/c' -> file (e.g. .memfs/conflicts/<mount>/<path>: each
+        conflict's recorded disk side); entries whose file is None are not shown."""
+
+        def names() -> dict[bytes, bool]:  # name -> is a directory
+            out: dict[bytes, bool] = {}
+            for key, blob in provider().items():
+                if blob is None or not key.startswith(prefix):
+                    continue
+                head, sep, _ = key[len(prefix):].partition("/")
+                out[os.fsencode(head)] = out.get(os.fsencode(head), False) or bool(sep)
+            return out
+
+        def lookup(name: bytes):
+            is_dir = names().get(name)
+            if is_dir is None:
+                return None
+            key = prefix + os.fsdecode(name)
+            if is_dir:
+                return self._dir_cached(("path", key), lambda: self.path_dir(provider, key + "/"))
+            blob = provider().get(key)
+            return None if blob is None else self._file(lambda: blob.read_bytes())
+
+        return self._dir(lookup, lambda: sorted(names()))
+
+    def _dir_cached(self, key: tuple[str, str], make: Callable[[], VDir]) -> VDir:
+        """One VDir per key, so a path's inode number stays stable across lookups."""
+        cache = self.__dict__.setdefault("_path_dirs", {})
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]

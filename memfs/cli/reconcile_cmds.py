@@ -1,0 +1,159 @@
+"""Backing-directory commands: attach, detach, sync, ls --states.
+
+Each asks the running daemon (so the mount shows the result at once) and, when none serves the
+root, opens the store directly, runs the same code on a workspace without a mount, and commits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from memfs.cli.main import add_json_flag, emit
+from memfs.control import NoDaemon, call
+from memfs.rootdir import resolve_root
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attach", help="bind store mount NAME to the backing directory DIR")
+    p.add_argument("name")
+    p.add_argument("dir")
+    p.add_argument("--watch", default="on-access",
+                   choices=["fs-events", "on-access", "on-agent-action", "off"],
+                   help="when disk is observed besides sync (default on-access)")
+    p.add_argument("--follow-symlinks", action="store_true",
+                   help="follow symlinks to files inside the directory")
+    p.add_argument("--max-file-size", type=int, default=None, metavar="BYTES",
+                   help="larger files are disk-only, never taken into the store")
+    p.add_argument("--ignore", action="append", default=[], metavar="GLOB",
+                   help="leave matching paths alone (repeatable)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_attach)
+
+    p = sub.add_parser("detach", help="unbind store mount NAME from its backing directory")
+    p.add_argument("name")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_detach)
+
+    p = sub.add_parser("sync", help="take disk's changes in (a PATH: take disk there)")
+    p.add_argument("path", nargs="?", help="MOUNT[/PATH], or a path through the mountpoint")
+    p.add_argument("--accept-root", action="store_true",
+                   help="take a replaced backing directory on purpose")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_sync)
+
+    p = sub.add_parser("ls", help="backed entries with their reconciler states")
+    p.add_argument("path", nargs="?", help="MOUNT[/PATH] (default: every backed mount)")
+    p.add_argument("--states", action="store_true", help="show each entry's state (default)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_ls)
+
+
+def _ask(args, op: str, **kw) -> dict:
+    """The daemon's answer, or the same request run on the store directly."""
+    root = resolve_root(args.root)
+    try:
+        return call(root, op, **kw)  # type: ignore[return-value]
+    except NoDaemon:
+        return _direct(root, op, kw)
+
+
+def _direct(root: Path, op: str, kw: dict) -> dict:
+    import trio
+
+    from memfs.store import Store
+    from memfs.workspace.backing import Backing
+    from memfs.workspace.workspace import Workspace
+
+    async def run() -> dict:
+        ws = Workspace(Store.open(root, create=False), 0.0)
+        backing = Backing(ws)
+        try:
+            result = await backing.control(op, kw)
+            await ws.commit(op.replace("backing_", ""))
+            return result  # type: ignore[return-value]
+        finally:
+            backing.close()
+            ws.store.close()
+
+    return trio.run(run)
+
+
+def _store_path(root: Path, path: str | None) -> str | None:
+    """MOUNT[/PATH] as given, or a path through the running mount's mountpoint."""
+    if path is None:
+        return None
+    try:
+        holder = json.loads((root / "daemon.lock").read_text() or "{}")
+    except (OSError, ValueError):
+        holder = {}
+    mnt = holder.get("mountpoint")
+    if mnt and os.path.isabs(path):
+        rel = os.path.relpath(os.path.abspath(path), mnt)
+        if not rel.startswith(".."):
+            return rel
+    return path
+
+
+def cmd_attach(args) -> int:
+    d = os.path.abspath(args.dir)
+    res = _ask(args, "backing_attach", mount=args.name, dir=d, watch=args.watch,
+               follow_symlinks=args.follow_symlinks, max_file_size=args.max_file_size,
+               ignore=args.ignore)
+    emit(args, res, f"{args.name} is bound to {d} (watch {args.watch})\n" + _summary(res["pass"]))
+    return 0
+
+
+def cmd_detach(args) -> int:
+    res = _ask(args, "backing_detach", mount=args.name)
+    emit(args, res, f"{args.name} is no longer bound; its files stay in the store")
+    return 0
+
+
+def cmd_sync(args) -> int:
+    path = _store_path(resolve_root(args.root), args.path)
+    res = _ask(args, "backing_sync", path=path, accept_root=args.accept_root)
+    lines = [f"{m}: {_summary(r)}" for m, r in sorted(res["mounts"].items())]
+    emit(args, res, "\n".join(lines) or "no mount is bound to a backing directory")
+    bad = any("unavailable" in r or "refused" in r or "error" in r for r in res["mounts"].values())
+    return 1 if bad else 0
+
+
+def cmd_ls(args) -> int:
+    path = _store_path(resolve_root(args.root), args.path)
+    res = _ask(args, "backing_states", path=path)
+    lines = []
+    for m in res["mounts"]:
+        if not m["available"]:
+            u = m["unavailable"]
+            lines.append(f"{m['mount']}: unavailable: {u['error']} — {u['remedy']}")
+            continue
+        for e in m["entries"]:
+            kind = f" ({e['conflict']})" if e["conflict"] else ""
+            lines.append(f"{e['state']:<32} {m['mount']}/{e['path']}{kind}")
+        for r in m["regions"]:
+            lines.append(f"{'incomplete':<32} {m['mount']}/{r['path']}/ ({r['reason']})")
+    emit(args, res, "\n".join(lines) or "(nothing)")
+    return 0
+
+
+def _summary(r: dict) -> str:
+    if "unavailable" in r:
+        return f"unavailable: {r['unavailable']} — {r['remedy']}"
+    if r.get("refused"):
+        return f"refused: {r['refused']}"
+    if "error" in r:
+        return f"error: {r['error']} — {r.get('remedy', '')}"
+    parts = [f"{len(r.get('taken', []))} taken", f"{len(r.get('removed', []))} removed",
+             f"{len(r.get('conflicts', []))} new conflict(s)"]
+    if r.get("discarded"):
+        parts.append("discarded: " + ", ".join(f"{d['path']} ({d['was']}, {d['op']})"
+                                                 for d in r["discarded"]))
+    if r.get("regions"):
+        parts.append(f"{len(r['regions'])} incomplete region(s)")
+    return ", ".join(parts)
+
+
+__all__ = ["register"]

@@ -1,0 +1,831 @@
+"""The bridge between the live tree and backing directories: bindings, passes, states.
+
+A store mount (a top-level directory of the tree) may be bound to a real directory. A pass
+observes it (memfs.reconcile.observe, in a worker thread), then decides every path with the
+three-way rule on the trio loop from one consistent view — the live tree's content digests S,
+the journal's evidence P, this branch's intent and the pending write-ahead intents — and applies
+what the decisions take: text ingested (a changed file gets a new inode, so no kernel cache
+can show the old bytes), removals, and disk-only nodes for binary or oversize files, which are
+shown read-only with their real size and read straight from disk through a contained fd.
+
+Why the shape: the rule and the plans are pure (memfs.reconcile.plan); this module gathers their
+inputs on one branch, and if the branch or the tree is replaced while it gathers, gathers again.
+Disk bytes taken into the tree are read in a thread and checked against the digest the decision
+was made on; the tree nodes a decision was made on are checked unchanged just before applying,
+with no await in between. Evidence is recorded only after the tree change it agrees with is
+durable (ws.sync()), so a crash can never leave P vouching for a tree that was lost.
+
+Branch intent (tombstones, store origin, conflicts) lives here per mount and is kept with each
+commit (Store.put_intents), so undo and branch switch rewind it; P lives in the journal and never
+rewinds. The recorded disk side of a conflict is kept, by its digest, under <root>/conflicts/.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+import xxhash
+
+from memfs.errors import MemfsError
+from memfs.reconcile import intent as intent_mod
+from memfs.reconcile.contained import (
+    FILE_FLAGS,
+    Refused,
+    RootId,
+    RootUnavailable,
+    close_chain,
+    components,
+    open_chain,
+    open_root,
+)
+from memfs.reconcile.intent import IntentTable
+from memfs.reconcile.observe import DEFAULT_MAX_FILE_SIZE, Observation, observe
+from memfs.reconcile.plan import SyncPlan, pending_from_journal, plan_pass, plan_sync
+from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
+from memfs.store.chunks import CHUNK_SIZE
+from memfs.store.journal import Journal
+from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
+from memfs.workspace.nodes import FileData, Node, WorkspaceError
+
+if TYPE_CHECKING:
+    from memfs.workspace.workspace import Workspace
+
+log = logging.getLogger("memfs.backing")
+
+WATCH_MODES = ("on-access", "fs-events", "on-agent-action", "off")
+ACCESS_INTERVAL = 1.0  # an on-access pass observes a scope at most once a second
+GATHER_TRIES = 3
+EMPTY_DIGEST = xxhash.xxh3_128_hexdigest(b"")
+ACCEPT_ROOT_REMEDY = ("bring the original directory back (an unplugged drive?), or take this "
+                      "one on purpose with `memfs sync --accept-root`")
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A store mount bound to a backing directory (persisted in the store, not per branch)."""
+
+    mount: str
+    dir: str
+    watch: str = "on-access"
+    follow_symlinks: bool = False
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
+    ignore: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "ignore": list(self.ignore)}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Binding:
+        return cls(str(doc["mount"]), str(doc["dir"]), str(doc.get("watch", "on-access")),
+                   bool(doc.get("follow_symlinks", False)),
+                   int(doc.get("max_file_size", DEFAULT_MAX_FILE_SIZE)),
+                   tuple(doc.get("ignore") or ()))
+
+
+@dataclass
+class MountState:
+    """What the last passes found for one mount: the listing states, regions, availability."""
+
+    states: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    regions: dict[str, str] = field(default_factory=dict)
+    unavailable: tuple[str, str] | None = None  # (what happened, remedy)
+    last_pass: float | None = None
+    last_error: str | None = None
+    incomplete: str | None = None
+    observed: dict[str, float] = field(default_factory=dict)  # scope -> monotonic time
+
+
+def _under(path: str, scope: str) -> bool:
+    return scope == "" or path == scope or path.startswith(scope + "/")
+
+
+def split_path(path: str) -> tuple[str, str]:
+    """'mount/a/b' -> ('mount', 'a/b'); surrounding slashes ignored."""
+    parts = [p for p in path.strip("/").split("/") if p]
+    if not parts:
+        raise MemfsError("no mount named in the path", "name it as MOUNT[/PATH], e.g. work/src")
+    return parts[0], "/".join(parts[1:])
+
+
+def ref_digest(store, ref: str, size: int) -> str:
+    """xxh3-128 of a committed file's whole content, streamed chunk by chunk (holes as zeros)."""
+    chunks = store.file_chunks(ref)
+    h = xxhash.xxh3_128()
+    pos = 0
+    for idx in range((size + CHUNK_SIZE - 1) // CHUNK_SIZE):
+        n = min(CHUNK_SIZE, size - pos)
+        piece = store.read_chunk(chunks[idx])[:n] if idx in chunks else b""
+        h.update(piece)
+        if len(piece) < n:
+            h.update(bytes(n - len(piece)))
+        pos += n
+    return h.hexdigest()
+
+
+def read_contained(root_dir: str, expected: RootId | None, rel: str, digest: str | None,
+                   limit: int | None = None) -> bytes | None:
+    """A backing file's bytes through dir fds from the held root; None if it is not the file
+    the decision saw (digest differs), is gone, or is not a regular file."""
+    try:
+        root_fd, _ = open_root(root_dir, expected)
+    except RootUnavailable:
+        return None
+    try:
+        parts = components(rel)
+        chain = open_chain(root_fd, parts[:-1])
+    except (OSError, Refused):
+        os.close(root_fd)
+        return None
+    try:
+        fd = os.open(parts[-1], FILE_FLAGS, dir_fd=chain[-1].fd)
+    except OSError:
+        close_chain(chain)
+        os.close(root_fd)
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        out = bytearray()
+        while limit is None or len(out) <= limit:
+            piece = os.pread(fd, 1 << 20, len(out))
+            if not piece:
+                break
+            out += piece
+        data = bytes(out)
+    finally:
+        os.close(fd)
+        close_chain(chain)
+        os.close(root_fd)
+    if digest is not None and xxhash.xxh3_128_hexdigest(data) != digest:
+        return None
+    return data
+
+
+class Backing:
+    """Every backing binding of one workspace; installs itself as `ws.backing`."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.store = ws.store
+        self.journal = Journal(ws.store.db_path)
+        self.bindings = {m: Binding.from_json(d) for m, d in self.store.bindings().items()}
+        self.mounts: dict[str, MountState] = {}
+        self.intents: dict[str, IntentTable] = {}
+        self.overlay: dict[tuple[str, str], Node] = {}  # live disk-only nodes
+        self.epoch = 0  # bumped when the tree is replaced (undo, restore, branch switch)
+        self._digests: dict[tuple[str, int], str] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self.conflict_dir = Path(self.store.root) / "conflicts"
+        self._load_intents()
+        ws.backing = self
+
+    def close(self) -> None:
+        self.journal.close()
+
+    # -- branch intent -----------------------------------------------------------------
+    def _load_intents(self) -> None:
+        kept = self.store.intents_at(self.ws.head)
+        self.intents = {}
+        for mount in self.bindings:
+            if mount not in kept:
+                self.intents[mount] = IntentTable()  # no intent was kept: nothing to say
+            else:
+                self.intents[mount] = intent_mod.decode(kept[mount])
+
+    def intent_bytes(self) -> dict[str, bytes] | None:
+        """What the next commit keeps (Workspace._snapshot calls this on the loop)."""
+        if not self.bindings:
+            return None
+        return {m: intent_mod.encode(self.intents.get(m, IntentTable())) for m in self.bindings}
+
+    def _set_intent(self, mount: str, path: str, pi: PathIntent | None) -> None:
+        table = self.intents.setdefault(mount, IntentTable())
+        new = table.with_entry(path, pi)
+        if new != table:
+            self.intents[mount] = new
+            self.ws._touch(self.ws.root)  # the next group commit keeps the new intent
+
+    def tree_replaced(self) -> None:
+        """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it."""
+        self.epoch += 1
+        self._load_intents()
+        self.overlay = {k: n for k, n in self.overlay.items() if n.parent is not None}
+        for st in self.mounts.values():
+            st.observed.clear()
+
+    def note_removed(self, node: Node, path: bytes) -> None:
+        """A file (or the files of a directory) removed through the mount: tombstones."""
+        for rel_path in self._files_of(node, path):
+            mount, rel = self._backed(rel_path)
+            if mount is not None and rel:
+                old = self.intents.get(mount, IntentTable()).get(rel)
+                if not old.damaged:
+                    self._set_intent(mount, rel, PathIntent(True, False, old.conflict))
+
+    def note_created(self, node: Node, path: bytes) -> None:
+        """A file (or the files of a directory) created through the mount: store origin."""
+        for rel_path in self._files_of(node, path):
+            mount, rel = self._backed(rel_path)
+            if mount is not None and rel:
+                old = self.intents.get(mount, IntentTable()).get(rel)
+                if not old.damaged:
+                    self._set_intent(mount, rel, PathIntent(False, True, old.conflict))
+
+    def _files_of(self, node: Node, path: bytes) -> Iterator[bytes]:
+        if node.kind == FILE:
+            yield path
+        elif node.kind == DIR:
+            for name, child in self.ws.children(node).items():
+                yield from self._files_of(child, path + b"/" + name)
+
+    def _backed(self, path: bytes) -> tuple[str | None, str]:
+        text = name_to_str(path).strip("/")
+        mount, _, rel = text.partition("/")
+        return (mount, rel) if mount in self.bindings else (None, "")
+
+    # -- states ------------------------------------------------------------------------
+    def state_of(self, node: Node) -> tuple[str, str | None] | None:
+        """(state, conflict kind) of a node in a backed mount, or None (not backed/unknown)."""
+        mount, rel = self._backed(node.path())
+        if mount is None or not rel:
+            return None
+        st = self.mounts.get(mount)
+        if st is None:
+            return None
+        if st.unavailable is not None:
+            return ("unverified", None)
+        return st.states.get(rel)
+
+    def status(self) -> dict:
+        out = {}
+        for mount, b in sorted(self.bindings.items()):
+            st = self.mounts.get(mount, MountState())
+            counts: dict[str, int] = {}
+            for state, _ in st.states.values():
+                counts[state] = counts.get(state, 0) + 1
+            out[mount] = {
+                "dir": b.dir, "watch": b.watch,
+                "available": st.unavailable is None,
+                "unavailable": None if st.unavailable is None else
+                {"error": st.unavailable[0], "remedy": st.unavailable[1]},
+                "last_pass": st.last_pass, "last_error": st.last_error,
+                "incomplete": st.incomplete,
+                "states": counts,
+                "conflicts": sorted(p for p, (s, _) in st.states.items() if s == "conflict"),
+                "workspace_deleted": sorted(p for p, (s, _) in st.states.items()
+                                            if s == "workspace-deleted"),
+                "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
+            }
+        return out
+
+    def listing(self, mount: str, scope: str = "") -> dict:
+        """`memfs ls --states`: every path under scope with its state, and the regions."""
+        st = self.mounts.get(mount, MountState())
+        return {
+            "mount": mount, "path": scope,
+            "available": st.unavailable is None,
+            "unavailable": None if st.unavailable is None else
+            {"error": st.unavailable[0], "remedy": st.unavailable[1]},
+            "entries": [{"path": p, "state": s, "conflict": c}
+                        for p, (s, c) in sorted(st.states.items()) if _under(p, scope)],
+            "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())
+                        if _under(p, scope) or _under(scope, p)],
+        }
+
+    def conflict_files(self) -> dict[str, Path | None]:
+        """'mount/path' -> the file holding the conflict's recorded disk side (None: absent)."""
+        out: dict[str, Path | None] = {}
+        for mount, table in self.intents.items():
+            for path in table:
+                c = table.get(path).conflict
+                if c is None:
+                    continue
+                digest = c.disk
+                blob = self.conflict_dir / digest if digest else None
+                out[f"{mount}/{path}"] = blob if blob is not None and blob.exists() else None
+        return out
+
+    # -- binding -----------------------------------------------------------------------
+    async def attach(self, binding: Binding) -> dict:
+        mount = binding.mount
+        if not mount or "/" in mount or mount.startswith("."):
+            raise MemfsError(f"invalid mount name {mount!r}", "name a top-level directory")
+        path = Path(binding.dir)
+        if not path.is_absolute() or not path.is_dir():
+            raise MemfsError(f"backing directory {binding.dir!r} is not an existing directory",
+                             "create it, or name an existing directory by absolute path")
+        old = self.bindings.get(mount)
+        if old is not None and os.path.realpath(old.dir) != os.path.realpath(binding.dir):
+            raise MemfsError(f"mount {mount!r} is already bound to {old.dir}",
+                             f"`memfs detach {mount}` first")
+        if binding.watch not in WATCH_MODES:
+            raise MemfsError(f"unknown watch mode {binding.watch!r}",
+                             f"use one of {', '.join(WATCH_MODES)}")
+        st = os.stat(binding.dir)
+        recorded = await trio.to_thread.run_sync(self.journal.root, mount)
+        if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
+            # Attaching names the directory on purpose: evidence of another one is set aside.
+            await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
+        kids = self.ws.children(self.ws.root)
+        if name_to_bytes(mount) not in kids:
+            self.ws.create(self.ws.root, name_to_bytes(mount), DIR, 0o755, os.getuid(),
+                           os.getgid())
+            self.ws.invalidate([(self.ws.root.id, name_to_bytes(mount))], [self.ws.root.id])
+        elif kids[name_to_bytes(mount)].kind != DIR:
+            raise MemfsError(f"{mount!r} is not a directory", "pick another mount name")
+        self.store.set_binding(mount, binding.to_json())
+        self.bindings[mount] = binding
+        self.intents.setdefault(mount, IntentTable())
+        self.ws._touch(self.ws.root)
+        result = await self.run_pass(mount)
+        return {"mount": mount, "dir": binding.dir, "watch": binding.watch, "pass": result}
+
+    async def detach(self, mount: str) -> dict:
+        if mount not in self.bindings:
+            raise MemfsError(f"mount {mount!r} is not bound", "see `memfs status`")
+        async with self._lock(mount):
+            entries: list[tuple[int, bytes]] = []
+            inodes: list[int] = []
+            for m, rel in list(self.overlay):
+                if m == mount:
+                    self._drop_overlay(m, rel, entries, inodes)
+            self.store.set_binding(mount, None)
+            del self.bindings[mount]
+            self.mounts.pop(mount, None)
+            self.intents.pop(mount, None)
+            self.ws.invalidate(entries, inodes)
+        return {"mount": mount, "detached": True}
+
+    # -- the control plane ---------------------------------------------------------------
+    async def control(self, op: str, args: dict) -> object:
+        """The daemon's `backing_*` requests (also run on a daemon-less workspace)."""
+        if op == "backing_attach":
+            return await self.attach(Binding(
+                args["mount"], args["dir"], args.get("watch") or "on-access",
+                bool(args.get("follow_symlinks")),
+                int(args.get("max_file_size") or DEFAULT_MAX_FILE_SIZE),
+                tuple(args.get("ignore") or ())))
+        if op == "backing_detach":
+            return await self.detach(args["mount"])
+        if op == "backing_sync":
+            return await self.sync(args.get("path"), accept_root=bool(args.get("accept_root")))
+        if op == "backing_states":
+            return await self.states(args.get("path"))
+        raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
+
+    async def sync(self, path: str | None, *, accept_root: bool = False) -> dict:
+        """`memfs sync [PATH]`: without a path every bound mount, never discarding a draft; a
+        path (MOUNT[/REL]) takes disk under it and lists what it `discarded`."""
+        if path is None:
+            out = {}
+            for mount in list(self.bindings):
+                out[mount] = await self.run_pass(mount, accept_root=accept_root)
+            return {"mounts": out}
+        mount, rel = split_path(path)
+        result = await self.run_pass(mount, rel, path_sync=True, accept_root=accept_root)
+        return {"mounts": {mount: result}}
+
+    async def states(self, path: str | None) -> dict:
+        """`memfs ls --states [PATH]`: observe the scope first, then list it."""
+        mounts = [split_path(path)] if path else [(m, "") for m in sorted(self.bindings)]
+        out = []
+        for mount, rel in mounts:
+            await self.run_pass(mount, rel)
+            out.append(self.listing(mount, rel))
+        return {"mounts": out}
+
+    # -- passes ------------------------------------------------------------------------
+    def _lock(self, mount: str) -> trio.Lock:
+        return self._locks.setdefault(mount, trio.Lock())
+
+    async def pass_all(self) -> dict:
+        out = {}
+        for mount in list(self.bindings):
+            try:
+                out[mount] = await self.run_pass(mount)
+            except MemfsError as exc:
+                out[mount] = {"error": exc.message, "remedy": exc.remedy}
+        return out
+
+    async def on_access(self, node: Node) -> bool:
+        """Observe the scope a lookup or opendir touches, at most once a second per scope;
+        never waits for a pass already running. True if a pass ran."""
+        mount, rel = self._backed(node.path())
+        if mount is None:
+            return False
+        b = self.bindings[mount]
+        if b.watch == "off" or self._lock(mount).locked():
+            return False
+        st = self.mounts.setdefault(mount, MountState())
+        now = time.monotonic()
+        for scope, at in st.observed.items():
+            if now - at < ACCESS_INTERVAL and _under(rel, scope):
+                return False
+        try:
+            await self.run_pass(mount, rel)
+        except Exception as exc:  # noqa: BLE001 - a failed observation never fails a lookup
+            log.warning("on-access pass of %s/%s failed: %s", mount, rel, exc)
+            st.last_error = str(exc)
+            return False
+        return True
+
+    async def run_pass(self, mount: str, scope: str = "", *, path_sync: bool = False,
+                       accept_root: bool = False) -> dict:
+        if mount not in self.bindings:
+            raise MemfsError(f"mount {mount!r} is not bound to a backing directory",
+                             f"`memfs attach {mount} DIR` binds it")
+        async with self._lock(mount):
+            return await self._pass_locked(mount, scope, path_sync, accept_root)
+
+    async def _pass_locked(self, mount: str, scope: str, path_sync: bool,
+                           accept_root: bool) -> dict:
+        b = self.bindings[mount]
+        st = self.mounts.setdefault(mount, MountState())
+        st.observed[scope] = time.monotonic()
+        if accept_root:
+            try:
+                rst = os.stat(b.dir)
+            except OSError as exc:
+                raise MemfsError(f"backing root {b.dir!r} is missing ({exc.strerror})",
+                                 "bring the directory back; only an existing one can be "
+                                 "accepted") from None
+            recorded = await trio.to_thread.run_sync(self.journal.root, mount)
+            if recorded is not None and tuple(recorded) != (rst.st_dev, rst.st_ino):
+                # Only a replaced root: accepting an unchanged one would throw away evidence
+                # and turn every draft into an unknown-provenance conflict.
+                aside = await trio.to_thread.run_sync(self.journal.accept_root, mount,
+                                                      rst.st_dev, rst.st_ino)
+                log.info("mount %s: root accepted, %d evidence records set aside", mount, aside)
+        for _ in range(GATHER_TRIES):
+            epoch, branch = self.epoch, self.ws.branch
+            nodes, refs = self._store_nodes(mount)
+            try:
+                gathered = await trio.to_thread.run_sync(self._gather, b, scope, nodes, refs)
+            except RootUnavailable as exc:
+                st.unavailable = (exc.message, ACCEPT_ROOT_REMEDY)
+                st.last_pass = time.time()
+                return {"mount": mount, "unavailable": exc.message, "remedy": ACCEPT_ROOT_REMEDY}
+            if epoch == self.epoch and branch == self.ws.branch:
+                break
+        else:
+            st.incomplete = "the branch kept changing while the pass gathered"
+            return {"mount": mount, "incomplete": st.incomplete}
+        st.unavailable = None
+        st.incomplete = None
+        obs, evidence, pend = gathered
+        # On the loop from here to the plan: one branch, one tree.
+        nodes, _ = self._store_nodes(mount)
+        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
+        table = self.intents.get(mount, IntentTable())
+        pending = pending_from_journal(pend, branch)
+        plan = plan_pass(obs, view, evidence, table, pending, branch=branch)
+        sp = plan_sync(plan, obs, view, path=scope if path_sync else None, branch_now=branch)
+        if sp.refused:
+            return {"mount": mount, "refused": sp.refused}
+        versions = {p: n.ver for p, n in nodes.items()}
+        fetched = await trio.to_thread.run_sync(self._fetch, b, obs, sp, plan, evidence,
+                                                view, branch)
+        contents, intent_ids = fetched
+        # No await from the check to the end of the tree change.
+        changed = self.epoch != epoch or self.ws.branch != branch
+        entries: list[tuple[int, bytes]] = []
+        inodes: list[int] = []
+        applied: list[str] = []
+        skipped: list[str] = []
+        if not changed:
+            mnode = self._mount_node(mount)
+            now_nodes, _ = self._store_nodes(mount)
+            for path, take in sorted(sp.take.items()):
+                if now_nodes.get(path) is not nodes.get(path) or (
+                        path in nodes and nodes[path].ver != versions[path]):
+                    skipped.append(path)  # changed in the workspace since it was decided
+                    continue
+                if isinstance(take, Content):
+                    data = contents.get(path)
+                    if data is None:
+                        skipped.append(path)
+                        continue
+                    fact = obs.files[path]
+                    if self._put_file(mnode, path, data, fact.fingerprint.mtime_ns,
+                                      entries, inodes):
+                        applied.append(path)
+                    else:
+                        skipped.append(path)
+                else:
+                    self._remove_file(mnode, path, entries, inodes)
+                    applied.append(path)
+            self._apply_intent(mount, sp, set(skipped))
+            self._apply_overlay(mount, scope, obs, plan, mnode, entries, inodes, set(skipped))
+            self._apply_states(st, scope, obs, plan, sp, set(skipped))
+            self.ws.invalidate(entries, inodes)
+        # Evidence only once the tree it agrees with is durable.
+        await self.ws.sync()
+        await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids,
+                                      set(skipped) | (set(sp.take) if changed else set()))
+        st.last_pass = time.time()
+        st.last_error = None
+        return {
+            "mount": mount, "scope": scope, "branch": branch,
+            "taken": sorted(p for p in applied if isinstance(sp.take.get(p), Content)),
+            "removed": sorted(p for p in applied if sp.take.get(p) is ABSENT and p in nodes),
+            "skipped": sorted(skipped) if not changed else sorted(sp.take),
+            "conflicts": sorted(sp.record_conflicts),
+            "discarded": [{"path": d.path, "was": d.was, "op": d.op} for d in sp.discarded],
+            "unverified": sorted(sp.unverified),
+            "regions": [{"path": r.path, "reason": r.reason} for r in obs.regions],
+            "incomplete": "the tree was replaced while the pass applied" if changed else None,
+        }
+
+    # -- gathering (worker thread) -----------------------------------------------------
+    def _gather(self, b: Binding, scope: str, nodes: dict[str, Node],
+                refs: dict[tuple[str, int], None]):
+        root = self.journal.root(b.mount)
+        expected = RootId(*root) if root else None
+        ev = self.journal.evidence_under(b.mount)
+        evidence = {p: (ABSENT if r.digest is None else r.digest) for p, r in ev.items()}
+        pend = self.journal.pending_intents(b.mount)
+        cache = self.journal.fingerprints(b.mount)
+        store_paths = set(nodes)
+        obs = observe(b.dir, expected_root=expected, scope=scope, cache=cache,
+                      tracked=lambda p: p in store_paths or p in evidence,
+                      max_file_size=b.max_file_size, ignore=b.ignore,
+                      follow_symlinks=b.follow_symlinks)
+        for key in refs:
+            if key not in self._digests:
+                self._digests[key] = ref_digest(self.store, *key)
+        return obs, evidence, pend
+
+    def _fetch(self, b: Binding, obs: Observation, sp: SyncPlan, plan, evidence: dict,
+               view: dict[str, Content], branch: str) -> tuple[dict[str, bytes], dict[str, int]]:
+        """Settle pending intents, read the disk bytes the plan takes (checked against the
+        decided digest), keep conflicts' disk sides, and write-ahead the adoptions."""
+        from memfs.reconcile.apply import settle
+
+        settle(self.journal, b.mount, plan.decisions)
+        root = RootId(obs.root.dev, obs.root.ino)
+        contents: dict[str, bytes] = {}
+        for path, take in sp.take.items():
+            if isinstance(take, Content):
+                data = read_contained(b.dir, root, path, take.digest)
+                if data is not None:
+                    contents[path] = data
+        for path, c in sp.record_conflicts.items():
+            digest = getattr(c, "disk", None)
+            if digest and len(digest) == 32 and not (self.conflict_dir / digest).exists():
+                fact = obs.files.get(path)
+                if fact is not None and fact.size <= b.max_file_size:
+                    data = read_contained(b.dir, root, path, digest)
+                    if data is not None:
+                        self.conflict_dir.mkdir(exist_ok=True)
+                        tmp = self.conflict_dir / f".{digest}.tmp"
+                        tmp.write_bytes(data)
+                        os.replace(tmp, self.conflict_dir / digest)
+        ids: dict[str, int] = {}
+        for path, take in sp.take.items():
+            if path not in evidence:
+                continue  # first sight: no evidence a crash could leave stale
+            if isinstance(take, Content) and path not in contents:
+                continue
+            old = view.get(path, ABSENT)
+            new = take.digest if isinstance(take, Content) else None
+            ids[path] = self.journal.begin_intent(
+                b.mount, path, "adopt", old=old.digest if isinstance(old, Content) else None,
+                new=new, branch=branch, root=(root.dev, root.ino))
+        return contents, ids
+
+    def _record(self, mount: str, obs: Observation, sp: SyncPlan, intent_ids: dict[str, int],
+                skipped: set[str]) -> None:
+        for path, iid in intent_ids.items():
+            if path in skipped:
+                self.journal.abandon_intent(iid)
+            else:
+                self.journal.complete_intent(iid)
+        items = [(p, None if v is ABSENT else v) for p, v in sp.record.items()
+                 if p not in skipped and p not in intent_ids]
+        self.journal.record_evidence(mount, items, root=(obs.root.dev, obs.root.ino))
+        if obs.hashed:
+            self.journal.put_fingerprints(mount, dict(obs.hashed))  # type: ignore[arg-type]
+
+    # -- the store side ----------------------------------------------------------------
+    def _mount_node(self, mount: str) -> Node | None:
+        node = self.ws.children(self.ws.root).get(name_to_bytes(mount))
+        return node if node is not None and node.kind == DIR else None
+
+    def _store_nodes(self, mount: str) -> tuple[dict[str, Node], dict[tuple[str, int], None]]:
+        """Every committed-or-draft file of the mount (disk-only nodes excluded), and the
+        committed refs whose digest is not cached yet."""
+        nodes: dict[str, Node] = {}
+        refs: dict[tuple[str, int], None] = {}
+        top = self._mount_node(mount)
+        if top is None:
+            return nodes, refs
+        stack: list[tuple[Node, str]] = [(top, "")]
+        while stack:
+            d, prefix = stack.pop()
+            for name, child in self.ws.children(d).items():
+                rel = prefix + name_to_str(name)
+                if child.id in self.ws.disk_only:
+                    continue
+                if child.kind == DIR:
+                    stack.append((child, rel + "/"))
+                elif child.kind == FILE:
+                    nodes[rel] = child
+                    if not child.dirty and child.ref is not None:
+                        key = (child.ref, child.size())
+                        if key not in self._digests:
+                            refs[key] = None
+        return nodes, refs
+
+    def _digest_now(self, node: Node) -> str:
+        if not node.dirty and node.ref is not None:
+            key = (node.ref, node.size())
+            digest = self._digests.get(key)
+            if digest is None:
+                digest = self._digests[key] = ref_digest(self.store, *key)
+            return digest
+        h = xxhash.xxh3_128()
+        size = node.size()
+        for off in range(0, size, CHUNK_SIZE):
+            h.update(self.ws.read(node, off, CHUNK_SIZE))
+        return h.hexdigest() if size else EMPTY_DIGEST
+
+    # -- applying to the live tree (on the loop, no await) -----------------------------
+    def _parent(self, mnode: Node | None, rel: str, create: bool,
+                entries: list[tuple[int, bytes]]) -> Node | None:
+        d = mnode
+        for part in rel.split("/")[:-1]:
+            if d is None:
+                return None
+            name = name_to_bytes(part)
+            child = self.ws.children(d).get(name)
+            if child is None:
+                if not create:
+                    return None
+                child = self.ws.create(d, name, DIR, 0o755, os.getuid(), os.getgid())
+                entries.append((d.id, name))
+            elif child.kind != DIR or child.id in self.ws.disk_only:
+                return None
+            d = child
+        return d
+
+    def _put_file(self, mnode: Node | None, rel: str, data: bytes, mtime_ns: int,
+                  entries: list[tuple[int, bytes]], inodes: list[int]) -> bool:
+        """Put disk's bytes at rel as a new node (a new inode: no cache shows the old)."""
+        parent = self._parent(mnode, rel, True, entries)
+        if parent is None:
+            return False
+        name = name_to_bytes(rel.rsplit("/", 1)[-1])
+        old = self.ws.children(parent).get(name)
+        mode, uid, gid = 0o644, os.getuid(), os.getgid()
+        if old is not None:
+            if old.kind != FILE:
+                return False
+            mode, uid, gid = old.mode, old.uid, old.gid
+            self.ws.unlink(parent, name)
+            inodes.append(old.id)
+        node = self.ws.create(parent, name, FILE, mode, uid, gid)
+        if data:
+            self.ws.write(node, 0, data)
+        node.mtime_ns = node.atime_ns = mtime_ns
+        entries.append((parent.id, name))
+        inodes.append(parent.id)
+        return True
+
+    def _remove_file(self, mnode: Node | None, rel: str, entries: list[tuple[int, bytes]],
+                     inodes: list[int]) -> None:
+        parent = self._parent(mnode, rel, False, entries)
+        if parent is None:
+            return
+        name = name_to_bytes(rel.rsplit("/", 1)[-1])
+        old = self.ws.children(parent).get(name)
+        if old is None or old.kind != FILE or old.id in self.ws.disk_only:
+            return
+        self.ws.unlink(parent, name)
+        entries.append((parent.id, name))
+        inodes.extend((old.id, parent.id))
+
+    def _drop_overlay(self, mount: str, rel: str, entries: list[tuple[int, bytes]],
+                      inodes: list[int]) -> None:
+        node = self.overlay.pop((mount, rel), None)
+        if node is None or node.parent is None:
+            return
+        parent = node.parent
+        try:
+            self.ws.unlink(parent, node.name)
+        except WorkspaceError:
+            return
+        entries.append((parent.id, node.name))
+        inodes.extend((node.id, parent.id))
+
+    def _apply_overlay(self, mount: str, scope: str, obs: Observation, plan,
+                       mnode: Node | None, entries: list[tuple[int, bytes]], inodes: list[int],
+                       skipped: set[str]) -> None:
+        """Disk-only files as read-only nodes with their real size; gone ones removed."""
+        want = {p for p, d in plan.decisions.items()
+                if d.state == State.DISK_ONLY and p in obs.files and p not in skipped}
+        for (m, rel), node in list(self.overlay.items()):
+            if m != mount or not _under(rel, scope) or rel in skipped:
+                continue
+            fact = obs.files.get(rel)
+            stale = fact is None or node.size() != fact.size or \
+                node.mtime_ns != fact.fingerprint.mtime_ns
+            if rel not in want and isinstance(obs.disk(rel), Content | type(ABSENT)) or (
+                    rel in want and stale):
+                self._drop_overlay(m, rel, entries, inodes)
+        for rel in sorted(want):
+            if (mount, rel) in self.overlay:
+                continue
+            parent = self._parent(mnode, rel, True, entries)
+            if parent is None:
+                continue
+            name = name_to_bytes(rel.rsplit("/", 1)[-1])
+            if name in self.ws.children(parent):
+                continue  # the store holds something there (a draft): it shows instead
+            fact = obs.files[rel]
+            node = self.ws.create(parent, name, FILE, 0o444, os.getuid(), os.getgid())
+            node.data = FileData(fact.size)
+            node.readonly = True
+            node.mtime_ns = node.atime_ns = fact.fingerprint.mtime_ns
+            self.ws.disk_only[node.id] = (mount, rel)
+            self.overlay[(mount, rel)] = node
+            entries.append((parent.id, name))
+            inodes.append(parent.id)
+
+    def _apply_intent(self, mount: str, sp: SyncPlan, skipped: set[str]) -> None:
+        table = self.intents.get(mount, IntentTable())
+        for path in sp.clear_intent:
+            if path not in skipped:
+                self._set_intent(mount, path, None)
+        for path, c in sp.record_conflicts.items():
+            if path in skipped or not isinstance(c, Conflict):
+                continue
+            old = table.get(path)
+            self._set_intent(mount, path, PathIntent(old.tombstone, old.origin_store, c))
+
+    def _apply_states(self, st: MountState, scope: str, obs: Observation, plan,
+                      sp: SyncPlan, skipped: set[str]) -> None:
+        for p in [p for p in st.states if _under(p, scope)]:
+            del st.states[p]
+        for p in [p for p in st.regions if _under(p, scope)]:
+            del st.regions[p]
+        listing = plan.listing()
+        for path, take in sp.take.items():
+            if path in skipped or path not in listing:
+                continue
+            fact = obs.files.get(path)
+            if take is ABSENT and fact is None:
+                listing.pop(path, None)
+            elif take is ABSENT:
+                listing[path] = ("disk-only", None)
+            else:
+                listing[path] = ("synced", None)
+        st.states.update(listing)
+        for r in obs.regions:
+            st.regions[r.path] = r.reason
+
+    # -- reading disk-only files ---------------------------------------------------------
+    async def read_disk(self, node: Node, off: int, size: int) -> bytes:
+        mount, rel = self.ws.disk_only[node.id]
+        b = self.bindings.get(mount)
+        if b is None:
+            raise WorkspaceError(errno.ENOENT, "the mount is no longer bound")
+        root = self.journal.root(mount)
+        return await trio.to_thread.run_sync(_pread_contained, b.dir,
+                                             RootId(*root) if root else None, rel, off, size)
+
+
+def _pread_contained(root_dir: str, expected: RootId | None, rel: str, off: int,
+                     size: int) -> bytes:
+    try:
+        root_fd, _ = open_root(root_dir, expected)
+    except RootUnavailable as exc:
+        raise WorkspaceError(errno.EIO, exc.message) from None
+    chain = None
+    try:
+        parts = components(rel)
+        chain = open_chain(root_fd, parts[:-1])
+        fd = os.open(parts[-1], FILE_FLAGS, dir_fd=chain[-1].fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise WorkspaceError(errno.EIO, "not a regular file on disk any more")
+            return os.pread(fd, size, off)
+        finally:
+            os.close(fd)
+    except (Refused, FileNotFoundError):
+        raise WorkspaceError(errno.ENOENT) from None
+    finally:
+        if chain is not None:
+            close_chain(chain)
+        os.close(root_fd)
+
+
+__all__ = ["Backing", "Binding", "MountState", "WATCH_MODES", "split_path", "ref_digest"]

@@ -107,6 +107,9 @@ class Fingerprint(NamedTuple):
         return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
+_new = tuple.__new__
+
+
 class CachedHash(Protocol):
     """What the fingerprint cache holds per path (memfs.store.journal.FingerprintRow fits)."""
 
@@ -244,10 +247,11 @@ class _Walk:
                 self.region(rel, f"walk limit of {self.limit} entries reached")
                 return
             self.seen += 1
-            why = self.ignored(child, name)
-            if why:
-                self.region(child, why)
-                continue
+            if name[0] == "." or self.ignore or name in VCS_DIRS:
+                why = self.ignored(child, name)
+                if why:
+                    self.region(child, why)
+                    continue
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
@@ -320,7 +324,9 @@ class _Walk:
             close_chain(sub)
 
     def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result) -> None:
-        fp = Fingerprint(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs once per file.
+        fp = _new(Fingerprint, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
+                                st.st_dev))
         cached = self.cache.get(rel)
         if (
             cached is not None and self.trust and fp.dev == self.root_dev
@@ -331,7 +337,8 @@ class _Walk:
         ):
             kind: Kind = cached.kind  # type: ignore[assignment]
             mime = "text/plain" if kind == "text" else "application/octet-stream"
-            self.obs.files[rel] = FileFact(rel, fp.size, fp, cached.digest, kind, mime, False)
+            self.obs.files[rel] = _new(FileFact, (rel, fp.size, fp, cached.digest, kind, mime,
+                                                  False))
             return
         try:
             fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)

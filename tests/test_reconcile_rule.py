@@ -159,6 +159,15 @@ def test_pending_unlink_and_adoption():
     assert decide(TA, TA, A, elsewhere).resolve_pending is None
 
 
+def test_forced_write_killed_before_its_effect_stays_unknown_provenance():
+    """A named+forced write over a copy without evidence, killed after its intent: the copy's
+    digest is the intent's `old`, but it must not read as agreed (no unforced overwrite)."""
+    w = PathIntent(pending=Pending("write", B, C))
+    dec = decide(TB, TA, NO_EVIDENCE, w)
+    assert dec.resolve_pending == "not-done" and dec.conflict == ConflictKind.UNKNOWN_PROVENANCE
+    assert {"named", "force"} <= dec.requires
+
+
 def test_another_branchs_push_seen_on_disk():
     """A branch without the entry neither replays nor unlinks it, and reads no false conflict."""
     w = PathIntent(pending=Pending("write", A, B, on_this_branch=False))
@@ -197,8 +206,6 @@ def test_rule_invariants(d, s, p, intent):
     dv, sv = _val(d), _val(s)
     effective_p = p
     pend = intent.pending
-    if pend is not None and dec.resolve_pending == "not-done":
-        effective_p = pend.old if pend.op != "adopt" else p
     if pend is not None and dec.resolve_pending == "done":
         effective_p = pend.new
     if pend is not None and not pend.on_this_branch and pend.op != "adopt" and dv == pend.new:

@@ -376,8 +376,9 @@ def _settle_pending(
         return Decision(Action.KEEP_STORE, state, Detail.PENDING_WRITE_SEEN, owes=pending.op,
                         reason="disk shows the pending effect; a push with barriers completes it")
     if _eq(side, pending.old):
-        inner = decide(d, s, pending.old if pending.op != "adopt" else p, rest)
-        return _with(inner, resolve_pending="not-done")
+        # Not done: decide from the evidence as it stands. (Not from `old`: a forced write's old
+        # is a disk copy the evidence never agreed with, and must not become agreed by a crash.)
+        return _with(decide(d, s, p, rest), resolve_pending="not-done")
     return Decision(
         Action.INTERRUPTED, State.CONFLICT, conflict=ConflictKind.INTERRUPTED,
         owes="unlink" if s is ABSENT else "write", requires=frozenset({"named", "force"}),

@@ -284,3 +284,20 @@ def test_fingerprint_cache_round_trips_through_the_journal(tree: Path, tmp_path:
     assert not any(f.rehashed for f in again.files.values())
     assert {p: f.digest for p, f in again.files.items()} == {
         p: f.digest for p, f in first.files.items()}
+
+
+def test_file_on_another_device_is_always_rehashed(tree: Path):
+    """A filesystem mounted below the root may be anything: its fingerprints never vouch."""
+    mnt = tree / "mnt"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mnt)], capture_output=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+    try:
+        (mnt / "f.txt").write_text("on tmpfs\n")
+        first = observe(tree, clock=later)
+        again = observe(tree, cache=first.hashed)
+        assert again.files["mnt/f.txt"].rehashed
+        assert not again.files["a.txt"].rehashed
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

@@ -202,6 +202,63 @@ def scratch(tmp_path: Path) -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+SCENARIO = """
+import os, sys
+d = sys.argv[1]
+fd = os.open(f"{d}/a", os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b"hello")
+os.fsync(fd)                          # a's bytes are durable, its name not yet
+os.write(fd, b" world" + b"p" * 9000)  # never synced: three pages of writeback
+dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+os.mkdir(f"{d}/sub")
+os.fsync(dfd)                         # now the names a and sub are durable
+fb = os.open(f"{d}/sub/b", os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fb, b"x")
+os.fsync(fb)                          # b's bytes durable; sub/ never synced, so b's name not
+os.rename(f"{d}/a", f"{d}/c")         # never synced
+"""
+
+
+def image_of(rec_events: list[Event], kinds: dict[int, str], cut: int, policy: Policy,
+             dest: Path) -> dict[str, bytes | None]:
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir()
+    crash_image(rec_events, kinds, cut, policy, dest)
+    return {str(p.relative_to(dest)): None if p.is_dir() else p.read_bytes()
+            for p in sorted(dest.rglob("*"))}
+
+
+def test_replay_keeps_only_what_was_synced(shim: Path, tmp_path: Path) -> None:
+    """The model's rules, on a small script whose every call we know."""
+    root, log = tmp_path / "root", tmp_path / "log"
+    root.mkdir()
+    env = dict(os.environ, LD_PRELOAD=str(shim), MEMFS_CRASHLOG=str(log),
+               MEMFS_CRASHLOG_DIR=str(root))
+    append_mark(log, "process 0")
+    subprocess.run([sys.executable, "-c", SCENARIO, str(root)], env=env, check=True)
+    events, kinds = resolve(read_log(log), root)
+    end = max(e.idx for e in events) + 1
+    img = tmp_path / "img"
+    assert image_of(events, kinds, end, Policy("drop", "drop"), img) == {
+        "a": b"hello", "sub": None}
+    tail = b" world" + b"p" * 9000
+    assert image_of(events, kinds, end, Policy("keep", "keep"), img) == {
+        "c": b"hello" + tail, "sub": None, "sub/b": b"x"}
+    dir_sync = next(e.idx for e in events if e.kind == "sync" and kinds[e.obj] == "dir")
+    assert image_of(events, kinds, dir_sync, Policy("drop", "drop"), img) == {}
+    # Random writeback: each 4 KiB page of the unsynced write lands or not, independently.
+    seen = set()
+    for seed in range(12):
+        got = image_of(events, kinds, end, Policy("random", "drop", seed), img)["a"]
+        full = b"hello" + tail
+        assert got[:5] == b"hello"
+        for lo, hi in ((5, 4096), (4096, 8192), (8192, len(full))):
+            part = got[lo:hi]  # the new bytes, a hole, or past the end (b"")
+            assert part in (full[lo:hi], bytes(len(part))), (seed, lo)
+        seen.add(got)
+    assert len(seen) > 2
+
+
 def test_synced_state_survives_every_cut(shim: Path, tmp_path: Path, scratch: Path) -> None:
     """`memfs init`, then two workload processes (a reopen in between), cut everywhere."""
     rec = record(shim, tmp_path, [(11, 45), (12, 45)])

@@ -217,3 +217,45 @@ def test_failed_barrier_listing_then_disk_restored_keeps_the_draft(setup):
     dec = plan.decisions["f.txt"]
     assert dec.state == State.WORKSPACE_DRAFT and dec.owes == "write"
     assert dec.action != Action.ADOPT_DISK
+
+
+def test_run_materialize_lists_refusals_and_keeps_them_owed(tmp_path: Path):
+    from memfs.reconcile.plan import count_owed
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "f.txt").write_bytes(OLD)
+    (root / "d.txt").write_bytes(OLD)
+    (outside / "shared").write_bytes(OLD)
+    os.link(outside / "shared", root / "g.txt")
+    rid = observe(root).root
+    j = Journal(tmp_path / "store.db")
+    j.record_evidence(MOUNT, [(p, h(OLD)) for p in ("f.txt", "g.txt", "d.txt")],
+                      root=(rid.dev, rid.ino))
+    store = {"f.txt": NEW, "g.txt": NEW, "n/new.txt": NEW}
+    table = intent.IntentTable({"n/new.txt": PathIntent(origin_store=True),
+                                "d.txt": PathIntent(tombstone=True)})
+
+    def run():
+        obs = observe(root, expected_root=rid)
+        evidence = {p: (ABSENT if r.digest is None else r.digest)
+                    for p, r in j.evidence_under(MOUNT).items()}
+        view = {p: Content(h(b)) for p, b in store.items()}
+        plan = plan_pass(obs, view, evidence, table, branch="main")
+        res = apply.run_materialize(j, MOUNT, root, rid, plan_materialize(plan, obs),
+                                    lambda p: (store[p], h(store[p])), branch="main")
+        evidence = {p: (ABSENT if r.digest is None else r.digest)
+                    for p, r in j.evidence_under(MOUNT).items()}
+        return res, count_owed(view, evidence, table)
+
+    res, owed = run()
+    assert sorted(res.written) == ["f.txt", "n/new.txt"] and res.deletions_left == ["d.txt"]
+    assert [s["path"] for s in res.skipped] == ["g.txt"] and "copy" in res.skipped[0]["remedy"]
+    assert (outside / "shared").read_bytes() == OLD
+    assert (owed.pending_changes, owed.pending_workspace_deletions) == (1, 1)  # g.txt, d.txt
+    subprocess.run(["cp", str(root / "g.txt"), str(root / "g.copy")], check=True)
+    subprocess.run(["mv", str(root / "g.copy"), str(root / "g.txt")], check=True)
+    res, owed = run()
+    assert res.written == ["g.txt"] and res.skipped == []
+    assert (owed.pending_changes, owed.pending_workspace_deletions) == (0, 1)

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from memfs.reconcile.contained import Refused, RootId, crash_point
 from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
+from memfs.reconcile.plan import MaterializePlan
 from memfs.reconcile.rule import ABSENT, Decision, _Absent
 
 
@@ -112,3 +114,55 @@ def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision]) -> 
             journal.abandon_intent(intent.id)
         settled[path] = dec.resolve_pending
     return settled
+
+
+@dataclass
+class MaterializeResult:
+    """What a materialize did: written and removed paths, every refusal with its remedy (the
+    plan's and the effects'), the deletions left on disk, and failures that stay owed."""
+
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    deletions_left: list[str] = field(default_factory=list)
+    failed: list[dict[str, str]] = field(default_factory=list)
+    refused: str | None = None
+
+
+def run_materialize(
+    journal: JournalLike, mount: str, root_path: str | os.PathLike[str], root: RootId,
+    mplan: MaterializePlan, content: Callable[[str], tuple[bytes | Iterable[bytes], str]], *,
+    branch: str | None = None,
+) -> MaterializeResult:
+    """Carry out a materialize plan through the write-ahead steps. `content(path)` gives the
+    workspace's bytes and their digest. A refusal that touched nothing leaves the path owed (its
+    P unchanged) and is listed with its remedy; a failure after the rename stays pending."""
+    out = MaterializeResult(deletions_left=list(mplan.deletions_left), refused=mplan.refused)
+    out.skipped = [{"path": s.path, "state": s.state, "reason": s.reason, "remedy": s.remedy}
+                   for s in mplan.skipped]
+    if mplan.refused:
+        return out
+    for w in mplan.writes:
+        data, digest = content(w.path)
+        try:
+            push_write(journal, mount, root_path, root, w.path, data, new_digest=digest,
+                       expected=w.expected, force=w.force, branch=branch)
+            out.written.append(w.path)
+        except EffectFailed as exc:
+            out.failed.append({"path": w.path, "reason": exc.reason, "message": exc.message,
+                               "remedy": exc.remedy})
+        except Refused as exc:
+            out.skipped.append({"path": w.path, "state": "refused", "reason": exc.message,
+                                "remedy": exc.remedy})
+    for u in mplan.unlinks:
+        try:
+            push_unlink(journal, mount, root_path, root, u.path, expected=u.expected,
+                        force=u.force, branch=branch)
+            out.removed.append(u.path)
+        except EffectFailed as exc:
+            out.failed.append({"path": u.path, "reason": exc.reason, "message": exc.message,
+                               "remedy": exc.remedy})
+        except Refused as exc:
+            out.skipped.append({"path": u.path, "state": "refused", "reason": exc.message,
+                                "remedy": exc.remedy})
+    return out

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import xxhash
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memfs.reconcile import intent as intent_mod
 from memfs.reconcile.observe import observe
@@ -16,7 +19,15 @@ from memfs.reconcile.plan import (
     plan_pass,
     plan_sync,
 )
-from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, Pending
+from memfs.reconcile.rule import (
+    ABSENT,
+    NO_EVIDENCE,
+    Conflict,
+    Content,
+    DiskUnknown,
+    PathIntent,
+    Pending,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(256)
 
@@ -249,3 +260,76 @@ def test_accept_root_sets_evidence_aside_and_nothing_reads_deleted(tmp_path: Pat
     again = plan_sync(plan_pass(obs, store, evidence, intent_mod.IntentTable(), branch="main"),
                       obs, store, branch_now="main")
     assert again.take == {} and again.discarded == []
+
+
+# --- properties of the contracts over random worlds -------------------------------------------
+
+DIGESTS = [h(b"1"), h(b"2"), h(b"3")]
+
+
+@dataclass
+class World:
+    """A pure stand-in for an Observation (the planning functions need only this protocol)."""
+
+    scope: str
+    files: dict
+    regions: list
+    disk_map: dict
+
+    def disk(self, path):
+        return self.disk_map.get(path, ABSENT)
+
+
+side = st.one_of(st.just(ABSENT), st.builds(Content, st.sampled_from(DIGESTS),
+                                             st.sampled_from(["text", "binary"])))
+disk_side = st.one_of(side, st.just(DiskUnknown("unreadable")))
+ev = st.one_of(st.just(NO_EVIDENCE), st.just(ABSENT), st.sampled_from(DIGESTS))
+pi = st.builds(PathIntent, st.booleans(), st.booleans(),
+               st.one_of(st.none(), st.builds(Conflict, st.just("both-changed"),
+                                              st.sampled_from(DIGESTS))))
+worlds = st.dictionaries(st.sampled_from([f"p{i}" for i in range(6)]),
+                        st.tuples(disk_side, side, ev, pi), min_size=1)
+
+
+def build(w):
+    disk_map = {p: d for p, (d, _, _, _) in w.items()}
+    files = {p: None for p, d in disk_map.items() if isinstance(d, Content)}
+    obs = World("", files, [], disk_map)
+    store = {p: s for p, (_, s, _, _) in w.items() if isinstance(s, Content)}
+    evidence = {p: e for p, (_, _, e, _) in w.items() if e is not NO_EVIDENCE}
+    table = intent_mod.IntentTable({p: i for p, (_, _, _, i) in w.items()})
+    return obs, store, evidence, table
+
+
+@settings(max_examples=300, deadline=None)
+@given(worlds, st.booleans(), st.booleans())
+def test_contracts_hold_in_any_world(w, force, apply_deletions):
+    obs, store, evidence, table = build(w)
+    plan = plan_pass(obs, store, evidence, table, branch="b")
+    # A sync without a path never discards, and takes only paths whose store side is what disk
+    # last agreed with (or that the store never had and never deleted).
+    sync = plan_sync(plan, obs, store, branch_now="b")
+    assert sync.discarded == []
+    for p in sync.take:
+        e = evidence.get(p, NO_EVIDENCE)
+        s = store.get(p, ABSENT)
+        s_val = ABSENT if s is ABSENT else s.digest
+        assert (e is not NO_EVIDENCE and e == s_val) or (
+            e is NO_EVIDENCE and s is ABSENT and not table.get(p).tombstone)
+    # A bare materialize, forced or not, never overwrites a disk copy the evidence does not vouch
+    # for, and never deletes without apply_deletions.
+    mat = plan_materialize(plan, obs, force=force, apply_deletions=apply_deletions)
+    for wr in mat.writes:
+        d = obs.disk(wr.path)
+        e = evidence.get(wr.path, NO_EVIDENCE)
+        assert not wr.force
+        assert (d is ABSENT) or (isinstance(d, Content) and d.digest == e)
+    if not apply_deletions:
+        assert mat.unlinks == []
+    for u in mat.unlinks:
+        assert not u.force and evidence.get(u.path) == obs.disk(u.path).digest
+    # What was skipped or left is listed, never silently dropped.
+    owed = {p for p, d in plan.decisions.items() if d.owes is not None}
+    handled = ({x.path for x in mat.writes} | {x.path for x in mat.unlinks}
+               | {x.path for x in mat.skipped} | set(mat.deletions_left))
+    assert owed <= handled

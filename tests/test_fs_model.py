@@ -23,7 +23,8 @@ pytestmark = pytest.mark.mount
 
 NAMES = ["x", "y", "z"]
 PATHS = NAMES + [f"{a}/{b}" for a in NAMES for b in NAMES]
-paths = st.sampled_from(PATHS)
+# Top-level names come up more often: deep paths mostly fail with ENOENT until a dir exists.
+paths = st.one_of(st.sampled_from(NAMES), st.sampled_from(NAMES), st.sampled_from(PATHS))
 modes = st.sampled_from([0o644, 0o600, 0o755, 0o700, 0o444, 0o000, 0o777, 0o640])
 data = st.binary(max_size=3000)
 offsets = st.integers(min_value=0, max_value=12000)
@@ -50,8 +51,12 @@ def outcome(fn: Callable[[], object]) -> tuple[str, object]:
         return ("err", errno.errorcode.get(exc.errno or 0, exc.errno))
 
 
-def write_at(path: str, offset: int, payload: bytes, flags: int) -> int:
-    fd = os.open(path, os.O_WRONLY | flags)
+def write_at(path: str, offset: int, payload: bytes, flags: int, trunc_on_open: bool) -> int:
+    """Write at `offset` (-1: at the fd's position); O_TRUNC either in open or as ftruncate."""
+    open_flags = flags if trunc_on_open else flags & ~os.O_TRUNC
+    fd = os.open(path, os.O_WRONLY | open_flags)
+    if flags & os.O_TRUNC and not trunc_on_open:
+        os.ftruncate(fd, 0)
     try:
         return os.pwrite(fd, payload, offset) if offset >= 0 else os.write(fd, payload)
     finally:
@@ -88,17 +93,18 @@ def run_model(mount_base: Path, native_base: Path, max_examples: int) -> None:
         def create(self, p: str, mode: int) -> None:
             self.both(lambda r: create(str(r / p), mode))
 
-        @rule(p=paths, payload=data)
-        def write_truncating(self, p: str, payload: bytes) -> None:
-            self.both(lambda r: write_at(str(r / p), -1, payload, os.O_TRUNC | os.O_CREAT))
+        @rule(p=paths, payload=data, on_open=st.booleans())
+        def write_truncating(self, p: str, payload: bytes, on_open: bool) -> None:
+            self.both(lambda r: write_at(str(r / p), -1, payload, os.O_TRUNC | os.O_CREAT,
+                                          on_open))
 
         @rule(p=paths, payload=data)
         def append(self, p: str, payload: bytes) -> None:
-            self.both(lambda r: write_at(str(r / p), -1, payload, os.O_APPEND))
+            self.both(lambda r: write_at(str(r / p), -1, payload, os.O_APPEND | os.O_CREAT, True))
 
         @rule(p=paths, off=offsets, payload=data)
         def pwrite(self, p: str, off: int, payload: bytes) -> None:
-            self.both(lambda r: write_at(str(r / p), off, payload, 0))
+            self.both(lambda r: write_at(str(r / p), off, payload, os.O_CREAT, True))
 
         @rule(p=paths, size=offsets)
         def truncate(self, p: str, size: int) -> None:
@@ -151,7 +157,7 @@ def run_model(mount_base: Path, native_base: Path, max_examples: int) -> None:
 
     run_state_machine_as_test(
         SideBySide,
-        settings=settings(max_examples=max_examples, stateful_step_count=30, deadline=None,
+        settings=settings(max_examples=max_examples, stateful_step_count=40, deadline=None,
                           database=None, suppress_health_check=list(HealthCheck)),
     )
 
@@ -159,4 +165,4 @@ def run_model(mount_base: Path, native_base: Path, max_examples: int) -> None:
 def test_random_posix_sequences_match_native(mounted, native_dir: Path) -> None:
     base = mounted.work / "model"
     base.mkdir()
-    run_model(base, native_dir, max_examples=int(os.environ.get("MEMFS_MODEL_EXAMPLES", "40")))
+    run_model(base, native_dir, int(os.environ.get("MEMFS_MODEL_EXAMPLES", "50")))

@@ -81,6 +81,14 @@ def test_shell_round_trip_matches_native(mounted, native_dir: Path, tmp_path: Pa
     assert got == want, "\n".join(diff_snapshots(got, want))
 
 
+def test_redirect_truncates_existing_file(mounted) -> None:
+    f = mounted.work / "f"
+    subprocess.run(["bash", "-c", "printf 'long content' > f; : > f; printf ab > g; printf c > g"],
+                   cwd=mounted.work, check=True)
+    assert f.read_bytes() == b""
+    assert (mounted.work / "g").read_bytes() == b"c"
+
+
 def test_shell_reads_back_after_remount(mounted, native_dir: Path, tmp_path: Path) -> None:
     """The same tree is still there after a clean unmount and a new daemon (page cache gone)."""
     mounted.require_real()

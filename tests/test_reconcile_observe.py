@@ -301,3 +301,13 @@ def test_file_on_another_device_is_always_rehashed(tree: Path):
         assert not again.files["a.txt"].rehashed
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_odd_symlinks_with_following_on(tree: Path):
+    for name, target in (("self", "."), ("up", ".."), ("loop", "loop"), ("dangling", "nope"),
+                         ("to-dir", "src"), ("chain", "self/a.txt")):
+        (tree / name).symlink_to(target)
+    o = observe(tree, follow_symlinks=True)
+    for name in ("self", "up", "loop", "dangling", "to-dir", "chain"):
+        assert isinstance(o.disk(name), DiskUnknown), name
+    assert "a.txt" in o.files

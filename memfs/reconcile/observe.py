@@ -308,6 +308,8 @@ class _Walk:
         # file reached without further links.
         try:
             parts = components(resolved)
+            if not parts:
+                raise Refused("a link to the root", reason="not-a-file")
             sub = open_chain(self.root_fd, parts[:-1])
         except (Refused, OSError):
             self.region(rel, "symlink to something other than a file inside the root")
@@ -487,8 +489,10 @@ def _observe_scope(w: _Walk, chain: list[DirLink], parts: list[str]) -> None:
                 w.region(rel, "swapped")
                 return
             chain.append(DirLink(sub, name, ident(st)))
-            w.walk_dir(chain, rel)
-            chain.pop()
+            try:
+                w.walk_dir(chain, rel)
+            finally:
+                chain.pop()
         finally:
             os.close(sub)
     elif stat.S_ISREG(st.st_mode):

@@ -38,9 +38,6 @@ from memfs.store.trees import DIR, FILE, decode_dir
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = Path(__file__).parent / "crashmodel"
-POLICIES = [Policy("drop", "drop"), Policy("keep", "keep"), Policy("random", "random", 1),
-            Policy("random", "drop", 2), Policy("drop", "random", 3)]
-
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -270,7 +267,8 @@ def test_synced_state_survives_every_cut(shim: Path, tmp_path: Path, scratch: Pa
     plan += [(cut, Policy("keep", "keep")) for cut in synced_marks]
     for n, cut in enumerate(sorted(rng.sample(range(end + 1), 60)) + [0, end]):
         plan += [(cut, Policy("drop", "drop")), (cut, Policy("random", "random", n)),
-                 (cut, Policy("random", "drop", n)), (cut, Policy("drop", "random", n))]
+                 (cut, Policy("random", "drop", n, grain=512)),
+                 (cut, Policy("drop", "random", n)), (cut, Policy("keep", "prefix", n))]
     assert not failures(rec, plan, scratch)
     # Every mutation was synced at the end: a cut after the whole log keeps the last state.
     assert rec.bounds(end) == (max(rec.states), max(rec.states))

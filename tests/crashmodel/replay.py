@@ -5,8 +5,10 @@ The rules (the strict POSIX reading, nothing the kernel does beyond it):
 - A name (create, mkdir, rename, unlink) is durable once an fsync of every directory it
   touches follows it. A file whose name is not durable is lost, whatever its data.
 - Anything else may or may not have reached the disk. A `Policy` picks which: drop all of
-  it, keep all of it, or a random subset (data at 4 KiB page granularity, in any order, as
-  writeback does; names as a random prefix, as a journaling filesystem commits them).
+  it, keep all of it, or a random subset: data in pieces of `grain` bytes (a 4 KiB page as
+  writeback does, or a 512 B sector) in any order; names each on its own coin ("random", all
+  POSIX allows) or as a random prefix in log order ("prefix", what a journaling filesystem
+  does).
 - SQLite's `-shm` is dropped: it is rebuilt from the WAL on open and never needed to recover.
 
 The log names inodes and fds; the replayer turns them into objects (one per file or
@@ -46,14 +48,16 @@ class Event:
 
 @dataclass(frozen=True)
 class Policy:
-    """What happens to the steps no sync covered: "drop", "keep" or "random"."""
+    """What happens to the steps no sync covered. data: "drop", "keep" or "random" (by
+    `grain`-byte pieces); names: "drop", "keep", "random" or "prefix"."""
 
     data: str = "drop"
     names: str = "drop"
     seed: int = 0
+    grain: int = PAGE
 
     def __str__(self) -> str:
-        return f"data={self.data},names={self.names},seed={self.seed}"
+        return f"data={self.data}/{self.grain},names={self.names},seed={self.seed}"
 
 
 def append_mark(log: Path, label: str) -> None:
@@ -173,13 +177,16 @@ def crash_image(events: list[Event], kinds: dict[int, str], cut: int, policy: Po
         elif policy.data == "keep":
             _apply_data(contents[e.obj], e.op)
         elif policy.data == "random":
-            _apply_some_pages(contents[e.obj], e.op, rng)
+            _apply_some_pieces(contents[e.obj], e.op, policy.grain, rng)
 
     names = [e for e in before if e.kind == "ns"]
     unsynced = [e for e in names if not all(last_sync.get(d, -1) > e.idx for d in e.dirs)]
-    keep_upto = {"drop": 0, "keep": len(unsynced),
-                 "random": rng.randint(0, len(unsynced))}[policy.names]
-    kept = {id(e) for e in unsynced[:keep_upto]}
+    if policy.names == "random":
+        kept = {id(e) for e in unsynced if rng.random() < 0.5}
+    else:
+        upto = {"drop": 0, "keep": len(unsynced),
+                "prefix": rng.randint(0, len(unsynced))}[policy.names]
+        kept = {id(e) for e in unsynced[:upto]}
     dirs: dict[int, dict[str, int]] = {ROOT: {}}
     unsynced_ids = {id(e) for e in unsynced}
     for e in names:
@@ -203,8 +210,8 @@ def _apply_data(buf: bytearray, op: tuple) -> None:
             buf.extend(bytes(size - len(buf)))
 
 
-def _apply_some_pages(buf: bytearray, op: tuple, rng: random.Random) -> None:
-    """Writeback of an unsynced step: each 4 KiB page of a write, or a truncate, or not."""
+def _apply_some_pieces(buf: bytearray, op: tuple, grain: int, rng: random.Random) -> None:
+    """Writeback of an unsynced step: each aligned piece of a write, or a truncate, or not."""
     if op[0] == "t":
         if rng.random() < 0.5:
             _apply_data(buf, op)
@@ -212,7 +219,7 @@ def _apply_some_pages(buf: bytearray, op: tuple, rng: random.Random) -> None:
     _, off, data = op
     pos = off
     while pos < off + len(data):
-        end = min(off + len(data), (pos // PAGE + 1) * PAGE)
+        end = min(off + len(data), (pos // grain + 1) * grain)
         if rng.random() < 0.5:
             _apply_data(buf, ("w", pos, data[pos - off:end - off]))
         pos = end

@@ -77,6 +77,8 @@ def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool
         try:
             pyfuse3.close(unmount=mounted)
         finally:
+            if ws.backing is not None:
+                ws.backing.close()
             store.close()
             sock = control_socket(root)
             if sock.exists():
@@ -91,6 +93,8 @@ async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:
         nursery.start_soon(_signals, ws)
         await nursery.start(_control_server, ws, ops, root)
         nursery.start_soon(_initial_passes, ws, ops)
+        if ws.backing is not None:
+            nursery.start_soon(ws.backing.run_watchers, ops.drain_invalidations)
         await pyfuse3.main()
         log.info("mount ended; committing what is pending")
         ws.stopped = True

@@ -112,7 +112,10 @@ class MemfsOperations(pyfuse3.Operations):
             a.st_mode = node.st_mode()
             if node.readonly:
                 a.st_mode &= ~0o222
-            a.st_nlink = 1
+            # An unlinked node still open somewhere has no name left: nlink 0, as Linux says.
+            a.st_nlink = 1 if node.parent is not None or node.id == ROOT_ID or node.readonly else 0
+            if node.readonly:  # views of branches move with the branch head: never cached
+                a.entry_timeout = a.attr_timeout = 0
             a.st_uid, a.st_gid = node.uid, node.gid
             a.st_size = node.size()
             a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
@@ -163,11 +166,11 @@ class MemfsOperations(pyfuse3.Operations):
             known_entries = [(p, n) for p, n in entries if self.lookups.get(p) or p == ROOT_ID]
             await trio.to_thread.run_sync(_invalidate, known_entries, known)
 
-    async def _on_access(self, node: Node, wait: bool) -> None:
+    async def _on_access(self, node: Node, wait: bool, name: bytes | None = None) -> None:
         """Backed mounts: observe the scope first (rate-limited in backing.on_access). Inside
         a lookup the kernel holds the parent's lock, so invalidating names under it must not
         be awaited there: the drain then runs as its own task."""
-        if await self.ws.backing.on_access(node):
+        if await self.ws.backing.on_access(node, name):
             if wait:
                 await self.drain_invalidations()
             else:
@@ -193,7 +196,7 @@ class MemfsOperations(pyfuse3.Operations):
         if parent.id == ROOT_ID and name == CONTROL_NAME:
             return self._counted(self.virtual.top)
         if parent.id != ROOT_ID and self.ws.backing is not None:
-            await self._on_access(parent, wait=False)
+            await self._on_access(parent, wait=False, name=name)
         return self._counted(self.ws.lookup(parent, name))
 
     @_guard
@@ -364,6 +367,9 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if writing and node.readonly:
             raise pyfuse3.FUSEError(errno.EROFS)
+        if flags & os.O_TRUNC and node.size():  # libfuse asks for atomic O_TRUNC: ours to do
+            self._ctx(ctx)
+            self.ws.truncate(node, 0)
         fh = self._open_handle(Handle(node, writable=bool(writing)))
         return pyfuse3.FileInfo(fh=fh, keep_cache=True)
 

@@ -28,12 +28,34 @@ def chunk_digest(data: bytes | memoryview) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def mkdir_durable(path: Path) -> None:
+    """Create a directory (and missing parents) so that a power cut cannot take its name
+    away: each new directory's parent is fsynced after the mkdir."""
+    if path.is_dir():
+        return
+    if not path.parent.is_dir():
+        mkdir_durable(path.parent)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return
+    fsync_dir(path.parent)
+
+
 class ChunkStore:
     """Reads from any thread; writes only from the commit thread (one at a time)."""
 
     def __init__(self, root: Path) -> None:
         self.dir = root / "packs"
-        self.dir.mkdir(parents=True, exist_ok=True)
+        mkdir_durable(self.dir)
         self._read_fds: dict[int, int] = {}
         self._locations: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
         self._lock = threading.Lock()
@@ -148,11 +170,7 @@ class ChunkStore:
         fd = os.open(
             self.dir / f"{pack:08d}.pack", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600
         )
-        dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        fsync_dir(self.dir)
         self._write_fd, self._write_pack, self._write_end = fd, pack, 0
         return fd, pack
 

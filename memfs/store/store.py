@@ -19,7 +19,7 @@ from pathlib import Path
 
 from memfs.errors import MemfsError
 from memfs.store import db
-from memfs.store.chunks import ChunkStore
+from memfs.store.chunks import ChunkStore, fsync_dir, mkdir_durable
 from memfs.store.trees import DIR, FILE, LINK, decode_dir, decode_manifest, encode_dir, object_id
 
 DEFAULT_BRANCH = "main"
@@ -106,6 +106,7 @@ class Store:
         self._writer = db.connect(self.db_path)
         db.create_schema(self._writer)
         self._writer.executescript(INTENT_SCHEMA)
+        fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
         self._reader = db.connect(self.db_path)
         self._reader_lock = threading.Lock()
         self.chunks = ChunkStore(root)
@@ -118,7 +119,7 @@ class Store:
         if not (root / "store.db").exists():
             if not create:
                 raise StoreError(f"no memfs store at {root}", "run `memfs init` first")
-            root.mkdir(parents=True, exist_ok=True)
+            mkdir_durable(root)
         return cls(root)
 
     def close(self) -> None:

@@ -25,9 +25,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,19 +37,18 @@ import xxhash
 from memfs.errors import MemfsError
 from memfs.reconcile import intent as intent_mod
 from memfs.reconcile.contained import (
-    FILE_FLAGS,
     Refused,
     RootId,
     RootUnavailable,
-    close_chain,
     components,
-    open_chain,
-    open_root,
+    crash_point,
+    open_contained_file,
 )
 from memfs.reconcile.intent import IntentTable
 from memfs.reconcile.observe import DEFAULT_MAX_FILE_SIZE, Observation, observe
 from memfs.reconcile.plan import SyncPlan, pending_from_journal, plan_pass, plan_sync
 from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
+from memfs.reconcile.watch import Watcher, narrow
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
@@ -63,7 +61,13 @@ log = logging.getLogger("memfs.backing")
 
 WATCH_MODES = ("on-access", "fs-events", "on-agent-action", "off")
 ACCESS_INTERVAL = 1.0  # an on-access pass observes a scope at most once a second
+# Modes observed on access. on-agent-action's after-batch scan is not wired yet, so until it is
+# such a mount is observed on access too; fs-events relies on its events; off only on sync.
+ACCESS_WATCH = ("on-access", "on-agent-action")
 GATHER_TRIES = 3
+WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
+WATCH_COALESCE = 0.05  # events arriving together make one pass
+WATCH_MAX_SCOPES = 16  # more dirty scopes than this: their parents, then a full pass
 EMPTY_DIGEST = xxhash.xxh3_128_hexdigest(b"")
 ACCEPT_ROOT_REMEDY = ("bring the original directory back (an unplugged drive?), or take this "
                       "one on purpose with `memfs sync --accept-root`")
@@ -131,40 +135,21 @@ def ref_digest(store, ref: str, size: int) -> str:
     return h.hexdigest()
 
 
-def read_contained(root_dir: str, expected: RootId | None, rel: str, digest: str | None,
-                   limit: int | None = None) -> bytes | None:
+def read_contained(root_dir: str, expected: RootId | None, rel: str,
+                   digest: str | None) -> bytes | None:
     """A backing file's bytes through dir fds from the held root; None if it is not the file
     the decision saw (digest differs), is gone, or is not a regular file."""
     try:
-        root_fd, _ = open_root(root_dir, expected)
-    except RootUnavailable:
+        fd, _ = open_contained_file(root_dir, rel, root=expected)
+    except (RootUnavailable, Refused, OSError):
         return None
     try:
-        parts = components(rel)
-        chain = open_chain(root_fd, parts[:-1])
-    except (OSError, Refused):
-        os.close(root_fd)
-        return None
-    try:
-        fd = os.open(parts[-1], FILE_FLAGS, dir_fd=chain[-1].fd)
-    except OSError:
-        close_chain(chain)
-        os.close(root_fd)
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         out = bytearray()
-        while limit is None or len(out) <= limit:
-            piece = os.pread(fd, 1 << 20, len(out))
-            if not piece:
-                break
+        while piece := os.pread(fd, 1 << 20, len(out)):
             out += piece
-        data = bytes(out)
     finally:
         os.close(fd)
-        close_chain(chain)
-        os.close(root_fd)
+    data = bytes(out)
     if digest is not None and xxhash.xxh3_128_hexdigest(data) != digest:
         return None
     return data
@@ -416,19 +401,32 @@ class Backing:
                 out[mount] = {"error": exc.message, "remedy": exc.remedy}
         return out
 
-    async def on_access(self, node: Node) -> bool:
-        """Observe the scope a lookup or opendir touches, at most once a second per scope;
-        never waits for a pass already running. True if a pass ran."""
+    async def on_access(self, node: Node, name: bytes | None = None) -> bool:
+        """Observe the scope a lookup (node + name) or opendir (node) touches, at most once a
+        second per scope; never waits for a pass already running. True if a pass ran.
+
+        A lookup of a directory the tree already has observes nothing: listing it does. A
+        lookup of a name the tree lacks observes that one path (one stat), limited per path
+        only, so a file just made on disk opens by name at once."""
         mount, rel = self._backed(node.path())
         if mount is None:
             return False
+        missing = False
+        if name is not None:
+            if name in (b".", b"..") or b"/" in name:
+                return False
+            child = self.ws.children(node).get(name) if node.kind == DIR else None
+            if child is not None and child.kind == DIR and child.id not in self.ws.disk_only:
+                return False
+            missing = child is None
+            rel = f"{rel}/{name_to_str(name)}" if rel else name_to_str(name)
         b = self.bindings[mount]
-        if b.watch == "off" or self._lock(mount).locked():
+        if b.watch not in ACCESS_WATCH or self._lock(mount).locked():
             return False
         st = self.mounts.setdefault(mount, MountState())
         now = time.monotonic()
         for scope, at in st.observed.items():
-            if now - at < ACCESS_INTERVAL and _under(rel, scope):
+            if now - at < ACCESS_INTERVAL and (scope == rel if missing else _under(rel, scope)):
                 return False
         try:
             await self.run_pass(mount, rel)
@@ -467,7 +465,7 @@ class Backing:
                 log.info("mount %s: root accepted, %d evidence records set aside", mount, aside)
         for _ in range(GATHER_TRIES):
             epoch, branch = self.epoch, self.ws.branch
-            nodes, refs = self._store_nodes(mount)
+            nodes, refs = self._store_nodes(mount, scope)
             try:
                 gathered = await trio.to_thread.run_sync(self._gather, b, scope, nodes, refs)
             except RootUnavailable as exc:
@@ -483,7 +481,7 @@ class Backing:
         st.incomplete = None
         obs, evidence, pend = gathered
         # On the loop from here to the plan: one branch, one tree.
-        nodes, _ = self._store_nodes(mount)
+        nodes, _ = self._store_nodes(mount, scope)
         view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
         table = self.intents.get(mount, IntentTable())
         pending = pending_from_journal(pend, branch)
@@ -503,7 +501,7 @@ class Backing:
         skipped: list[str] = []
         if not changed:
             mnode = self._mount_node(mount)
-            now_nodes, _ = self._store_nodes(mount)
+            now_nodes, _ = self._store_nodes(mount, scope)
             for path, take in sorted(sp.take.items()):
                 if now_nodes.get(path) is not nodes.get(path) or (
                         path in nodes and nodes[path].ver != versions[path]):
@@ -529,6 +527,8 @@ class Backing:
             self.ws.invalidate(entries, inodes)
         # Evidence only once the tree it agrees with is durable.
         await self.ws.sync()
+        if intent_ids:
+            crash_point("backing:after-commit")  # tree durable, adoption intents pending
         await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids,
                                       set(skipped) | (set(sp.take) if changed else set()))
         st.last_pass = time.time()
@@ -545,12 +545,69 @@ class Backing:
             "incomplete": "the tree was replaced while the pass applied" if changed else None,
         }
 
+    # -- fs-events -------------------------------------------------------------------------
+    async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
+        """Keep one inotify watcher per `watch=fs-events` binding (started and stopped as
+        bindings come and go); runs until cancelled. `after_change` tells the kernel."""
+        running: dict[str, trio.CancelScope] = {}
+        async with trio.open_nursery() as nursery:
+            while True:
+                for mount, b in self.bindings.items():
+                    if b.watch == "fs-events" and mount not in running:
+                        running[mount] = await nursery.start(self._watch, b, after_change)
+                for mount in list(running):
+                    b = self.bindings.get(mount)
+                    if b is None or b.watch != "fs-events":
+                        running.pop(mount).cancel()
+                await trio.sleep(WATCH_POLL)
+
+    async def _watch(self, b: Binding, after_change: Callable[[], Awaitable[None]],
+                     task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Events only choose what to observe again; an overflow, a moved root or a full
+        watch table means a full pass (and a new watcher, for a root that came back)."""
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            while True:
+                watcher = await trio.to_thread.run_sync(Watcher, b.dir)
+                try:
+                    while True:
+                        with trio.move_on_after(WATCH_POLL * 5) as idle:
+                            await trio.lowlevel.wait_readable(watcher.fileno())
+                        if idle.cancelled_caught:
+                            st = self.mounts.get(b.mount)
+                            if st is not None and st.unavailable is not None:
+                                break  # the root may be back: watch it afresh, observe it
+                            continue
+                        await trio.sleep(WATCH_COALESCE)
+                        dirty = watcher.read()
+                        scopes = [""] if dirty.full else narrow(dirty.paths)
+                        if len(scopes) > WATCH_MAX_SCOPES:
+                            scopes = narrow({p.rpartition("/")[0] for p in scopes})
+                            if len(scopes) > WATCH_MAX_SCOPES:
+                                scopes = [""]
+                        await self._passes(b.mount, scopes, after_change)
+                        if dirty.full:
+                            break
+                finally:
+                    watcher.close()
+                await self._passes(b.mount, [""], after_change)
+
+    async def _passes(self, mount: str, scopes: list[str],
+                      after_change: Callable[[], Awaitable[None]]) -> None:
+        for scope in scopes:
+            try:
+                await self.run_pass(mount, scope)
+            except Exception as exc:  # noqa: BLE001 - the watcher goes on; status says why
+                log.warning("fs-events pass of %s/%s failed: %s", mount, scope, exc)
+                self.mounts.setdefault(mount, MountState()).last_error = str(exc)
+        await after_change()
+
     # -- gathering (worker thread) -----------------------------------------------------
     def _gather(self, b: Binding, scope: str, nodes: dict[str, Node],
                 refs: dict[tuple[str, int], None]):
         root = self.journal.root(b.mount)
         expected = RootId(*root) if root else None
-        ev = self.journal.evidence_under(b.mount)
+        ev = self.journal.evidence_under(b.mount, scope)
         evidence = {p: (ABSENT if r.digest is None else r.digest) for p, r in ev.items()}
         pend = self.journal.pending_intents(b.mount)
         cache = self.journal.fingerprints(b.mount)
@@ -611,7 +668,8 @@ class Backing:
                 self.journal.complete_intent(iid)
         items = [(p, None if v is ABSENT else v) for p, v in sp.record.items()
                  if p not in skipped and p not in intent_ids]
-        self.journal.record_evidence(mount, items, root=(obs.root.dev, obs.root.ino))
+        if items or self.journal.root(mount) is None:  # the root goes with the first evidence
+            self.journal.record_evidence(mount, items, root=(obs.root.dev, obs.root.ino))
         if obs.hashed:
             self.journal.put_fingerprints(mount, dict(obs.hashed))  # type: ignore[arg-type]
 
@@ -620,15 +678,26 @@ class Backing:
         node = self.ws.children(self.ws.root).get(name_to_bytes(mount))
         return node if node is not None and node.kind == DIR else None
 
-    def _store_nodes(self, mount: str) -> tuple[dict[str, Node], dict[tuple[str, int], None]]:
-        """Every committed-or-draft file of the mount (disk-only nodes excluded), and the
-        committed refs whose digest is not cached yet."""
+    def _store_nodes(self, mount: str, scope: str = "",
+                     ) -> tuple[dict[str, Node], dict[tuple[str, int], None]]:
+        """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),
+        and the committed refs whose digest is not cached yet."""
         nodes: dict[str, Node] = {}
         refs: dict[tuple[str, int], None] = {}
         top = self._mount_node(mount)
-        if top is None:
+        for part in components(scope):
+            if top is None or top.kind != DIR:
+                return nodes, refs
+            top = self.ws.children(top).get(name_to_bytes(part))
+        if top is None or top.id in self.ws.disk_only:
             return nodes, refs
-        stack: list[tuple[Node, str]] = [(top, "")]
+        if top.kind == FILE:
+            nodes[scope] = top
+            if not top.dirty and top.ref is not None and (top.ref, top.size()) not in \
+                    self._digests:
+                refs[(top.ref, top.size())] = None
+            return nodes, refs
+        stack: list[tuple[Node, str]] = [(top, scope + "/" if scope else "")]
         while stack:
             d, prefix = stack.pop()
             for name, child in self.ws.children(d).items():
@@ -806,26 +875,15 @@ class Backing:
 def _pread_contained(root_dir: str, expected: RootId | None, rel: str, off: int,
                      size: int) -> bytes:
     try:
-        root_fd, _ = open_root(root_dir, expected)
+        fd, _ = open_contained_file(root_dir, rel, root=expected)
     except RootUnavailable as exc:
         raise WorkspaceError(errno.EIO, exc.message) from None
-    chain = None
-    try:
-        parts = components(rel)
-        chain = open_chain(root_fd, parts[:-1])
-        fd = os.open(parts[-1], FILE_FLAGS, dir_fd=chain[-1].fd)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise WorkspaceError(errno.EIO, "not a regular file on disk any more")
-            return os.pread(fd, size, off)
-        finally:
-            os.close(fd)
-    except (Refused, FileNotFoundError):
+    except Refused:
         raise WorkspaceError(errno.ENOENT) from None
+    try:
+        return os.pread(fd, size, off)
     finally:
-        if chain is not None:
-            close_chain(chain)
-        os.close(root_fd)
+        os.close(fd)
 
 
 __all__ = ["Backing", "Binding", "MountState", "WATCH_MODES", "split_path", "ref_digest"]

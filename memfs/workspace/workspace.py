@@ -95,7 +95,8 @@ class Workspace:
         self._processes: dict[tuple[int, int], str] = {}
         self._comm_cache: dict[int, str] = {}
         self._commit_lock = trio.Lock()
-        self._wake = trio.Event()
+        self._wake = trio.Event()  # set by the first change after a commit
+        self._urgent = trio.Event()  # set when dirty data should not wait for the interval
         self._durable = trio.Event()
         self._views: dict[str, Node] = {}
         self._free_cache: tuple[float, int] = (0.0, 0)
@@ -141,10 +142,11 @@ class Workspace:
         return node
 
     def forget(self, nid: int) -> None:
-        """The kernel dropped its last reference: a detached node can go."""
+        """The kernel dropped its last reference: a detached node can go, with its data."""
         node = self.nodes.get(nid)
         if node is not None and node.parent is None and nid != ROOT_ID and not node.readonly:
             del self.nodes[nid]
+            self._dirty_files.discard(node)
 
     def children(self, d: Node) -> dict[bytes, Node]:
         if d.kind != DIR:
@@ -177,9 +179,9 @@ class Workspace:
             node.ver += 1
             node = node.parent
         self.mutation_seq += 1
-        if self.dirty_since is None:
+        if self.dirty_since is None:  # only the first change wakes the commit loop
             self.dirty_since = time.monotonic()
-        self._wake.set()
+            self._wake.set()
 
     def note_process(self, pid: int, uid: int) -> None:
         comm = self._comm_cache.get(pid)
@@ -343,7 +345,8 @@ class Workspace:
     def write(self, f: Node, off: int, data: bytes) -> int:
         self._writable(f)
         fd = self._load_data(f)
-        grow = max(0, off + len(data) - fd.size)
+        # Only the bytes written take space; a hole left before them does not.
+        grow = min(len(data), max(0, off + len(data) - fd.size))
         if grow and grow + self._dirty_bytes > self.free_bytes():
             raise fail(errno.ENOSPC)
         n = fd.write(off, data, self._fetch)
@@ -352,7 +355,7 @@ class Workspace:
         f.mtime_ns = f.ctime_ns = time.time_ns()
         self._touch(f)
         if self._dirty_bytes >= DIRTY_BYTES_SOON:
-            self._wake.set()
+            self._urgent.set()
         return n
 
     def over_dirty_limit(self) -> bool:
@@ -424,9 +427,8 @@ class Workspace:
             if self._dirty_bytes < DIRTY_BYTES_SOON:
                 delay = self.dirty_since + self.commit_interval - time.monotonic()
                 with trio.move_on_after(max(0.0, delay)):
-                    while self._dirty_bytes < DIRTY_BYTES_SOON:
-                        await self._wake.wait()
-                        self._wake = trio.Event()
+                    await self._urgent.wait()
+            self._urgent = trio.Event()
             try:
                 await self.commit()
             except Exception as exc:  # noqa: BLE001 - a failed commit is retried, never fatal
@@ -449,6 +451,7 @@ class Workspace:
         if not self.root.dirty:
             self.durable_seq = max(self.durable_seq, self.mutation_seq)
             self.dirty_since = None
+            self._recount_dirty()
             return None
         plan = self._snapshot()
         self.dirty_since = None
@@ -457,16 +460,29 @@ class Workspace:
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             self.dirty_since = time.monotonic()
+            self._wake.set()  # the commit loop retries, whoever asked for this commit
             raise
         self.last_error = None
         self._apply(plan)
-        self._dirty_bytes = sum(f.data.dirty_bytes() for f in self._dirty_files if f.data)
-        self._dirty_files = {f for f in self._dirty_files if f.data and f.data.dirty}
+        self._recount_dirty()
         self.head = commit.id
         self.durable_seq = max(self.durable_seq, plan.seq)
         if self.root.dirty and self.dirty_since is None:
             self.dirty_since = time.monotonic()
+            self._wake.set()
         return commit.id
+
+    def _recount_dirty(self) -> None:
+        """Pending bytes are those a commit will take: a file unlinked (detached) holds its
+        bytes only for the handles still open on it, and they are never committed."""
+        self._dirty_files = {f for f in self._dirty_files
+                             if f.data and f.data.dirty and self._attached(f)}
+        self._dirty_bytes = sum(f.data.dirty_bytes() for f in self._dirty_files)
+
+    def _attached(self, node: Node) -> bool:
+        while node.parent is not None:
+            node = node.parent
+        return node is self.root
 
     def _snapshot(self) -> _Plan:
         plan = _Plan(seq=self.mutation_seq)

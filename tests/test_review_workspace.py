@@ -1,0 +1,227 @@
+"""Fresh-eyes review of Workspace/Store logic, driven directly (no mount): commits racing
+with changes, history moves racing with changes, deep trees, metadata round trips, space.
+
+A commit runs its SQLite/pack work in a thread; `in_commit_thread` finds the moment the
+snapshot is taken and the thread runs, so a change can be made exactly there (the window
+where Workspace._apply must keep it).
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from memfs.store import Store
+from memfs.store.chunks import CHUNK_SIZE
+from memfs.store.trees import DIR, FILE, decode_dir, name_to_str
+from memfs.workspace.nodes import Node, WorkspaceError
+from memfs.workspace.workspace import Workspace
+
+MiB = 1 << 20
+
+
+def new_ws(root: Path) -> Workspace:
+    return Workspace(Store.open(root), commit_interval=0.05)
+
+
+def reopen(ws: Workspace) -> Workspace:
+    root = ws.store.root
+    ws.store.close()
+    return new_ws(root)
+
+
+def walk(ws: Workspace, path: str) -> Node:
+    node = ws.root
+    for part in path.split("/"):
+        node = ws.lookup(node, part.encode())
+    return node
+
+
+def content(ws: Workspace, f: Node) -> bytes:
+    return ws.read(f, 0, f.size() + 1)
+
+
+async def in_commit_thread(ws: Workspace, op: Callable[[], Awaitable[object]],
+                           during: Callable[[], None]) -> object:
+    """Run `op` (which commits first); call `during` once its commit thread is running."""
+    out: list[object] = []
+    async with trio.open_nursery() as n:
+        async def run() -> None:
+            out.append(await op())
+        n.start_soon(run)
+        for _ in range(1000):
+            await trio.sleep(0)
+            if ws._commit_lock.locked() and ws.dirty_since is None:
+                break
+        else:
+            raise AssertionError("the commit never reached its thread")
+        during()  # no await: the commit cannot finish before this returns
+    return out[0]
+
+
+def all_paths_in_history(ws: Workspace) -> set[str]:
+    """Every path named by any commit's tree (what the reflog can still bring back)."""
+    out: set[str] = set()
+    for (tree,) in ws.store._query("SELECT tree FROM commits"):
+        stack = [(tree, "")]
+        while stack:
+            oid, prefix = stack.pop()
+            for e in decode_dir(ws.store.read_object(oid)):
+                p = prefix + e.name
+                out.add(p)
+                if e.kind == DIR:
+                    stack.append((e.ref, p + "/"))
+    return out
+
+
+# -- bugs -------------------------------------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="Workspace.undo commits once, then replaces the tree: "
+                   "a change made while that commit ran is dropped and in no commit")
+def test_change_during_undo_is_kept_in_history(tmp_path: Path) -> None:
+    ws = new_ws(tmp_path / "root")
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    ws.write(ws.create(work, b"a", FILE, 0o644, 0, 0), 0, b"a1")
+
+    async def main() -> None:
+        await ws.commit()
+        ws.write(walk(ws, "work/a"), 0, b"a2")  # dirty: undo's own commit takes it
+        await in_commit_thread(ws, lambda: ws.undo(1), lambda: ws.write(
+            ws.create(work, b"late", FILE, 0o644, 0, 0), 0, b"acknowledged"))
+
+    trio.run(main)
+    assert "work/late" in all_paths_in_history(ws), "an acknowledged write vanished"
+
+
+@pytest.mark.xfail(strict=True, reason="Workspace.switch_branch commits once, then replaces "
+                   "the tree: a change made while that commit ran is lost from every branch")
+def test_change_during_branch_switch_is_kept(tmp_path: Path) -> None:
+    ws = new_ws(tmp_path / "root")
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+
+    async def main() -> None:
+        await ws.commit()
+        await ws.create_branch("side", None)
+        ws.write(ws.create(work, b"x", FILE, 0o644, 0, 0), 0, b"x")
+        await in_commit_thread(ws, lambda: ws.switch_branch("side"), lambda: ws.write(
+            ws.create(work, b"late", FILE, 0o644, 0, 0), 0, b"acknowledged"))
+
+    trio.run(main)
+    assert "work/late" in all_paths_in_history(ws), "an acknowledged write vanished"
+
+
+@pytest.mark.xfail(strict=True, reason="Workspace._snap_dir (and Store._check_tree) recurse "
+                   "per level: a tree ~1000 deep raises RecursionError, no commit succeeds")
+def test_deep_tree_commits(tmp_path: Path) -> None:
+    ws = new_ws(tmp_path / "root")
+    d = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    for _ in range(1100):  # 2.2k-byte path: well inside PATH_MAX
+        d = ws.create(d, b"d", DIR, 0o755, 0, 0)
+    ws.write(ws.create(d, b"leaf", FILE, 0o644, 0, 0), 0, b"deep")
+    trio.run(ws.commit)
+    ws = reopen(ws)
+    assert content(ws, walk(ws, "work/" + "d/" * 1100 + "leaf")) == b"deep"
+    assert ws.store.fsck() == []
+
+
+@pytest.mark.xfail(strict=True, reason="Entry stores no atime: after a commit is reloaded "
+                   "(restart, undo) atime reads back as mtime")
+def test_atime_survives_reload(tmp_path: Path) -> None:
+    ws = new_ws(tmp_path / "root")
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    f = ws.create(work, b"f", FILE, 0o644, 0, 0)
+    ws.setattr(f, atime_ns=1_000_000_000, mtime_ns=2_000_000_000)
+    trio.run(ws.commit)
+    ws = reopen(ws)
+    f = walk(ws, "work/f")
+    assert (f.atime_ns, f.mtime_ns) == (1_000_000_000, 2_000_000_000)
+
+
+@pytest.mark.xfail(strict=True, reason="Workspace.write checks grow + _dirty_bytes against "
+                   "free_bytes(), which already subtracts _dirty_bytes: ENOSPC at half the space")
+def test_uncommitted_writes_may_use_most_free_space(small_fs: Path) -> None:
+    ws = new_ws(small_fs / "root")
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    f = ws.create(work, b"big", FILE, 0o644, 0, 0)
+    free = ws.free_bytes()
+    target = free * 2 // 3  # fits: the commit below stores it
+    piece = random.Random(1).randbytes(MiB)
+    written = 0
+    try:
+        while written + MiB <= target:
+            ws.write(f, written, piece)
+            written += MiB
+    except WorkspaceError as exc:
+        assert exc.errno == errno.ENOSPC
+        pytest.fail(f"ENOSPC after {written >> 20} MiB of {free >> 20} MiB free")
+    trio.run(ws.commit)
+    assert reopen(ws).store.fsck() == []
+
+
+# -- guards -----------------------------------------------------------------------------------
+
+def test_changes_racing_a_commit_are_never_lost_or_torn(tmp_path: Path) -> None:
+    """Random writes/truncates/renames/unlinks during the commit thread, against a model."""
+    rng = random.Random(20261130)
+    ws = new_ws(tmp_path / "root")
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    model: dict[str, bytearray] = {}
+    span = 3 * CHUNK_SIZE
+
+    def node_of(name: str) -> Node:
+        return walk(ws, "work/" + name)
+
+    def step() -> None:
+        names = sorted(model)
+        op = rng.choice(["write", "write", "truncate", "create", "rename", "unlink"])
+        if op == "create" or not names:
+            name = f"f{rng.randrange(8)}"
+            if name not in model:
+                ws.create(work, name.encode(), FILE, 0o644, 0, 0)
+                model[name] = bytearray()
+            return
+        name = rng.choice(names)
+        if op == "write":
+            off = rng.randrange(span)
+            data = rng.randbytes(rng.choice([1, 100, CHUNK_SIZE // 2, CHUNK_SIZE]))
+            ws.write(node_of(name), off, data)
+            buf = model[name]
+            if len(buf) < off:
+                buf.extend(bytes(off - len(buf)))
+            buf[off:off + len(data)] = data
+        elif op == "truncate":
+            size = rng.randrange(span)
+            ws.truncate(node_of(name), size)
+            buf = model[name]
+            del buf[size:]
+            buf.extend(bytes(size - len(buf)))
+        elif op == "rename":
+            new = f"f{rng.randrange(8)}"
+            ws.rename(work, name.encode(), work, new.encode())
+            model[new] = model.pop(name)
+        else:
+            ws.unlink(work, name.encode())
+            del model[name]
+
+    def burst() -> None:
+        for _ in range(rng.randrange(1, 6)):
+            step()
+
+    async def main() -> None:
+        for _ in range(120):
+            burst()
+            await in_commit_thread(ws, ws.commit, burst)
+        await ws.commit()
+
+    trio.run(main)
+    ws = reopen(ws)
+    got = {name_to_str(n): content(ws, f) for n, f in ws.children(walk(ws, "work")).items()}
+    assert got.keys() == model.keys()
+    for name, buf in model.items():
+        assert got[name] == bytes(buf), f"{name}: stored content differs from what was written"
+    assert ws.store.fsck() == []

@@ -1,0 +1,115 @@
+"""Backing triggers and crash safety through a real mount: inotify, on-access, start, SIGKILL.
+
+The kill test proves ordering only (the tree commit before the adoption's completion); the
+durability of each step rests on fsync, which a SIGKILL cannot test.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from helpers.png import make_png
+from test_backing_mount import ACCESS, states, xattr
+
+
+def wait_for(cond, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+def _real(m) -> None:
+    if m.native:
+        pytest.skip("needs a real memfs daemon")
+
+
+def test_fs_events_observe_without_access(mounted, tmp_path: Path):
+    m = mounted
+    _real(m)
+    disk = tmp_path / "disk"
+    (disk / "deep" / "er").mkdir(parents=True)
+    (disk / "keep.txt").write_text("k\n")
+    m.cli("attach", "work", str(disk), "--watch", "fs-events")
+    (disk / "deep" / "er" / "new.txt").write_text("from the shell\n")
+    (disk / "deep" / "pic.png").write_bytes(make_png(8, 8))
+    os.unlink(disk / "keep.txt")
+    # No sync and no waiting out the access interval: the events alone bring the changes in.
+    assert wait_for(lambda: states(m).get("work/deep/er/new.txt") == ("synced", None) or
+                    (m.work / "deep" / "er" / "new.txt").exists())
+    assert (m.work / "deep" / "er" / "new.txt").read_text() == "from the shell\n"
+    assert wait_for(lambda: not (m.work / "keep.txt").exists())
+    assert (m.work / "deep" / "pic.png").read_bytes() == (disk / "deep" / "pic.png").read_bytes()
+
+
+def test_watch_off_sees_disk_only_on_sync(mounted, tmp_path: Path):
+    m = mounted
+    _real(m)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    (disk / "late.txt").write_text("late\n")
+    time.sleep(ACCESS)
+    assert "late.txt" not in os.listdir(m.work)
+    m.cli("sync")
+    assert (m.work / "late.txt").read_text() == "late\n"
+
+
+def test_on_access_lookup_takes_a_new_file_in(mounted, tmp_path: Path):
+    m = mounted
+    _real(m)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    m.cli("attach", "work", str(disk))
+    (disk / "direct.txt").write_text("looked up by name\n")
+    # A lookup by name (no listing) observes that one path.
+    assert (m.work / "direct.txt").read_text() == "looked up by name\n"
+    assert xattr(m.work / "direct.txt") == "synced"
+
+
+def test_daemon_start_observes_changes_made_while_down(mount_factory, tmp_path: Path):
+    m = mount_factory()
+    _real(m)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    (disk / "gone.txt").write_text("bye\n")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    m.umount()
+    (disk / "a.txt").write_text("a2 while down\n")
+    os.unlink(disk / "gone.txt")
+    m.remount()
+    assert wait_for(lambda: not (m.work / "gone.txt").exists(), 5)
+    assert (m.work / "a.txt").read_text() == "a2 while down\n"
+
+
+def test_kill_after_adoption_commit_completes_on_restart(mount_factory, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m = mount_factory()
+    _real(m)
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    m.umount()
+    monkeypatch.setenv("MEMFS_CRASH_AT", "backing:after-commit")
+    m.remount()  # the start pass has nothing to adopt, so it never reaches the point
+    (disk / "a.txt").write_text("a2 on disk\n")
+    res = m.cli("sync", check=False)
+    assert res.returncode != 0  # the daemon died at the point, after the tree commit
+    assert m.proc is not None and m.proc.wait(timeout=30) == -9
+    m.kill()
+    monkeypatch.delenv("MEMFS_CRASH_AT")
+    (disk / "a.txt").write_text("a3 while down\n")
+    m.remount()
+    # The adoption's intent was pending and the tree shows its outcome (a2), so the restart
+    # completes it (P := a2) first: then only disk changed (a3) and it is adopted. Without the
+    # intent P would still be a1 and disk, store and evidence would all differ: a false conflict.
+    assert wait_for(lambda: states(m).get("work/a.txt") == ("synced", None), 10)
+    assert (m.work / "a.txt").read_text() == "a3 while down\n"
+    assert m.status()["backing"]["work"]["conflicts"] == []

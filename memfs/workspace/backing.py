@@ -484,6 +484,13 @@ class Backing:
         nodes, _ = self._store_nodes(mount, scope)
         view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
         table = self.intents.get(mount, IntentTable())
+        if path_sync and table.damaged:
+            # A path sync names the paths whose intent it replaces: with disk taken there,
+            # nothing is left for the damaged intent to protect.
+            for p in set(view) | set(obs.files) | {p for p in evidence if _under(p, scope)}:
+                table = table.with_entry(p, None)
+            self.intents[mount] = table
+            self.ws._touch(self.ws.root)
         pending = pending_from_journal(pend, branch)
         plan = plan_pass(obs, view, evidence, table, pending, branch=branch)
         sp = plan_sync(plan, obs, view, path=scope if path_sync else None, branch_now=branch)

@@ -1,0 +1,110 @@
+"""The bridge without a mount: store-side digests, damaged intent, intent kept per commit.
+
+These drive memfs.workspace.backing on a real store and a real backing directory inside trio,
+with no FUSE: what they check does not depend on the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import xxhash
+
+from memfs.store import Store
+from memfs.store.chunks import CHUNK_SIZE
+from memfs.workspace.backing import Backing, Binding, ref_digest
+from memfs.workspace.workspace import DIR, FILE, Workspace
+
+
+def _open(root: Path) -> tuple[Workspace, Backing]:
+    ws = Workspace(Store.open(root), 0.0)
+    return ws, Backing(ws)
+
+
+def _close(ws: Workspace, b: Backing) -> None:
+    b.close()
+    ws.store.close()
+
+
+@pytest.mark.trio
+async def test_store_digest_streams_chunks_and_holes(tmp_path: Path):
+    ws, b = _open(tmp_path / "root")
+    top = ws.create(ws.root, b"m", DIR, 0o755, 0, 0)
+    f = ws.create(top, b"big", FILE, 0o644, 0, 0)
+    data = os.urandom(CHUNK_SIZE + 4321)
+    ws.write(f, 0, data)
+    ws.truncate(f, 3 * CHUNK_SIZE + 7)  # a hole at the end reads as zeros
+    expected = xxhash.xxh3_128_hexdigest(data + bytes(3 * CHUNK_SIZE + 7 - len(data)))
+    assert b._digest_now(f) == expected  # dirty: the live bytes
+    await ws.commit()
+    assert not f.dirty and f.ref.startswith("m:")
+    assert ref_digest(ws.store, f.ref, f.size()) == expected  # committed: streamed chunks
+    small = ws.create(top, b"small", FILE, 0o644, 0, 0)
+    ws.write(small, 0, b"abc")
+    ws.truncate(small, 10)
+    await ws.commit()
+    assert b._digest_now(small) == xxhash.xxh3_128_hexdigest(b"abc" + bytes(7))
+    _close(ws, b)
+
+
+@pytest.mark.trio
+async def test_damaged_intent_reads_unverified_until_a_path_sync(tmp_path: Path):
+    root, disk = tmp_path / "root", tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    (disk / "b.txt").write_text("b1\n")
+    ws, b = _open(root)
+    await b.attach(Binding("work", str(disk)))
+    await ws.commit()
+    head = ws.head
+    _close(ws, b)
+    # The intent object of the head commit goes missing: damaged, never "no intent".
+    store = Store.open(root)
+    with store.transaction() as tx:
+        tx.conn.execute("UPDATE commit_intents SET data = ? WHERE commit_id = ?",
+                        (json.dumps({"work": "0" * 40}), head))
+    store.close()
+    (disk / "a.txt").write_text("a2 on disk\n")
+    os.unlink(disk / "b.txt")
+    ws, b = _open(root)
+    assert b.intents["work"].damaged
+    res = await b.run_pass("work")
+    assert res["taken"] == [] and res["removed"] == []
+    assert sorted(res["unverified"]) == ["a.txt", "b.txt"]
+    work = ws.children(ws.root)[b"work"]
+    assert ws.read(ws.children(work)[b"a.txt"], 0, 100) == b"a1\n"
+    assert b"b.txt" in ws.children(work)  # a damaged intent never reads as "deleted"
+    assert b.listing("work")["entries"][0]["state"] == "unverified"
+    # A path sync of a.txt replaces that entry and takes disk; b.txt stays unverified.
+    res = (await b.sync("work/a.txt"))["mounts"]["work"]
+    assert res["taken"] == ["a.txt"]
+    assert ws.read(ws.children(work)[b"a.txt"], 0, 100) == b"a2 on disk\n"
+    res = await b.run_pass("work")
+    assert res["unverified"] == ["b.txt"]
+    _close(ws, b)
+
+
+@pytest.mark.trio
+async def test_intent_is_kept_with_each_commit_and_rewinds(tmp_path: Path):
+    root, disk = tmp_path / "root", tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    ws, b = _open(root)
+    await b.attach(Binding("work", str(disk)))
+    await ws.commit()
+    before = ws.head
+    work = ws.children(ws.root)[b"work"]
+    b.note_removed(ws.unlink(work, b"a.txt"), b"work/a.txt")  # what an `rm` in the mount does
+    await ws.commit()
+    assert b.intents["work"].get("a.txt").tombstone
+    assert (await b.run_pass("work"))["removed"] == []
+    assert b.listing("work")["entries"][0]["state"] == "workspace-deleted"
+    await ws.restore(before)
+    assert not b.intents["work"].get("a.txt").tombstone  # rewound with the tree
+    assert (await b.run_pass("work"))["removed"] == []
+    assert b.listing("work")["entries"] == [{"path": "a.txt", "state": "synced",
+                                             "conflict": None}]
+    _close(ws, b)

@@ -365,3 +365,27 @@ def test_contained_read_of_a_disk_only_file(env):
     root.mkdir()
     with pytest.raises(RootUnavailable):
         open_contained_file(root, "pics/a.png", root=rid)
+
+
+@pytest.mark.timeout(30)
+def test_fifo_swapped_in_after_the_check_neither_blocks_nor_passes(env):
+    """A FIFO replaces the file between its lstat and its open: the open is non-blocking and the
+    descriptor fails the regular-file check, for a write and an unlink, forced or not."""
+    root, _, rid = env
+
+    def swap() -> None:
+        (root / "f.txt").unlink()
+        os.mkfifo(root / "f.txt")
+    for force in (False, True):
+        (root / "f.txt").write_bytes(b"one\n")
+        FAULT_HOOKS["effect:before-open"] = swap
+        with pytest.raises(Refused) as e:
+            write_file(root, "f.txt", b"two\n", root=rid, expected=h(b"one\n"), force=force)
+        assert e.value.reason == "changed" and not e.value.touched
+        (root / "f.txt").unlink()
+        (root / "f.txt").write_bytes(b"one\n")
+        with pytest.raises(Refused):
+            unlink_file(root, "f.txt", root=rid, expected=h(b"one\n"), force=force)
+        FAULT_HOOKS.clear()
+        assert (root / "f.txt").is_fifo()
+        (root / "f.txt").unlink()

@@ -106,6 +106,7 @@ def _open_existing(parent: int, name: str, rel: str) -> tuple[int, os.stat_resul
         raise Refused(f"{rel}: not a regular file on disk (a directory, symlink or special file)",
                       "move it out of the way on disk, then materialize again",
                       reason="not-regular")
+    crash_point("effect:before-open")
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=parent)
     except OSError as exc:

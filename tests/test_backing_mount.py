@@ -245,3 +245,42 @@ def test_attach_without_daemon_then_mount_and_restart(mount_factory, tmp_path):
     m.cli("detach", "proj")
     assert "proj" not in m.status().get("backing", {})
     assert sorted(os.listdir(proj)) == ["readme.md"]  # the store's files stay
+
+
+def test_containment_symlinks_fifo_and_oversize(mounted, tmp_path):
+    m = mounted
+    if m.native:
+        pytest.skip("needs a real memfs daemon")
+    outside = tmp_path / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.txt").write_text("outside the root\n")
+    (outside / "dir" / "inner.txt").write_text("also outside\n")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    os.symlink(outside / "secret.txt", disk / "to-file")
+    os.symlink(outside / "dir", disk / "to-dir")
+    os.mkfifo(disk / "pipe")
+    (disk / "big.log").write_text("x" * 5000)
+    (disk / "small.txt").write_text("small\n")
+    res = m.cli_json("attach", "work", str(disk), "--max-file-size", "1000")  # a FIFO never blocks
+    assert res["pass"]["taken"] == ["small.txt"]
+    time.sleep(ACCESS)
+    assert sorted(os.listdir(m.work)) == ["big.log", "small.txt"]
+    assert not (m.work / "to-file").exists() and not (m.work / "to-dir").exists()
+    assert os.stat(m.work / "big.log").st_size == 5000  # oversize: disk-only, real size
+    assert (m.work / "big.log").read_text() == "x" * 5000
+    regions = {r["path"]: r["reason"] for r in m.cli_json("ls", "--states")["mounts"][0]["regions"]}
+    assert set(regions) == {"to-file", "to-dir", "pipe"}
+    assert "symlink" in regions["to-dir"] and "FIFO" in regions["pipe"]
+    assert states(m)["work/big.log"] == ("disk-only", None)
+
+
+def test_rename_and_create_through_the_mount_are_branch_intent(backed):
+    m, disk = backed
+    os.rename(m.work / "a.txt", m.work / "z.txt")
+    (m.work / "fresh.txt").write_text("made in the mount\n")
+    listed = states(m)
+    assert listed["work/a.txt"] == ("workspace-deleted", None)
+    assert listed["work/z.txt"] == ("workspace-draft", None)
+    assert listed["work/fresh.txt"] == ("workspace-draft", None)
+    assert not (disk / "z.txt").exists() and (disk / "a.txt").exists()  # disk untouched

@@ -137,6 +137,8 @@ def resolve(records: list[tuple], watched: Path) -> tuple[list[Event], dict[int,
             live[p1] = obj
             events.append(Event(idx, "ns", op=("link", d, name, obj), dirs=(d,)))
         elif op in (UNLINK, RMDIR):
+            if p1 not in live:  # a socket or fifo (bind, mknod are not logged): no file data
+                continue
             d, name = parent(p1)
             obj = live.pop(p1)
             events.append(Event(idx, "ns", op=("unlink", d, name, obj), dirs=(d,)))

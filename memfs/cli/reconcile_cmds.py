@@ -44,6 +44,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_sync)
 
+    p = sub.add_parser("materialize", help="write what disk owes (drafts) to backing dirs")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="MOUNT[/PATH] (named paths may be forced); default: what disk owes")
+    p.add_argument("--force", action="store_true",
+                   help="named paths only: overwrite a disk copy that differs")
+    p.add_argument("--apply-deletions", action="store_true",
+                   help="also remove files deleted in the workspace")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_materialize)
+
     p = sub.add_parser("ls", help="backed entries with their reconciler states")
     p.add_argument("path", nargs="?", help="MOUNT[/PATH] (default: every backed mount)")
     p.add_argument("--states", action="store_true", help="show each entry's state (default)")
@@ -118,6 +128,31 @@ def cmd_sync(args) -> int:
     lines = [f"{m}: {_summary(r)}" for m, r in sorted(res["mounts"].items())]
     emit(args, res, "\n".join(lines) or "no mount is bound to a backing directory")
     bad = any("unavailable" in r or "refused" in r or "error" in r for r in res["mounts"].values())
+    return 1 if bad else 0
+
+
+def cmd_materialize(args) -> int:
+    root = resolve_root(args.root)
+    paths = [_store_path(root, p) for p in args.paths]
+    res = _ask(args, "backing_materialize", paths=paths, force=args.force,
+               apply_deletions=args.apply_deletions)
+    lines = []
+    for mount, r in sorted(res["mounts"].items()):
+        if r.get("unavailable") or r.get("refused") or r.get("incomplete"):
+            lines.append(f"{mount}: {r.get('unavailable') or r.get('refused') or r['incomplete']}"
+                         + (f" — {r['remedy']}" if r.get("remedy") else ""))
+            continue
+        lines += [f"wrote    {mount}/{p}" for p in r["written"]]
+        lines += [f"removed  {mount}/{p}" for p in r["removed"]]
+        lines += [f"left     {mount}/{p} (deleted in the workspace; --apply-deletions removes it)"
+                  for p in r["deletions_left"]]
+        lines += [f"skipped  {mount}/{s['path']} ({s['state']}): {s['reason']} — {s['remedy']}"
+                  for s in r["skipped"]]
+        lines += [f"FAILED   {mount}/{f['path']}: {f['message']} — {f['remedy']}"
+                  for f in r["failed"]]
+    emit(args, res, "\n".join(lines) or "nothing owed")
+    bad = any(r.get("failed") or r.get("refused") or r.get("unavailable")
+              for r in res["mounts"].values())
     return 1 if bad else 0
 
 

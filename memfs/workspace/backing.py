@@ -120,18 +120,22 @@ def split_path(path: str) -> tuple[str, str]:
     return parts[0], "/".join(parts[1:])
 
 
-def ref_digest(store, ref: str, size: int) -> str:
-    """xxh3-128 of a committed file's whole content, streamed chunk by chunk (holes as zeros)."""
+def ref_chunks(store, ref: str, size: int) -> Iterator[bytes]:
+    """A committed file's content, chunk by chunk (holes and short chunks as zeros)."""
     chunks = store.file_chunks(ref)
-    h = xxhash.xxh3_128()
     pos = 0
     for idx in range((size + CHUNK_SIZE - 1) // CHUNK_SIZE):
         n = min(CHUNK_SIZE, size - pos)
         piece = store.read_chunk(chunks[idx])[:n] if idx in chunks else b""
-        h.update(piece)
-        if len(piece) < n:
-            h.update(bytes(n - len(piece)))
+        yield piece + bytes(n - len(piece)) if len(piece) < n else piece
         pos += n
+
+
+def ref_digest(store, ref: str, size: int) -> str:
+    """xxh3-128 of a committed file's whole content, streamed chunk by chunk."""
+    h = xxhash.xxh3_128()
+    for piece in ref_chunks(store, ref, size):
+        h.update(piece)
     return h.hexdigest()
 
 
@@ -363,6 +367,10 @@ class Backing:
             return await self.detach(args["mount"])
         if op == "backing_sync":
             return await self.sync(args.get("path"), accept_root=bool(args.get("accept_root")))
+        if op == "backing_materialize":
+            return await self.materialize(args.get("paths") or None,
+                                          force=bool(args.get("force")),
+                                          apply_deletions=bool(args.get("apply_deletions")))
         if op == "backing_states":
             return await self.states(args.get("path"))
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
@@ -463,23 +471,10 @@ class Backing:
                 aside = await trio.to_thread.run_sync(self.journal.accept_root, mount,
                                                       rst.st_dev, rst.st_ino)
                 log.info("mount %s: root accepted, %d evidence records set aside", mount, aside)
-        for _ in range(GATHER_TRIES):
-            epoch, branch = self.epoch, self.ws.branch
-            nodes, refs = self._store_nodes(mount, scope)
-            try:
-                gathered = await trio.to_thread.run_sync(self._gather, b, scope, nodes, refs)
-            except RootUnavailable as exc:
-                st.unavailable = (exc.message, ACCEPT_ROOT_REMEDY)
-                st.last_pass = time.time()
-                return {"mount": mount, "unavailable": exc.message, "remedy": ACCEPT_ROOT_REMEDY}
-            if epoch == self.epoch and branch == self.ws.branch:
-                break
-        else:
-            st.incomplete = "the branch kept changing while the pass gathered"
-            return {"mount": mount, "incomplete": st.incomplete}
-        st.unavailable = None
-        st.incomplete = None
-        obs, evidence, pend = gathered
+        gathered = await self._gather_on_one_branch(b, st, scope)
+        if isinstance(gathered, dict):
+            return gathered
+        epoch, branch, obs, evidence, pend = gathered
         # On the loop from here to the plan: one branch, one tree.
         nodes, _ = self._store_nodes(mount, scope)
         view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
@@ -551,6 +546,91 @@ class Backing:
             "regions": [{"path": r.path, "reason": r.reason} for r in obs.regions],
             "incomplete": "the tree was replaced while the pass applied" if changed else None,
         }
+
+    async def _gather_on_one_branch(self, b: Binding, st: MountState, scope: str):
+        """(epoch, branch, observation, evidence, pending) gathered while one branch and one
+        tree stayed selected, or a dict saying why there is nothing to decide on."""
+        for _ in range(GATHER_TRIES):
+            epoch, branch = self.epoch, self.ws.branch
+            nodes, refs = self._store_nodes(b.mount, scope)
+            try:
+                obs, evidence, pend = await trio.to_thread.run_sync(self._gather, b, scope,
+                                                                    nodes, refs)
+            except RootUnavailable as exc:
+                st.unavailable = (exc.message, ACCEPT_ROOT_REMEDY)
+                st.last_pass = time.time()
+                return {"mount": b.mount, "unavailable": exc.message,
+                        "remedy": ACCEPT_ROOT_REMEDY}
+            if epoch == self.epoch and branch == self.ws.branch:
+                st.unavailable = None
+                st.incomplete = None
+                return epoch, branch, obs, evidence, pend
+        st.incomplete = "the branch kept changing while the pass gathered"
+        return {"mount": b.mount, "incomplete": st.incomplete}
+
+    # -- materialize ---------------------------------------------------------------------
+    async def materialize(self, paths: list[str] | None, *, force: bool = False,
+                          apply_deletions: bool = False) -> dict:
+        """`memfs materialize [PATH ...]`: write what the evidence says disk owes (plan.py's
+        contract) through the write-ahead pushes, then observe again for the states."""
+        wanted: dict[str, list[str]] = {}
+        for path in paths or []:
+            mount, rel = split_path(path)
+            wanted.setdefault(mount, []).append(rel)
+        out = {}
+        for mount in sorted(wanted) if wanted else sorted(self.bindings):
+            if mount not in self.bindings:
+                raise MemfsError(f"mount {mount!r} is not bound to a backing directory",
+                                 f"`memfs attach {mount} DIR` binds it")
+            async with self._lock(mount):
+                out[mount] = await self._materialize_locked(mount, wanted.get(mount), force,
+                                                            apply_deletions)
+        return {"mounts": out}
+
+    async def _materialize_locked(self, mount: str, rels: list[str] | None, force: bool,
+                                  apply_deletions: bool) -> dict:
+        from memfs.reconcile.apply import run_materialize, settle
+        from memfs.reconcile.plan import plan_materialize
+
+        b = self.bindings[mount]
+        st = self.mounts.setdefault(mount, MountState())
+        await self.ws.sync()  # what is written is what the store durably holds
+        gathered = await self._gather_on_one_branch(b, st, "")
+        if isinstance(gathered, dict):
+            return gathered
+        _, branch, obs, evidence, pend = gathered
+        nodes, _ = self._store_nodes(mount)
+        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
+        plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
+                         pending_from_journal(pend, branch), branch=branch)
+        mplan = plan_materialize(plan, obs, paths=rels, force=force,
+                                 apply_deletions=apply_deletions)
+        # The bytes to write, taken now on the loop: a committed file by its immutable ref
+        # (streamed in the thread), a dirty one by its live bytes.
+        sources: dict[str, tuple[object, str]] = {}
+        for w in mplan.writes:
+            node = nodes[w.path]
+            if node.dirty or node.ref is None:
+                sources[w.path] = (self.ws.read(node, 0, node.size()), view[w.path].digest)
+            else:
+                sources[w.path] = ((node.ref, node.size()), view[w.path].digest)
+
+        def content(path: str):
+            src, digest = sources[path]
+            data = src if isinstance(src, bytes) else ref_chunks(self.store, *src)
+            return data, digest
+
+        def run():
+            settle(self.journal, mount, plan.decisions)
+            return run_materialize(self.journal, mount, b.dir, RootId(obs.root.dev, obs.root.ino),
+                                   mplan, content, branch=branch)
+
+        result = await trio.to_thread.run_sync(run)
+        await self._pass_locked(mount, "", False, False)  # conflicts converge, states refresh
+        return {"mount": mount, "branch": branch, "written": result.written,
+                "removed": result.removed, "skipped": result.skipped,
+                "deletions_left": result.deletions_left, "failed": result.failed,
+                "refused": result.refused}
 
     # -- fs-events -------------------------------------------------------------------------
     async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:

@@ -1,17 +1,16 @@
 """Durability against a crash model that keeps ONLY what was synced (issue 2's contract).
 
 A SIGKILL keeps the page cache, so a kill test proves ordering, never that an fsync was made.
-Here a real workload (Store + Workspace, group commit, `sync()`) runs under an LD_PRELOAD shim
-that logs every write, truncate, sync and name change under the store root; the replayer then
-rebuilds, for many cut points, what a power cut could leave (only synced data, only names
-whose directory was synced, and adversarial mixes of the rest). Each image must open with
-memfs's own Store, pass fsck, have every chunk read back under its digest, and show on the
-branch head a tree the workspace really had, no older than the last `sync()` that returned.
+Here a real workload (Store + Workspace with group commit and `sync()`, or a real mount with
+fsync) runs under an LD_PRELOAD shim that logs every write, truncate, sync and name change
+under the store root; the replayer then rebuilds, for many cut points, what a power cut could
+leave (only synced data, only names whose directory was synced, and adversarial mixes of the
+rest). Each image must open with memfs's own Store, pass fsck, have every chunk read back
+under its digest, and show on the branch head a tree the workspace really had, no older than
+the last `sync()` (or fsync) that returned.
 
 What this trusts: that the kernel and disk honour fsync/fdatasync (the model starts there).
-What it does not model: torn sectors inside a 4 KiB page, a lying disk cache, and the mount's
-FUSE path (the workload calls the Workspace directly; `sync()` is what an fsync there calls).
-See docs/guarantees.md, "Crash model".
+What it does not model: torn sectors, a lying disk cache. See docs/guarantees.md, "Crash model".
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from memfs.store.chunks import CHUNK_SIZE, chunk_digest
 from memfs.store.trees import DIR, FILE, decode_dir
 
 MODEL = Path(__file__).parent / "crashmodel"
+
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -103,12 +103,17 @@ def record(shim: Path, tmp: Path, runs: list[tuple[int, int]], *, init: bool = T
     for line in states.read_text().splitlines():
         row = json.loads(line)
         table[row["i"]] = json.dumps(row["state"], sort_keys=True)
-    marks = []
+    return Recording(root, events, kinds, table, marks_of(events))
+
+
+def marks_of(events: list[Event]) -> list[tuple[int, str, int]]:
+    """(log index, "mut" | "synced", mutation number) of the workload's marks."""
+    out = []
     for e in events:
         word, _, num = e.label.partition(" ")
         if e.kind == "mark" and word in ("mut", "synced"):
-            marks.append((e.idx, word, int(num)))
-    return Recording(root, events, kinds, table, marks)
+            out.append((e.idx, word, int(num)))
+    return out
 
 
 def file_bytes(store: Store, ref: str, size: int) -> bytes:
@@ -386,8 +391,7 @@ def test_fsync_through_the_mount_survives_every_cut(shim: Path, tmp_path: Path, 
             daemon.wait(timeout=30)
         force_unmount(mnt)
     events, kinds = resolve(read_log(log), root)
-    marks = [(e.idx, *_mark_fields(e.label)) for e in events if e.kind == "mark"
-             and e.label.split(" ")[0] in ("mut", "synced")]
+    marks = marks_of(events)
     rec = Recording(root, events, kinds, states, marks)
     assert sum(1 for _, kind, _ in marks if kind == "synced") >= 10
     plan = [(cut, Policy("drop", "drop")) for cut in rec.sync_cuts()]
@@ -398,11 +402,6 @@ def test_fsync_through_the_mount_survives_every_cut(shim: Path, tmp_path: Path, 
         assert not found
     else:
         assert found and expect in found[0], found
-
-
-def _mark_fields(label: str) -> tuple[str, int]:
-    word, _, num = label.partition(" ")
-    return word, int(num)
 
 
 def test_first_process_on_a_fresh_root(shim: Path, tmp_path: Path, scratch: Path) -> None:

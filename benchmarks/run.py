@@ -54,7 +54,8 @@ def machine(base: Path) -> dict[str, str]:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), platform.machine())
     return {"nproc": str(os.cpu_count()), "kernel": platform.release(), "cpu": cpu,
-            "filesystem": f"{fstype} ({base})", "python": platform.python_version()}
+            "filesystem": f"{fstype} ({base})", "python": platform.python_version(),
+            "load average (1/5/15 min) at start": " ".join(f"{x:.2f}" for x in os.getloadavg())}
 
 
 def run_side(side: str, wl: list[Workload], d: Path, scratch: Path, scale: float,
@@ -86,7 +87,7 @@ def table(wl: list[Workload], native: dict[str, Measure], mem: dict[str, Measure
                     f"{target} |")
         for key, value in (m.extra if m else {}).items():
             ok = "met" if value < 200 else "MISSED"
-            rows.append(f"| {key} | | {value:,.0f} | | < 200: {ok} |")
+            rows.append(f"| {key} | | {value:,.1f} | | < 200: {ok} |")
     return "\n".join(rows)
 
 

@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     load()
     wl = select(args.workloads)
     scale = 0.1 if args.quick else 1.0
+    info = machine(args.base)
     base = Path(tempfile.mkdtemp(prefix="memfs-bench-", dir=args.base))
     try:
         scratch, native_dir = base / "scratch", base / "native"
@@ -118,7 +119,6 @@ def main(argv: list[str] | None = None) -> int:
                 d.mkdir()
                 assert bm.proc is not None
                 mem = run_side("memfs", wl, d, scratch, scale, bm.proc.pid)
-        info = machine(args.base)
         if args.json:
             print(json.dumps({"machine": info, "quick": args.quick, "results": {
                 w.name: {side: vars(r[w.name]) | {"rate": r[w.name].rate, "unit": w.unit}

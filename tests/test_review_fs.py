@@ -507,3 +507,15 @@ def test_odd_names_and_binary_xattrs_survive_a_commit(shared, work: Path) -> Non
         with open(view + b"/" + n, "rb") as f:
             assert f.read() == n
     assert os.getxattr(view + b"/-dash", "user.bin") == bytes(range(256))
+
+
+def test_group_commit_makes_a_change_durable_without_fsync(mounted) -> None:
+    mounted.require_real()
+    (mounted.work / "quiet.txt").write_text("no fsync\n")
+    start = time.monotonic()
+    while not status(mounted)["durable"]:
+        assert time.monotonic() - start < 2.0, "not durable 2 s after a change (interval 100 ms)"
+        time.sleep(0.02)
+    mounted.kill()
+    mounted.remount()
+    assert (mounted.work / "quiet.txt").read_text() == "no fsync\n"

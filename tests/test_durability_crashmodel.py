@@ -31,7 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from crashmodel.replay import Event, Policy, append_mark, crash_image, read_log, resolve
+from crashmodel.replay import (
+    Event,
+    Policy,
+    append_mark,
+    crash_image,
+    read_log,
+    resolve,
+    snapshot,
+)
 from helpers.mount import REPO, force_unmount, fuse_missing_reason, is_mounted, memfs_cmd
 
 from memfs.store import Store
@@ -83,11 +91,19 @@ class Recording:
 
 
 def record(shim: Path, tmp: Path, runs: list[tuple[int, int]], *, init: bool = True,
-           skip_sync: str = "") -> Recording:
-    """`memfs init` (unless init=False), then one workload process per (seed, ops)."""
+           skip_sync: str = "", start: dict[str, bytes | None] | None = None) -> Recording:
+    """`memfs init` (unless init=False), then one workload process per (seed, ops).
+
+    With `start`, tmp/root already holds a store (e.g. a crash image) whose head has these
+    files: the log's base is what the root holds now, and the workload continues from them.
+    """
     root, log, states = tmp / "root", tmp / "crash.log", tmp / "states.jsonl"
-    root.mkdir()
-    states.write_text(json.dumps({"i": 0, "state": {}}) + "\n")
+    root.mkdir(parents=True, exist_ok=True)
+    base = snapshot(root)
+    states.write_text(json.dumps({"i": 0, "state": state_of(start or {})}) + "\n")
+    if start:
+        states.with_suffix(".files").write_text(
+            json.dumps({p: b.hex() for p, b in start.items() if b is not None}))
     env = dict(os.environ, LD_PRELOAD=str(shim), MEMFS_CRASHLOG=str(log),
                MEMFS_CRASHLOG_DIR=str(root), MEMFS_CRASHLOG_SKIP_SYNC=skip_sync,
                PYTHONPATH=str(REPO))
@@ -98,7 +114,7 @@ def record(shim: Path, tmp: Path, runs: list[tuple[int, int]], *, init: bool = T
         append_mark(log, f"process {n}")
         res = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, f"{cmd}: {res.stdout}{res.stderr}"
-    events, kinds = resolve(read_log(log), root)
+    events, kinds = resolve(read_log(log), root, base)
     table = {}
     for line in states.read_text().splitlines():
         row = json.loads(line)
@@ -124,16 +140,21 @@ def file_bytes(store: Store, ref: str, size: int) -> bytes:
     return bytes(buf)
 
 
-def tree_state(store: Store, tree: str, prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
+def tree_files(store: Store, tree: str, prefix: str = "") -> dict[str, bytes | None]:
+    """Path -> bytes (None for a directory) of a committed tree."""
+    out: dict[str, bytes | None] = {}
     for e in decode_dir(store.read_object(tree)):
         path = prefix + e.name
         if e.kind == DIR:
-            out[path] = "dir"
-            out.update(tree_state(store, e.ref, path + "/"))
+            out[path] = None
+            out.update(tree_files(store, e.ref, path + "/"))
         elif e.kind == FILE:
-            out[path] = hashlib.sha256(file_bytes(store, e.ref, e.size)).hexdigest()
+            out[path] = file_bytes(store, e.ref, e.size)
     return out
+
+
+def state_of(files: dict[str, bytes | None]) -> dict[str, str]:
+    return {p: "dir" if b is None else hashlib.sha256(b).hexdigest() for p, b in files.items()}
 
 
 def chunk_problems(store: Store, db: Path) -> list[str]:
@@ -169,7 +190,8 @@ def check_cut(rec: Recording, cut: int, policy: Policy, scratch: Path) -> str | 
         problems = store.fsck() + chunk_problems(store, img / "store.db")
         if problems:
             return f"{where}: fsck: {problems[:3]}"
-        head = json.dumps(tree_state(store, store.commit(store.head()).tree), sort_keys=True)
+        head = json.dumps(state_of(tree_files(store, store.commit(store.head()).tree)),
+                          sort_keys=True)
     except Exception as exc:  # noqa: BLE001
         return f"{where}: reading the head failed: {exc!r}"
     finally:
@@ -279,6 +301,45 @@ def test_synced_state_survives_every_cut(shim: Path, tmp_path: Path, scratch: Pa
     assert not failures(rec, plan, scratch)
     # Every mutation was synced at the end: a cut after the whole log keeps the last state.
     assert rec.bounds(end) == (max(rec.states), max(rec.states))
+
+
+def recovered_files(root: Path, scratch: Path) -> dict[str, bytes | None]:
+    """The head a store at `root` recovers to, read from a copy (opening changes the files)."""
+    probe = scratch / "probe"
+    shutil.rmtree(probe, ignore_errors=True)
+    shutil.copytree(root, probe)
+    store = Store.open(probe)
+    try:
+        return tree_files(store, store.commit(store.head()).tree)
+    finally:
+        store.close()
+        shutil.rmtree(probe)
+
+
+def test_a_second_cut_after_recovery(shim: Path, tmp_path: Path, scratch: Path) -> None:
+    """Power cut, recovery, more work, another power cut. The recovered root carries what a
+    cut leaves (dead pack tails, holes, a WAL with an unsynced tail, names that did not land);
+    the work after it must keep the contract just the same."""
+    first = record(shim, tmp_path / "first", [(31, 30)])
+    end = max(e.idx for e in first.events) + 1
+    rng = random.Random(9)
+    policies = [Policy("random", "random", 1), Policy("random", "drop", 2, grain=512),
+                Policy("keep", "prefix", 3)]
+    recovered_bytes = 0
+    for n, policy in enumerate(policies):
+        cut = rng.randrange(end // 3, end)
+        assert check_cut(first, cut, policy, scratch) is None
+        again = tmp_path / f"again{n}"
+        (again / "root").mkdir(parents=True)
+        crash_image(first.events, first.kinds, cut, policy, again / "root")
+        start = recovered_files(again / "root", scratch)
+        recovered_bytes += sum(len(b) for b in start.values() if b)
+        rec = record(shim, again, [(40 + n, 25)], init=False, start=start)
+        plan = [(c, Policy("drop", "drop")) for c in rec.sync_cuts()]
+        plan += [(idx + 1, Policy("random", "random", n)) for idx, kind, _ in rec.marks
+                 if kind == "synced"]
+        assert not failures(rec, plan, scratch)
+    assert recovered_bytes, "no cut left any file behind: the second run started empty"
 
 
 def drive_mount(mnt: Path, log: Path, seed: int, ops: int) -> dict[int, str]:

@@ -85,8 +85,21 @@ def read_log(path: Path) -> list[tuple]:
     return out
 
 
-def resolve(records: list[tuple], watched: Path) -> tuple[list[Event], dict[int, str]]:
-    """Follow the live namespace through the log; return events and each object's kind."""
+def snapshot(top: Path) -> dict[str, bytes | None]:
+    """What a directory holds before a log starts (relative path -> bytes, None for a dir)."""
+    out: dict[str, bytes | None] = {}
+    for p in sorted(top.rglob("*")):
+        out[str(p.relative_to(top))] = None if p.is_dir() else p.read_bytes()
+    return out
+
+
+def resolve(records: list[tuple], watched: Path, base: dict[str, bytes | None] | None = None
+            ) -> tuple[list[Event], dict[int, str]]:
+    """Follow the live namespace through the log; return events and each object's kind.
+
+    `base` is what the watched directory held, durably, before the log began (a `snapshot`,
+    e.g. an earlier crash image): it becomes events at index -1, which every cut keeps.
+    """
     top = os.path.realpath(watched)
     live: dict[str, int] = {top: ROOT}
     kinds: dict[int, str] = {ROOT: "dir"}
@@ -103,6 +116,15 @@ def resolve(records: list[tuple], watched: Path) -> tuple[list[Event], dict[int,
         if head not in live:
             raise NotModelled(f"parent of {path} is not in the log")
         return live[head], name
+
+    for rel, content in sorted((base or {}).items()):
+        path = os.path.join(top, rel)
+        obj = new("dir" if content is None else "file")
+        d, name = parent(path)
+        live[path] = obj
+        events.append(Event(-1, "ns", op=("link", d, name, obj)))
+        if content:
+            events.append(Event(-1, "data", obj, ("w", 0, content)))
 
     for idx, (op, fd, _ino, off, p1, p2, data) in enumerate(records):
         if op == MARK:
@@ -174,7 +196,7 @@ def crash_image(events: list[Event], kinds: dict[int, str], cut: int, policy: Po
     for e in before:
         if e.kind != "data":
             continue
-        if e.idx < last_sync.get(e.obj, -1):
+        if e.idx < 0 or e.idx < last_sync.get(e.obj, -1):
             _apply_data(contents[e.obj], e.op)
         elif policy.data == "keep":
             _apply_data(contents[e.obj], e.op)
@@ -182,7 +204,8 @@ def crash_image(events: list[Event], kinds: dict[int, str], cut: int, policy: Po
             _apply_some_pieces(contents[e.obj], e.op, policy.grain, rng)
 
     names = [e for e in before if e.kind == "ns"]
-    unsynced = [e for e in names if not all(last_sync.get(d, -1) > e.idx for d in e.dirs)]
+    unsynced = [e for e in names if e.idx >= 0 and
+                not all(last_sync.get(d, -1) > e.idx for d in e.dirs)]
     if policy.names == "random":
         kept = {id(e) for e in unsynced if rng.random() < 0.5}
     else:

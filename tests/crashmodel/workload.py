@@ -4,7 +4,8 @@ Drives a real Store + Workspace (no FUSE): random creates, writes, truncates, re
 unlinks and mkdirs, background group commits, and `sync()` (what an fsync on the mount
 calls) now and then. After mutation i it marks the log "mut i" and appends the whole tree's
 state to STATES (one JSON line: path -> sha256 or "dir"); after a sync() that returned it
-marks "synced i". STATES may hold an earlier run's lines: this run continues from the last.
+marks "synced i". STATES may hold an earlier run's lines: this run continues from the last,
+with file contents from STATES with the suffix .files (hex), which it rewrites at the end.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def step(ws: Workspace, model: Model, rng: random.Random) -> None:
 async def run(root: Path, states_path: Path, seed: int, ops: int) -> None:
     lines = states_path.read_text().splitlines()
     start = json.loads(lines[-1])
-    files = json.loads((states_path.with_suffix(".files")).read_text()) if len(lines) > 1 else {}
+    saved = states_path.with_suffix(".files")
+    files = json.loads(saved.read_text()) if saved.exists() else {}
     model = Model(start["state"], {p: bytes.fromhex(h) for p, h in files.items()})
     i = start["i"]
     rng = random.Random(seed)

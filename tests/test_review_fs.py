@@ -519,3 +519,20 @@ def test_group_commit_makes_a_change_durable_without_fsync(mounted) -> None:
     mounted.kill()
     mounted.remount()
     assert (mounted.work / "quiet.txt").read_text() == "no fsync\n"
+
+
+@pytest.mark.xfail(strict=True, reason="only create/setattr/unlink/rename note the process: a "
+                   "write through open() of an existing file is committed with no process")
+def test_commit_records_the_process_that_wrote_an_existing_file(mounted) -> None:
+    mounted.require_real()
+    target = mounted.work / "log.txt"
+    target.write_text("first\n")
+    fsync_dir(mounted.work)
+    code = ("import os, sys\nfd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)\n"
+            "os.write(fd, b'appended\\n')\nos.fsync(fd)\nprint(os.getpid())\n")
+    out = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True,
+                         text=True, check=True)
+    pid = int(out.stdout)
+    newest = mounted.cli_json("log", "-n", "1")[0]
+    assert target.read_text() == "first\nappended\n"
+    assert pid in [p["pid"] for p in newest["processes"]], newest

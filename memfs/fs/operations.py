@@ -174,7 +174,14 @@ class MemfsOperations(pyfuse3.Operations):
             if wait:
                 await self.drain_invalidations()
             else:
-                trio.lowlevel.spawn_system_task(self.drain_invalidations)
+                trio.lowlevel.spawn_system_task(self._drain_quietly)
+
+    async def _drain_quietly(self) -> None:
+        """A drain on its own (system) task: an error is logged, never ends the mount."""
+        try:
+            await self.drain_invalidations()
+        except Exception:  # noqa: BLE001
+            log.exception("invalidation after an on-access pass failed")
 
     def _disk_only(self, parent: Node, name: bytes) -> bool:
         child = self.ws.children(parent).get(name) if parent.kind == DIR else None
@@ -199,8 +206,15 @@ class MemfsOperations(pyfuse3.Operations):
             await self._on_access(parent, wait=False, name=name)
         return self._counted(self.ws.lookup(parent, name))
 
-    @_guard
     async def forget(self, inode_list):
+        # pyfuse3 awaits forget with no error handling: anything raised here, even a
+        # FUSEError, would end pyfuse3.main(). So it is not _guard-ed; it logs and goes on.
+        try:
+            self._forget(inode_list)
+        except Exception:
+            log.exception("forget%r failed", inode_list[:4])
+
+    def _forget(self, inode_list) -> None:
         for ino, n in inode_list:
             left = self.lookups.get(ino, 0) - n
             if left > 0:

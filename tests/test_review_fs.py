@@ -555,3 +555,20 @@ def test_small_writes_cost_one_request_each(mount_factory, memfs_root: Path) -> 
     getxattrs = log.count("opcode: GETXATTR")
     assert log.count("opcode: WRITE") >= 200
     assert getxattrs <= 20, f"{getxattrs} GETXATTR requests for 200 writes"
+
+
+def test_undo_restores_directory_modes_and_drops_new_store_mounts(mounted) -> None:
+    mounted.require_real()
+    d = mounted.work / "dir"
+    d.mkdir()
+    os.chmod(d, 0o700)
+    fsync_dir(mounted.work)
+    head = status(mounted)["head"]
+    os.chmod(d, 0o755)
+    (mounted.mnt / "notes").mkdir()  # a new store mount at the root
+    fsync_dir(mounted.mnt / "notes")
+    assert os.stat(d).st_mode & 0o777 == 0o755 and "notes" in os.listdir(mounted.mnt)
+    mounted.cli("restore", head)
+    assert os.stat(d).st_mode & 0o777 == 0o700, "stale attributes of a kept directory"
+    assert "notes" not in os.listdir(mounted.mnt), "stale name at the mount root"
+    assert not (mounted.mnt / "notes").exists()

@@ -8,7 +8,6 @@ synchronous=FULL and on the store fsyncing blobs and directories.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import random
@@ -18,28 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.mount import REPO, MemfsMount, memfs_cmd
+from helpers.store import store_check
 from helpers.tree import file_digest, read_all
 
 pytestmark = pytest.mark.mount
 
 WRITER = Path(__file__).parent / "helpers" / "writer.py"
-
-
-@functools.cache
-def has_fsck() -> bool:
-    helptext = subprocess.run(memfs_cmd(Path("/nonexistent"), "--help"), capture_output=True,
-                              text=True, cwd=REPO).stdout
-    return "fsck" in helptext
-
-
-def store_check(m: MemfsMount) -> None:
-    """Run the store's own consistency check while no daemon runs, if memfs offers one."""
-    if not has_fsck():
-        return
-    res = subprocess.run(memfs_cmd(m.root, "fsck"), capture_output=True, text=True, cwd=REPO,
-                         timeout=300)
-    assert res.returncode == 0, f"memfs fsck after a kill: {res.stdout}{res.stderr}"
 
 
 def test_fsynced_file_survives_sigkill(mounted) -> None:
@@ -64,7 +47,7 @@ def test_fsynced_file_survives_sigkill(mounted) -> None:
         os.close(dfd)
 
     mounted.kill()
-    store_check(mounted)
+    store_check(mounted.root)
     mounted.remount()
 
     assert file_digest(path) == hashlib.sha256(payload).hexdigest()
@@ -131,7 +114,7 @@ def test_sigkill_at_random_moments_keeps_every_fsync(mounted, tmp_path: Path) ->
             writer.kill()
             writer.wait()
         if n % 2 or n == kills - 1:  # fsck costs a second; every other kill and the last
-            store_check(mounted)
+            store_check(mounted.root)
         mounted.remount()
         read_all(mounted.work)  # every listed file reads to the end (no missing blob)
         promised = check_promises(log)

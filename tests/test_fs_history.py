@@ -71,6 +71,7 @@ def test_undo_shows_earlier_tree_at_once(mounted) -> None:
     n = commits_since(mounted, head1)
     assert n >= 1
     mounted.cli("undo", str(n))
+    assert mounted.status()["head"] == head1, "undo N moves the branch back N commits"
 
     assert cat(doc) == b"version-one-AAAA\n", "stale page after undo"
     assert os.stat(doc).st_size == len(b"version-one-AAAA\n")
@@ -101,6 +102,7 @@ def test_branch_switch_shows_other_tree_at_once(mounted) -> None:
     assert "side-only.txt" not in ls(mounted.work)
     assert gone(mounted.work / "side-only.txt"), "stale dentry after branch switch"
 
+    assert {main, "side"} <= set(os.listdir(mounted.mnt / ".memfs" / "branches"))
     side = mounted.mnt / ".memfs" / "branches" / "side" / "work"
     assert (side / "a.txt").read_bytes() == b"side-content-2\n"
     assert (side / "side-only.txt").read_bytes() == b"side\n"

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers.store import store_check
 from helpers.tree import file_digest, read_all
 
 pytestmark = pytest.mark.mount
@@ -130,6 +131,7 @@ def test_write_beyond_free_space_is_enospc_and_store_survives(small_fs, mount_fa
     os.unlink(m.work / "huge.bin")
     assert file_digest(m.work / "keep.bin") == hashlib.sha256(keep).hexdigest()
     m.kill()
+    store_check(m.root)
     m.remount()
     read_all(m.work)
     assert file_digest(m.work / "keep.bin") == hashlib.sha256(keep).hexdigest()

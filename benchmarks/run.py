@@ -13,7 +13,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,9 +47,19 @@ def select(names: list[str]) -> list[Workload]:
     return list({w.name: w for w in chosen}.values())
 
 
+def fs_type(path: Path) -> str:
+    """The type of the mount holding `path` (from /proc/self/mounts: ext4, not "ext2/ext3")."""
+    real, best, kind = os.path.realpath(path), "", "?"
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            _dev, point, fstype = line.split()[:3]
+            if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+                best, kind = point, fstype
+    return kind
+
+
 def machine(base: Path) -> dict[str, str]:
-    fstype = subprocess.run(["stat", "-f", "-c", "%T", str(base)], capture_output=True,
-                            text=True).stdout.strip()
+    fstype = fs_type(base)
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                 if line.startswith("model name")), platform.machine())
     return {"nproc": str(os.cpu_count()), "kernel": platform.release(), "cpu": cpu,

@@ -118,5 +118,4 @@ def test_sigkill_at_random_moments_keeps_every_fsync(mounted, tmp_path: Path) ->
         mounted.remount()
         read_all(mounted.work)  # every listed file reads to the end (no missing blob)
         promised = check_promises(log)
-        assert mounted.status()["pending"] == 0
     assert promised > kills, f"only {promised} promises in {kills} runs: workload too slow?"

@@ -119,3 +119,41 @@ def test_sigkill_at_random_moments_keeps_every_fsync(mounted, tmp_path: Path) ->
         read_all(mounted.work)  # every listed file reads to the end (no missing blob)
         promised = check_promises(log)
     assert promised > kills, f"only {promised} promises in {kills} runs: workload too slow?"
+
+
+def test_fsync_of_one_file_commits_everything_before_it(mounted) -> None:
+    """The commit an fsync forces covers the whole store, not only the fsynced file."""
+    mounted.require_real()
+    (mounted.work / "unsynced.txt").write_bytes(b"written, never fsynced")
+    (mounted.work / "gone.txt").write_bytes(b"x")
+    os.unlink(mounted.work / "gone.txt")
+    fd = os.open(mounted.work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)  # fsync of a directory, unrelated to the file above
+    finally:
+        os.close(fd)
+    mounted.kill()
+    mounted.remount()
+    assert (mounted.work / "unsynced.txt").read_bytes() == b"written, never fsynced"
+    assert not (mounted.work / "gone.txt").exists()
+
+
+@pytest.mark.parametrize("interval_ms", [100, 1000])
+def test_group_commit_within_interval(mount_factory, memfs_root, interval_ms: int) -> None:
+    """Without fsync, a write is durable once the group commit ran: within the interval
+    (plus slack for a loaded machine), and not before it when the interval is long."""
+    m = mount_factory(root=memfs_root, extra_args=("--commit-interval", str(interval_ms)))
+    m.require_real()
+    while m.status()["pending"] != 0:  # let the fixture's mkdir commit: start from clean
+        time.sleep(0.01)
+    (m.work / "lazy.txt").write_bytes(b"no fsync")
+    start = time.monotonic()
+    while m.status()["pending"] != 0:
+        assert time.monotonic() - start < interval_ms / 1000 + 2.0, "group commit overdue"
+        time.sleep(0.01)
+    waited = time.monotonic() - start
+    if interval_ms >= 1000:
+        assert waited > 0.3 * interval_ms / 1000, f"committed after {waited:.2f}s, not batched"
+    m.kill()
+    m.remount()
+    assert (m.work / "lazy.txt").read_bytes() == b"no fsync"

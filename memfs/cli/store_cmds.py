@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_reflog)
 
     p = sub.add_parser("undo", help="move the branch back N commits (default 1)")
-    p.add_argument("steps", nargs="?", type=int, default=1)
+    p.add_argument("steps", nargs="?", type=_positive, default=1)
     add_json_flag(p)
     p.set_defaults(func=cmd_undo)
 
@@ -80,6 +80,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fsck", help="check that every commit's objects and chunks exist")
     add_json_flag(p)
     p.set_defaults(func=cmd_fsck)
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of commits")
+    return n
 
 
 def _root(args) -> Path:

@@ -135,7 +135,10 @@ class MemfsOperations(pyfuse3.Operations):
             a.st_uid, a.st_gid = os.getuid(), os.getgid()
             st = self.ws.store.root.stat()
             a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.st_mtime_ns
-        a.st_blocks = (a.st_size + 511) // 512
+        if isinstance(node, Node) and node.kind == FILE:
+            a.st_blocks = (self.ws.stored_bytes(node) + 511) // 512
+        else:
+            a.st_blocks = (a.st_size + 511) // 512
         return a
 
     def _counted(self, node) -> pyfuse3.EntryAttributes:
@@ -381,7 +384,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if writing and node.readonly:
             raise pyfuse3.FUSEError(errno.EROFS)
-        if flags & os.O_TRUNC and node.size():  # libfuse asks for atomic O_TRUNC: ours to do
+        if flags & os.O_TRUNC:  # libfuse asks for atomic O_TRUNC: ours to do (mtime too)
             self._ctx(ctx)
             self.ws.truncate(node, 0)
         fh = self._open_handle(Handle(node, writable=bool(writing)))

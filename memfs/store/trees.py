@@ -46,18 +46,23 @@ class Entry:
     size: int
     ref: str
     xattrs: dict[str, str] = field(default_factory=dict)  # name -> latin-1 text of the bytes
+    atime_ns: int | None = None  # stored only when it differs from mtime (set by utimes)
 
     def to_list(self) -> list:
         row = [self.name, self.kind, self.mode, self.uid, self.gid, self.mtime_ns, self.ctime_ns,
                self.size, self.ref]
-        if self.xattrs:
+        if self.xattrs or self.atime_ns not in (None, self.mtime_ns):
             row.append(self.xattrs)
+        if self.atime_ns not in (None, self.mtime_ns):
+            row.append(self.atime_ns)
         return row
 
     @classmethod
     def from_list(cls, row: list) -> Entry:
         xattrs = row[9] if len(row) > 9 else {}
-        return cls(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], xattrs)
+        atime = row[10] if len(row) > 10 else None
+        return cls(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], xattrs,
+                   atime)
 
 
 def encode_dir(entries: list[Entry]) -> bytes:

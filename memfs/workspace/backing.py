@@ -23,6 +23,7 @@ rewinds. The recorded disk side of a conflict is kept, by its digest, under <roo
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import time
@@ -68,6 +69,8 @@ GATHER_TRIES = 3
 WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
 WATCH_COALESCE = 0.05  # events arriving together make one pass
 WATCH_MAX_SCOPES = 16  # more dirty scopes than this: their parents, then a full pass
+BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
+BATCH_FILES = 4096
 EMPTY_DIGEST = xxhash.xxh3_128_hexdigest(b"")
 ACCEPT_ROOT_REMEDY = ("bring the original directory back (an unplugged drive?), or take this "
                       "one on purpose with `memfs sync --accept-root`")
@@ -157,6 +160,21 @@ def read_contained(root_dir: str, expected: RootId | None, rel: str,
     if digest is not None and xxhash.xxh3_128_hexdigest(data) != digest:
         return None
     return data
+
+
+def _batches(take: dict, obs: Observation) -> list[list[str]]:
+    """The paths a pass takes, cut so that one batch reads at most BATCH_BYTES of disk."""
+    out: list[list[str]] = [[]]
+    size = 0
+    for path in sorted(take):
+        fact = obs.files.get(path)
+        n = fact.size if fact is not None and isinstance(take[path], Content) else 0
+        if out[-1] and (size + n > BATCH_BYTES or len(out[-1]) >= BATCH_FILES):
+            out.append([])
+            size = 0
+        out[-1].append(path)
+        size += n
+    return out if out[-1] else []
 
 
 class Backing:
@@ -312,6 +330,12 @@ class Backing:
         if not path.is_absolute() or not path.is_dir():
             raise MemfsError(f"backing directory {binding.dir!r} is not an existing directory",
                              "create it, or name an existing directory by absolute path")
+        real = os.path.realpath(binding.dir)
+        for inside, what in self._own_dirs():
+            if real == inside or real.startswith(inside.rstrip("/") + "/") or \
+                    inside.startswith(real.rstrip("/") + "/"):
+                raise MemfsError(f"{binding.dir} overlaps memfs's own {what} ({inside})",
+                                 "bind a directory outside the store root and the mountpoint")
         old = self.bindings.get(mount)
         if old is not None and os.path.realpath(old.dir) != os.path.realpath(binding.dir):
             raise MemfsError(f"mount {mount!r} is already bound to {old.dir}",
@@ -337,6 +361,17 @@ class Backing:
         self.ws._touch(self.ws.root)
         result = await self.run_pass(mount)
         return {"mount": mount, "dir": binding.dir, "watch": binding.watch, "pass": result}
+
+    def _own_dirs(self) -> list[tuple[str, str]]:
+        """The store root and, when a daemon serves it, the mountpoint: never a backing dir."""
+        out = [(os.path.realpath(self.store.root), "store root")]
+        try:
+            holder = json.loads((Path(self.store.root) / "daemon.lock").read_text() or "{}")
+            if holder.get("mountpoint"):
+                out.append((os.path.realpath(holder["mountpoint"]), "mountpoint"))
+        except (OSError, ValueError):
+            pass
+        return out
 
     async def detach(self, mount: str) -> dict:
         if mount not in self.bindings:
@@ -433,6 +468,8 @@ class Backing:
             return False
         st = self.mounts.setdefault(mount, MountState())
         now = time.monotonic()
+        if len(st.observed) > 4096:
+            st.observed = {k: t for k, t in st.observed.items() if now - t < ACCESS_INTERVAL}
         for scope, at in st.observed.items():
             if now - at < ACCESS_INTERVAL and (scope == rel if missing else _under(rel, scope)):
                 return False
@@ -450,7 +487,11 @@ class Backing:
             raise MemfsError(f"mount {mount!r} is not bound to a backing directory",
                              f"`memfs attach {mount} DIR` binds it")
         async with self._lock(mount):
-            return await self._pass_locked(mount, scope, path_sync, accept_root)
+            try:
+                return await self._pass_locked(mount, scope, path_sync, accept_root)
+            except MemfsError as exc:  # e.g. the journal refusing after a failed append
+                self.mounts.setdefault(mount, MountState()).last_error = str(exc)
+                raise
 
     async def _pass_locked(self, mount: str, scope: str, path_sync: bool,
                            accept_root: bool) -> dict:
@@ -492,20 +533,26 @@ class Backing:
         if sp.refused:
             return {"mount": mount, "refused": sp.refused}
         versions = {p: n.ver for p, n in nodes.items()}
-        fetched = await trio.to_thread.run_sync(self._fetch, b, obs, sp, plan, evidence,
-                                                view, branch)
-        contents, intent_ids = fetched
-        # No await from the check to the end of the tree change.
-        changed = self.epoch != epoch or self.ws.branch != branch
+        await trio.to_thread.run_sync(self._prepare, b, obs, sp, plan)
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []
         applied: list[str] = []
         skipped: list[str] = []
-        if not changed:
+        intent_ids: dict[str, int] = {}
+        changed = False
+        batches = _batches(sp.take, obs)
+        for batch in batches:
+            contents, ids = await trio.to_thread.run_sync(self._fetch, b, obs, batch, sp.take,
+                                                          evidence, view, branch)
+            intent_ids.update(ids)
+            # No await from this check to the end of the batch's tree change.
+            changed = self.epoch != epoch or self.ws.branch != branch
+            if changed:
+                break
             mnode = self._mount_node(mount)
-            now_nodes, _ = self._store_nodes(mount, scope)
-            for path, take in sorted(sp.take.items()):
-                if now_nodes.get(path) is not nodes.get(path) or (
+            for path in batch:
+                take = sp.take[path]
+                if self._node_at(mount, path) is not nodes.get(path) or (
                         path in nodes and nodes[path].ver != versions[path]):
                     skipped.append(path)  # changed in the workspace since it was decided
                     continue
@@ -523,23 +570,28 @@ class Backing:
                 else:
                     self._remove_file(mnode, path, entries, inodes)
                     applied.append(path)
+            if len(batches) > 1:
+                await self.ws.sync()  # a large take never holds more than a batch in memory
+        if changed:
+            skipped += [p for p in sp.take if p not in applied and p not in skipped]
+        else:
+            mnode = self._mount_node(mount)
             self._apply_intent(mount, sp, set(skipped))
             self._apply_overlay(mount, scope, obs, plan, mnode, entries, inodes, set(skipped))
             self._apply_states(st, scope, obs, plan, sp, set(skipped))
-            self.ws.invalidate(entries, inodes)
+        self.ws.invalidate(entries, inodes)
         # Evidence only once the tree it agrees with is durable.
         await self.ws.sync()
         if intent_ids:
             crash_point("backing:after-commit")  # tree durable, adoption intents pending
-        await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids,
-                                      set(skipped) | (set(sp.take) if changed else set()))
+        await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids, set(skipped))
         st.last_pass = time.time()
         st.last_error = None
         return {
             "mount": mount, "scope": scope, "branch": branch,
             "taken": sorted(p for p in applied if isinstance(sp.take.get(p), Content)),
             "removed": sorted(p for p in applied if sp.take.get(p) is ABSENT and p in nodes),
-            "skipped": sorted(skipped) if not changed else sorted(sp.take),
+            "skipped": sorted(skipped),
             "conflicts": sorted(sp.record_conflicts),
             "discarded": [{"path": d.path, "was": d.was, "op": d.op} for d in sp.discarded],
             "unverified": sorted(sp.unverified),
@@ -708,20 +760,12 @@ class Backing:
                 self._digests[key] = ref_digest(self.store, *key)
         return obs, evidence, pend
 
-    def _fetch(self, b: Binding, obs: Observation, sp: SyncPlan, plan, evidence: dict,
-               view: dict[str, Content], branch: str) -> tuple[dict[str, bytes], dict[str, int]]:
-        """Settle pending intents, read the disk bytes the plan takes (checked against the
-        decided digest), keep conflicts' disk sides, and write-ahead the adoptions."""
+    def _prepare(self, b: Binding, obs: Observation, sp: SyncPlan, plan) -> None:
+        """Settle the pending intents the plan resolved; keep new conflicts' disk sides."""
         from memfs.reconcile.apply import settle
 
         settle(self.journal, b.mount, plan.decisions)
         root = RootId(obs.root.dev, obs.root.ino)
-        contents: dict[str, bytes] = {}
-        for path, take in sp.take.items():
-            if isinstance(take, Content):
-                data = read_contained(b.dir, root, path, take.digest)
-                if data is not None:
-                    contents[path] = data
         for path, c in sp.record_conflicts.items():
             digest = getattr(c, "disk", None)
             if digest and len(digest) == 32 and not (self.conflict_dir / digest).exists():
@@ -733,14 +777,27 @@ class Backing:
                         tmp = self.conflict_dir / f".{digest}.tmp"
                         tmp.write_bytes(data)
                         os.replace(tmp, self.conflict_dir / digest)
+
+    def _fetch(self, b: Binding, obs: Observation, batch: list[str], take: dict,
+               evidence: dict, view: dict[str, Content], branch: str,
+               ) -> tuple[dict[str, bytes], dict[str, int]]:
+        """Read the disk bytes a batch takes (checked against the decided digest) and write
+        the adoptions ahead."""
+        root = RootId(obs.root.dev, obs.root.ino)
+        contents: dict[str, bytes] = {}
+        for path in batch:
+            if isinstance(take[path], Content):
+                data = read_contained(b.dir, root, path, take[path].digest)
+                if data is not None:
+                    contents[path] = data
         ids: dict[str, int] = {}
-        for path, take in sp.take.items():
+        for path in batch:
             if path not in evidence:
                 continue  # first sight: no evidence a crash could leave stale
-            if isinstance(take, Content) and path not in contents:
+            if isinstance(take[path], Content) and path not in contents:
                 continue
             old = view.get(path, ABSENT)
-            new = take.digest if isinstance(take, Content) else None
+            new = take[path].digest if isinstance(take[path], Content) else None
             ids[path] = self.journal.begin_intent(
                 b.mount, path, "adopt", old=old.digest if isinstance(old, Content) else None,
                 new=new, branch=branch, root=(root.dev, root.ino))
@@ -764,6 +821,17 @@ class Backing:
     def _mount_node(self, mount: str) -> Node | None:
         node = self.ws.children(self.ws.root).get(name_to_bytes(mount))
         return node if node is not None and node.kind == DIR else None
+
+    def _node_at(self, mount: str, rel: str) -> Node | None:
+        """The store file node at rel (None: none, or a disk-only node)."""
+        node = self._mount_node(mount)
+        for part in components(rel):
+            if node is None or node.kind != DIR:
+                return None
+            node = self.ws.children(node).get(name_to_bytes(part))
+        if node is None or node.kind != FILE or node.id in self.ws.disk_only:
+            return None
+        return node
 
     def _store_nodes(self, mount: str, scope: str = "",
                      ) -> tuple[dict[str, Node], dict[tuple[str, int], None]]:

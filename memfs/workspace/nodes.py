@@ -174,7 +174,7 @@ class Node:
 
         return Entry(
             name_to_str(self.name), self.kind, self.mode & 0o7777, self.uid, self.gid,
-            self.mtime_ns, self.ctime_ns, size, ref, xattrs_to_store(self.xattrs),
+            self.mtime_ns, self.ctime_ns, size, ref, xattrs_to_store(self.xattrs), self.atime_ns,
         )
 
     def apply_entry(self, e: Entry) -> None:
@@ -182,7 +182,7 @@ class Node:
         self.mode = e.mode
         self.uid, self.gid = e.uid, e.gid
         self.mtime_ns, self.ctime_ns = e.mtime_ns, e.ctime_ns
-        self.atime_ns = e.mtime_ns
+        self.atime_ns = e.mtime_ns if e.atime_ns is None else e.atime_ns
         self.xattrs = xattrs_from_store(e.xattrs)
         self.ref = e.ref
         self.dirty = False

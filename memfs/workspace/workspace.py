@@ -15,6 +15,8 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import sqlite3
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +47,12 @@ RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
+
+# The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+# The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
+sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
 Invalidator = Callable[[list[tuple[int, bytes]], list[int]], None]
 
@@ -124,7 +132,8 @@ class Workspace:
         return node
 
     def _load_root(self, tree: str) -> Node:
-        root = self._new_node(DIR, 0o755, 0, 0)
+        # The mount root belongs to whoever runs the daemon, as any mountpoint would.
+        root = self._new_node(DIR, 0o755, os.getuid(), os.getgid())
         root.ref, root.dirty, root._children = tree, False, None
         return root
 
@@ -280,6 +289,9 @@ class Workspace:
         self._writable(nd)
         _check_name(nname)
         self._live_dir(nd)
+        if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == (
+                RENAME_NOREPLACE | RENAME_EXCHANGE):
+            raise fail(errno.EINVAL)  # RENAME_WHITEOUT and unknown flags: not ours to fake
         src = self.lookup(od, oname)
         dst = self.children(nd).get(nname)
         if nd.id == ROOT_ID and src.kind != DIR:
@@ -373,6 +385,14 @@ class Workspace:
         f.mtime_ns = f.ctime_ns = time.time_ns()
         self._touch(f)
 
+    def stored_bytes(self, f: Node) -> int:
+        """Bytes a file really holds (its pieces, not its holes): st_blocks for du, tar -S."""
+        if f.kind != FILE or not f.data.size:
+            return 0
+        fd = self._load_data(f)
+        present = set(fd.chunks) | set(fd.dirty)
+        return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
+
     def free_bytes(self) -> int:
         """Free space on the store's filesystem, less what is waiting to be committed."""
         at, free = self._free_cache
@@ -456,7 +476,7 @@ class Workspace:
         plan = self._snapshot()
         self.dirty_since = None
         try:
-            commit = await trio.to_thread.run_sync(self._write, plan, message or "changes")
+            commit = await trio.to_thread.run_sync(self._write_errno, plan, message or "changes")
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             self.dirty_since = time.monotonic()
@@ -522,6 +542,18 @@ class Workspace:
         pieces = {i: bytes(b) for i, b in fd.dirty.items()}
         return _FileJob(f, f.ver, fd.size, dict(fd.chunks), pieces, dict(fd.gen))
 
+    def _write_errno(self, plan: _Plan, message: str):
+        """_write, with SQLite's disk-full and I/O errors as the errno fsync should answer."""
+        try:
+            return self._write(plan, message)
+        except sqlite3.Error as exc:
+            code = getattr(exc, "sqlite_errorcode", None)
+            if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
+                raise OSError(errno.ENOSPC, f"store is full: {exc}") from exc
+            if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR:
+                raise OSError(errno.EIO, f"store I/O error: {exc}") from exc
+            raise
+
     def _write(self, plan: _Plan, message: str):
         """Commit thread: chunks, then objects bottom-up, then the commit — one transaction."""
         with self.store.transaction() as tx:
@@ -571,9 +603,20 @@ class Workspace:
     # between their last commit and the tree replacement, so no change can slip in between
     # and be lost. The head move is one small SQLite transaction, run on the loop for that
     # reason.
+    async def _settle_locked(self, message: str) -> None:
+        """Commit until nothing is dirty. Changes made while a commit runs in its thread
+        would otherwise be replaced away with the tree; the caller's next step runs in the
+        same loop turn as the last (clean) check."""
+        while True:
+            await self._commit_locked(message)
+            if not self.root.dirty:
+                return
+
     async def undo(self, steps: int = 1) -> str:
+        if steps < 1:
+            raise WorkspaceError(errno.EINVAL, "undo takes a positive number of commits")
         async with self._commit_lock:
-            await self._commit_locked("before undo")
+            await self._settle_locked("before undo")
             target = self.store.resolve(f"{self.head}~{steps}")
             self.store.reset_head(self.branch, target, f"undo {steps}")
             self._replace_tree(target)
@@ -582,7 +625,7 @@ class Workspace:
     async def restore(self, rev: str) -> str:
         """Move the branch head to `rev` (the old head stays in the reflog)."""
         async with self._commit_lock:
-            await self._commit_locked("before restore")
+            await self._settle_locked("before restore")
             target = self.store.resolve(rev)
             self.store.reset_head(self.branch, target, f"restore {rev}")
             self._replace_tree(target)
@@ -590,7 +633,7 @@ class Workspace:
 
     async def switch_branch(self, name: str) -> str:
         async with self._commit_lock:
-            await self._commit_locked("before switch")
+            await self._settle_locked("before switch")
             head = self.store.head(name)
             self.store.set_current_branch(name)
             self.branch = name
@@ -599,12 +642,12 @@ class Workspace:
 
     async def create_branch(self, name: str, at: str | None) -> str:
         async with self._commit_lock:
-            await self._commit_locked("before branch")
+            await self._settle_locked("before branch")
             return self.store.create_branch(name, at)
 
     async def checkpoint(self, name: str) -> str:
         async with self._commit_lock:
-            await self._commit_locked(f"checkpoint {name}")
+            await self._settle_locked(f"checkpoint {name}")
             return self.store.checkpoint(name, self.head)
 
     def _replace_tree(self, commit_id: str) -> None:

@@ -108,3 +108,35 @@ async def test_intent_is_kept_with_each_commit_and_rewinds(tmp_path: Path):
     assert b.listing("work")["entries"] == [{"path": "a.txt", "state": "synced",
                                              "conflict": None}]
     _close(ws, b)
+
+
+@pytest.mark.trio
+async def test_a_large_take_is_applied_in_batches(tmp_path: Path):
+    import memfs.workspace.backing as backing_mod
+
+    root, disk = tmp_path / "root", tmp_path / "disk"
+    disk.mkdir()
+    for i in range(10):
+        (disk / f"f{i}.txt").write_text(f"file {i}\n")
+    ws, b = _open(root)
+    old = backing_mod.BATCH_FILES
+    backing_mod.BATCH_FILES = 3  # our own knob, so ten files make four batches
+    try:
+        res = await b.attach(Binding("work", str(disk)))
+    finally:
+        backing_mod.BATCH_FILES = old
+    assert len(res["pass"]["taken"]) == 10
+    assert len(ws.store.log(limit=50)) >= 5  # init, then a commit per batch
+    work = ws.children(ws.root)[b"work"]
+    assert ws.read(ws.children(work)[b"f7.txt"], 0, 100) == b"file 7\n"
+    _close(ws, b)
+
+
+@pytest.mark.trio
+async def test_attach_refuses_the_store_root(tmp_path: Path):
+    from memfs.errors import MemfsError
+
+    ws, b = _open(tmp_path / "root")
+    with pytest.raises(MemfsError, match="overlaps"):
+        await b.attach(Binding("work", str(tmp_path)))
+    _close(ws, b)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -63,3 +64,6 @@ def test_one_gib_file_round_trip_with_bounded_rss(mounted) -> None:
     hwm = proc_kib(mounted.proc.pid, "VmHWM")
     assert read.hexdigest() == written.hexdigest()
     assert max(hwm, watch.peak) < RSS_LIMIT, f"daemon peak RSS {max(hwm, watch.peak) >> 20} MiB"
+    # pytest keeps the last runs' tmp dirs: don't leave a GiB of blobs behind.
+    mounted.umount()
+    shutil.rmtree(mounted.root)

@@ -51,11 +51,14 @@ def _guard(fn: Callable) -> Callable:
 
 
 class Handle:
-    __slots__ = ("node", "data", "writable", "mem")
+    __slots__ = ("node", "data", "writable", "mem", "who")
 
     def __init__(self, node: Node | None, data: bytes | None = None, writable: bool = False,
-                 mem: MemFile | None = None):
+                 mem: MemFile | None = None, who: tuple[int, int] | None = None):
         self.node, self.data, self.writable, self.mem = node, data, writable, mem
+        # (pid, uid) of the opener: pyfuse3 passes no context to write(), and the commit
+        # should still say which process changed the file.
+        self.who = who
 
 
 class MemfsOperations(pyfuse3.Operations):
@@ -299,7 +302,7 @@ class MemfsOperations(pyfuse3.Operations):
             fh = self._open_handle(Handle(None, writable=True, mem=f))
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._counted(f)
         node = self._new(parent_inode, name, FILE, mode, ctx)
-        fh = self._open_handle(Handle(node, writable=True))
+        fh = self._open_handle(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
         return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._counted(node)
 
     @_guard
@@ -387,7 +390,7 @@ class MemfsOperations(pyfuse3.Operations):
         if flags & os.O_TRUNC:  # libfuse asks for atomic O_TRUNC: ours to do (mtime too)
             self._ctx(ctx)
             self.ws.truncate(node, 0)
-        fh = self._open_handle(Handle(node, writable=bool(writing)))
+        fh = self._open_handle(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
         return pyfuse3.FileInfo(fh=fh, keep_cache=True)
 
     @_guard
@@ -410,6 +413,8 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EROFS)
         if self.ws.over_dirty_limit():
             await self.ws.commit()
+        if h.who is not None:
+            self.ws.note_process(*h.who)
         return self.ws.write(h.node, off, buf)
 
     @_guard

@@ -66,8 +66,12 @@ class Entry:
 
 
 def encode_dir(entries: list[Entry]) -> bytes:
-    entries = sorted(entries, key=lambda e: e.name)
-    return json.dumps([e.to_list() for e in entries], separators=(",", ":")).encode()
+    return encode_rows([e.to_list() for e in entries])
+
+
+def encode_rows(rows: list[list]) -> bytes:
+    """A directory object from entry rows (Entry.to_list), sorted by name."""
+    return json.dumps(sorted(rows, key=lambda r: r[0]), separators=(",", ":")).encode()
 
 
 def decode_dir(data: bytes) -> list[Entry]:

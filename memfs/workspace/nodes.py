@@ -124,7 +124,7 @@ class Node:
     __slots__ = (
         "id", "kind", "mode", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "xattrs",
         "parent", "name", "ref", "dirty", "ver", "_children", "data", "target", "readonly",
-        "_data_loaded",
+        "_data_loaded", "row",
     )
 
     def __init__(self, nid: int, kind: str, mode: int, uid: int, gid: int, now_ns: int) -> None:
@@ -145,6 +145,7 @@ class Node:
         self._data_loaded = True
         self.target = b""
         self.readonly = False
+        self.row: list | None = None  # this entry's committed row, cached while clean
 
     @property
     def is_dir(self) -> bool:
@@ -186,6 +187,7 @@ class Node:
         self.xattrs = xattrs_from_store(e.xattrs)
         self.ref = e.ref
         self.dirty = False
+        self.row = None
         if self.kind == LINK:
             from memfs.store.trees import name_to_bytes
 

@@ -32,8 +32,8 @@ from memfs.store.trees import (
     Entry,
     decode_dir,
     decode_manifest,
-    encode_dir,
     encode_manifest,
+    encode_rows,
     name_to_bytes,
     name_to_str,
 )
@@ -72,7 +72,7 @@ class _FileJob:
 class _DirJob:
     node: Node
     ver: int
-    entries: list[tuple[Entry, object]]  # (entry, child job or None when entry.ref is final)
+    entries: list[tuple[object, object]]  # (Entry, child job) or (final row, None)
     ref: str = ""
 
 
@@ -186,6 +186,7 @@ class Workspace:
         while node is not None:
             node.dirty = True
             node.ver += 1
+            node.row = None
             node = node.parent
         self.mutation_seq += 1
         if self.dirty_since is None:  # only the first change wakes the commit loop
@@ -359,7 +360,7 @@ class Workspace:
         fd = self._load_data(f)
         # Only the bytes written take space; a hole left before them does not.
         grow = min(len(data), max(0, off + len(data) - fd.size))
-        if grow and grow + self._dirty_bytes > self.free_bytes():
+        if grow and grow > self.free_bytes():  # free_bytes() already counts pending bytes
             raise fail(errno.ENOSPC)
         n = fd.write(off, data, self._fetch)
         self._dirty_bytes += len(data)
@@ -403,10 +404,17 @@ class Workspace:
             self._free_cache = (now, free)
         return max(0, free - self._dirty_bytes)
 
+    def _not_root(self, node: Node) -> None:
+        """The mount root has no entry of its own in the store, so its metadata cannot be
+        kept: changing it is refused rather than accepted and lost at the next load."""
+        if node is self.root:
+            raise fail(errno.EPERM, "the mount root's attributes are fixed")
+
     def setattr(self, node: Node, *, mode: int | None = None, uid: int | None = None,
                 gid: int | None = None, atime_ns: int | None = None,
                 mtime_ns: int | None = None, size: int | None = None) -> None:
         self._writable(node)
+        self._not_root(node)
         if size is not None:
             self.truncate(node, size)
         if mode is not None:
@@ -424,6 +432,7 @@ class Workspace:
 
     def set_xattr(self, node: Node, name: bytes, value: bytes) -> None:
         self._writable(node)
+        self._not_root(node)
         node.xattrs[name] = value
         node.ctime_ns = time.time_ns()
         self._touch(node)
@@ -514,7 +523,7 @@ class Workspace:
         return plan
 
     def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
-        entries: list[tuple[Entry, object]] = []
+        entries: list[tuple[object, object]] = []
         for child in self.children(d).values():
             if child.id in self.disk_only:
                 continue
@@ -526,13 +535,20 @@ class Workspace:
                 plan.jobs.append(fjob)
                 entries.append((child.entry("", fjob.size), fjob))
             else:
-                if child.kind == LINK:
-                    ref = name_to_str(child.target)
-                    if child.dirty:
-                        plan.clean.append((child, child.ver))
-                else:
-                    ref = child.ref or ""
-                entries.append((child.entry(ref, child.size()), None))
+                # A clean child's row is cached: a commit in a directory of 20k entries
+                # must not rebuild 20k rows on the loop.
+                row = child.row
+                if row is None:
+                    if child.kind == LINK:
+                        ref = name_to_str(child.target)
+                        if child.dirty:
+                            plan.clean.append((child, child.ver))
+                    else:
+                        ref = child.ref or ""
+                    row = child.entry(ref, child.size()).to_list()
+                    if not child.dirty:
+                        child.row = row
+                entries.append((row, None))
         job = _DirJob(d, d.ver, entries)
         plan.jobs.append(job)
         return job
@@ -566,12 +582,14 @@ class Workspace:
                 j.ref = _file_ref(tx, j.size, j.chunks)
             for j in plan.jobs:
                 if isinstance(j, _DirJob):
-                    entries = []
+                    rows = []
                     for e, child in j.entries:
                         if child is not None:
                             e.ref = child.ref
-                        entries.append(e)
-                    j.ref = tx.put_object(encode_dir(entries))
+                            rows.append(e.to_list())
+                        else:
+                            rows.append(e)
+                    j.ref = tx.put_object(encode_rows(rows))
             _maybe_crash("after-objects")
             commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
                                    plan.processes)

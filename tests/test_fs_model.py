@@ -55,9 +55,9 @@ def write_at(path: str, offset: int, payload: bytes, flags: int, trunc_on_open: 
     """Write at `offset` (-1: at the fd's position); O_TRUNC either in open or as ftruncate."""
     open_flags = flags if trunc_on_open else flags & ~os.O_TRUNC
     fd = os.open(path, os.O_WRONLY | open_flags)
-    if flags & os.O_TRUNC and not trunc_on_open:
-        os.ftruncate(fd, 0)
     try:
+        if flags & os.O_TRUNC and not trunc_on_open:
+            os.ftruncate(fd, 0)
         return os.pwrite(fd, payload, offset) if offset >= 0 else os.write(fd, payload)
     finally:
         os.close(fd)
@@ -65,6 +65,15 @@ def write_at(path: str, offset: int, payload: bytes, flags: int, trunc_on_open: 
 
 def create(path: str, mode: int) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory: forces a commit in memfs, between the other operations."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_file(path: str) -> bytes:
@@ -145,6 +154,10 @@ def run_model(mount_base: Path, native_base: Path, max_examples: int) -> None:
         @rule(p=paths)
         def read(self, p: str) -> None:
             self.both(lambda r: read_file(str(r / p)))
+
+        @rule(p=st.one_of(st.just("."), paths))
+        def fsync(self, p: str) -> None:
+            self.both(lambda r: fsync_path(str(r / p)))
 
         @rule(p=paths)
         def listdir(self, p: str) -> None:

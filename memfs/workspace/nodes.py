@@ -145,7 +145,7 @@ class Node:
         self._data_loaded = True
         self.target = b""
         self.readonly = False
-        self.row: list | None = None  # this entry's committed row, cached while clean
+        self.row: tuple | None = None  # (name, encoded row) while clean: see encode_rows
 
     @property
     def is_dir(self) -> bool:

@@ -33,6 +33,7 @@ from memfs.store.trees import (
     decode_dir,
     decode_manifest,
     encode_manifest,
+    encode_row,
     encode_rows,
     name_to_bytes,
     name_to_str,
@@ -66,6 +67,7 @@ class _FileJob:
     pieces: dict[int, bytes]
     gens: dict[int, int]
     ref: str = ""
+    row: tuple | None = None  # its row in the parent's object, cached once clean
 
 
 @dataclass
@@ -74,6 +76,7 @@ class _DirJob:
     ver: int
     entries: list[tuple[object, object]]  # (Entry, child job) or (final row, None)
     ref: str = ""
+    row: tuple | None = None
 
 
 @dataclass
@@ -545,7 +548,7 @@ class Workspace:
                             plan.clean.append((child, child.ver))
                     else:
                         ref = child.ref or ""
-                    row = child.entry(ref, child.size()).to_list()
+                    row = encode_row(child.entry(ref, child.size()))
                     if not child.dirty:
                         child.row = row
                 entries.append((row, None))
@@ -586,7 +589,8 @@ class Workspace:
                     for e, child in j.entries:
                         if child is not None:
                             e.ref = child.ref
-                            rows.append(e.to_list())
+                            child.row = encode_row(e)
+                            rows.append(child.row)
                         else:
                             rows.append(e)
                     j.ref = tx.put_object(encode_rows(rows))
@@ -611,7 +615,7 @@ class Workspace:
                             if i * CHUNK_SIZE < fd.size:
                                 fd.chunks[i] = cid
             if node.ver == j.ver:
-                node.ref, node.dirty = j.ref, False
+                node.ref, node.dirty, node.row = j.ref, False, j.row
         for node, ver in plan.clean:
             if node.ver == ver:
                 node.dirty = False

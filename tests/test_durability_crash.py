@@ -103,16 +103,20 @@ def test_sigkill_at_random_moments_keeps_every_fsync(mounted, tmp_path: Path) ->
     log = tmp_path / "promises.log"  # outside the mount
     promised = 0
     for n in range(kills):
-        target = mounted.work / f"it{n}"
-        target.mkdir()
-        writer = subprocess.Popen([sys.executable, str(WRITER), str(target), str(log), str(n)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        writers = []  # two at once: the daemon interleaves their requests
+        for w in ("a", "b"):
+            target = mounted.work / f"it{n}{w}"
+            target.mkdir()
+            writers.append(subprocess.Popen(
+                [sys.executable, str(WRITER), str(target), str(log), str(2 * n + (w == "b"))],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         try:
             time.sleep(rnd.uniform(0.1, 1.5))
             mounted.kill()
         finally:
-            writer.kill()
-            writer.wait()
+            for writer in writers:
+                writer.kill()
+                writer.wait()
         if n % 2 or n == kills - 1:  # fsck costs a second; every other kill and the last
             store_check(mounted.root)
         mounted.remount()

@@ -600,3 +600,39 @@ def test_full_disk_during_a_metadata_commit(small_fs: Path, mount_factory) -> No
     m.remount()
     assert len(os.listdir(m.work / "names")) == 3000
     assert m.cli_json("fsck")["ok"]
+
+
+def _listed(target: str) -> bool:
+    """Is `target` (a resolved path) a mount point? Read from /proc, never by stat: a stat of
+    a mount whose daemon is stuck would hang the test."""
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1].encode().decode("unicode_escape") == target for line in f)
+
+
+@pytest.mark.xfail(strict=True, reason="cmd_mount does not refuse a store root at or under "
+                   "the mountpoint: the daemon then stats its own socket path through its own "
+                   "mount and deadlocks (D state; every access to the mount hangs)")
+@pytest.mark.parametrize("inside", ["root-is-mountpoint", "root-under-mountpoint"])
+def test_mount_refuses_a_store_root_hidden_by_its_own_mount(tmp_path: Path, inside: str) -> None:
+    if fuse_missing_reason():
+        pytest.skip(fuse_missing_reason())
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    target = os.path.realpath(mnt)  # resolved now: later a stat of it may hang
+    root = mnt if inside == "root-is-mountpoint" else mnt / "root"
+    proc = subprocess.Popen(memfs_cmd(root, "mount", target, "--foreground"), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 15
+        while proc.poll() is None and not _listed(target) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        mounted_it = _listed(target)
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # first: a stuck daemon's requests are killable, then the mount is dead
+        proc.wait(timeout=30)
+        if _listed(target):
+            subprocess.run(["fusermount3", "-uz", target], capture_output=True, timeout=30)
+    assert not mounted_it, "mounted over its own store root"
+    assert proc.returncode != 0

@@ -142,7 +142,7 @@ def test_fstat_of_unlinked_open_file_has_nlink_zero(mounted) -> None:
         assert os.fstat(f.fileno()).st_nlink == 0
 
 
-# -- open bugs ----------------------------------------------------------------------------------
+# -- review findings: open ones are xfail(strict); the rest were fixed in 271df95 -------------------
 
 @pytest.mark.xfail(strict=True, reason="an unlinked file's data lives only in daemon memory "
                    "(never spilled, no longer counted as dirty): RSS grows without bound")
@@ -161,8 +161,6 @@ def test_open_unlinked_file_data_keeps_daemon_rss_bounded(mounted) -> None:
     assert grown < 160 * MiB, f"daemon RSS grew {grown >> 20} MiB for a 320 MiB unlinked file"
 
 
-@pytest.mark.xfail(strict=True, reason="open() with O_TRUNC skips the truncate when the size "
-                   "is 0 (operations.open), so mtime/ctime are not updated (ext4 updates them)")
 def test_o_trunc_of_empty_file_updates_mtime(work: Path, native_dir: Path) -> None:
     for d in (native_dir, work):
         p = d / "stamp"
@@ -173,8 +171,6 @@ def test_o_trunc_of_empty_file_updates_mtime(work: Path, native_dir: Path) -> No
         assert os.stat(p).st_mtime > time.time() - 60, f"mtime not updated in {d}"
 
 
-@pytest.mark.xfail(strict=True, reason="undo/restore accept N <= 0 and report success (a "
-                   "no-op head move written to the reflog); they should refuse")
 def test_undo_refuses_a_non_positive_count(tmp_path: Path) -> None:
     root = tmp_path / "root"
     subprocess.run(memfs_cmd(root, "init"), check=True, capture_output=True, cwd=REPO)
@@ -379,10 +375,8 @@ def test_control_socket_survives_bad_input(shared) -> None:
     assert (shared.work / "still").read_text() == "alive"
 
 
-# -- more review findings -------------------------------------------------------------------------
+# -- more review findings (fixed in 271df95/7a5faa5 unless marked xfail) -------------------------
 
-@pytest.mark.xfail(strict=True, reason="_attr derives st_blocks from st_size: a sparse file "
-                   "reports every hole as allocated (du, ls -s, cp --sparse, tar -S misread it)")
 def test_sparse_file_reports_only_stored_blocks(work: Path, native_dir: Path) -> None:
     for d in (native_dir, work):
         p = d / "holes"
@@ -393,8 +387,6 @@ def test_sparse_file_reports_only_stored_blocks(work: Path, native_dir: Path) ->
         assert os.stat(p).st_blocks * 512 < 8 * MiB, f"{d}: {os.stat(p).st_blocks} blocks"
 
 
-@pytest.mark.xfail(strict=True, reason="rename() ignores flags it does not know: "
-                   "RENAME_WHITEOUT is done as a plain rename instead of refused with EINVAL")
 def test_rename_whiteout_is_refused(work: Path) -> None:
     (work / "a").write_text("a")
     with pytest.raises(OSError) as exc:
@@ -445,8 +437,6 @@ def test_other_users_get_their_own_files_and_the_kernel_checks_modes(shared, wor
     assert (work / "pub" / "theirs").stat().st_uid == 65534
 
 
-@pytest.mark.xfail(strict=True, reason="Workspace._load_root makes the mount root uid 0 gid 0 "
-                   "0755 whoever runs the daemon: a non-root user cannot mkdir at its root")
 def test_mount_root_belongs_to_the_daemon_user(tmp_path_factory: pytest.TempPathFactory) -> None:
     if os.getuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
         pytest.skip("needs root and setpriv to run the workspace as another user")
@@ -521,8 +511,6 @@ def test_group_commit_makes_a_change_durable_without_fsync(mounted) -> None:
     assert (mounted.work / "quiet.txt").read_text() == "no fsync\n"
 
 
-@pytest.mark.xfail(strict=True, reason="only create/setattr/unlink/rename note the process: a "
-                   "write through open() of an existing file is committed with no process")
 def test_commit_records_the_process_that_wrote_an_existing_file(mounted) -> None:
     mounted.require_real()
     target = mounted.work / "log.txt"
@@ -574,8 +562,6 @@ def test_undo_restores_directory_modes_and_drops_new_store_mounts(mounted) -> No
     assert not (mounted.mnt / "notes").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="SQLITE_FULL in a commit is not an OSError: "
-                   "MemfsOperations._sync answers EIO, not ENOSPC (the store recovers fine)")
 def test_full_disk_during_a_metadata_commit(small_fs: Path, mount_factory) -> None:
     m = mount_factory(root=small_fs / "root", name="small-mnt")
     filler = small_fs / "filler"

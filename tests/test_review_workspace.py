@@ -79,10 +79,8 @@ def all_paths_in_history(ws: Workspace) -> set[str]:
     return out
 
 
-# -- bugs -------------------------------------------------------------------------------------
+# -- review findings: fixed in 271df95/7a5faa5/526edcb unless marked xfail(strict) -----------
 
-@pytest.mark.xfail(strict=True, reason="Workspace.undo commits once, then replaces the tree: "
-                   "a change made while that commit ran is dropped and in no commit")
 def test_change_during_undo_is_kept_in_history(tmp_path: Path) -> None:
     ws = new_ws(tmp_path / "root")
     work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
@@ -98,8 +96,6 @@ def test_change_during_undo_is_kept_in_history(tmp_path: Path) -> None:
     assert "work/late" in all_paths_in_history(ws), "an acknowledged write vanished"
 
 
-@pytest.mark.xfail(strict=True, reason="Workspace.switch_branch commits once, then replaces "
-                   "the tree: a change made while that commit ran is lost from every branch")
 def test_change_during_branch_switch_is_kept(tmp_path: Path) -> None:
     ws = new_ws(tmp_path / "root")
     work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
@@ -115,8 +111,6 @@ def test_change_during_branch_switch_is_kept(tmp_path: Path) -> None:
     assert "work/late" in all_paths_in_history(ws), "an acknowledged write vanished"
 
 
-@pytest.mark.xfail(strict=True, reason="Workspace._snap_dir (and Store._check_tree) recurse "
-                   "per level: a tree ~1000 deep raises RecursionError, no commit succeeds")
 def test_deep_tree_commits(tmp_path: Path) -> None:
     ws = new_ws(tmp_path / "root")
     d = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
@@ -129,8 +123,6 @@ def test_deep_tree_commits(tmp_path: Path) -> None:
     assert ws.store.fsck() == []
 
 
-@pytest.mark.xfail(strict=True, reason="Entry stores no atime: after a commit is reloaded "
-                   "(restart, undo) atime reads back as mtime")
 def test_atime_survives_reload(tmp_path: Path) -> None:
     ws = new_ws(tmp_path / "root")
     work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
@@ -142,8 +134,6 @@ def test_atime_survives_reload(tmp_path: Path) -> None:
     assert (f.atime_ns, f.mtime_ns) == (1_000_000_000, 2_000_000_000)
 
 
-@pytest.mark.xfail(strict=True, reason="Workspace.write checks grow + _dirty_bytes against "
-                   "free_bytes(), which already subtracts _dirty_bytes: ENOSPC at half the space")
 def test_uncommitted_writes_may_use_most_free_space(small_fs: Path) -> None:
     ws = new_ws(small_fs / "root")
     work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
@@ -268,8 +258,6 @@ def test_browsing_history_does_not_leak_nodes(tmp_path: Path) -> None:
     assert kept <= allowance, f"{kept} view nodes kept after the kernel forgot them all"
 
 
-@pytest.mark.xfail(strict=True, reason="Workspace._snap_dir builds an Entry for every child of "
-                   "a dirty directory on the trio loop: ~0.2 s stall per commit at 20k entries")
 def test_commit_in_a_wide_directory_does_not_stall_the_loop(tmp_path: Path) -> None:
     ws = new_ws(tmp_path / "root")
     flat = ws.create(ws.create(ws.root, b"work", DIR, 0o755, 0, 0), b"flat", DIR, 0o755, 0, 0)
@@ -297,8 +285,6 @@ def test_commit_in_a_wide_directory_does_not_stall_the_loop(tmp_path: Path) -> N
     assert max(gaps) < 0.05, f"the loop stalled {max(gaps) * 1000:.0f} ms in one commit"
 
 
-@pytest.mark.xfail(strict=True, reason="the mount root has no Entry: chmod/chown/utime/xattrs "
-                   "on it are accepted, then lost at the next load (restart, undo)")
 def test_mount_root_metadata_is_kept_or_refused(tmp_path: Path) -> None:
     ws = new_ws(tmp_path / "root")
     ws.create(ws.root, b"work", DIR, 0o755, 0, 0)

@@ -297,3 +297,33 @@ def test_mount_root_metadata_is_kept_or_refused(tmp_path: Path) -> None:
     ws = reopen(ws)
     assert (ws.root.mode, ws.root.mtime_ns, ws.root.xattrs) == (0o700, 3_000_000_000,
                                                                {b"user.k": b"v"})
+
+
+@pytest.mark.xfail(strict=True, reason="Workspace._settle_locked commits until nothing is "
+                   "dirty: a steady writer keeps it dirty, so undo/switch/checkpoint never end")
+def test_undo_finishes_while_a_writer_keeps_writing(tmp_path: Path) -> None:
+    ws = new_ws(tmp_path / "root")
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    log = ws.create(work, b"log", FILE, 0o644, 0, 0)
+    done: list[str] = []
+
+    async def main() -> None:
+        ws.write(log, 0, b"start\n")
+        await ws.commit()
+        ws.write(log, 6, b"more\n")
+        await ws.commit()
+        async with trio.open_nursery() as n:
+            async def writer() -> None:  # a build or an agent appending its output
+                off = 11
+                while True:
+                    node = ws.children(walk(ws, "work")).get(b"log") or log
+                    ws.write(node, off, b"x")
+                    off += 1
+                    await trio.sleep(0.0005)
+            n.start_soon(writer)
+            with trio.move_on_after(3):
+                done.append(await ws.undo(1))
+            n.cancel_scope.cancel()
+
+    trio.run(main)
+    assert done, "undo did not finish within 3 s while a writer was active"

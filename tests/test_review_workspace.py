@@ -327,3 +327,33 @@ def test_undo_finishes_while_a_writer_keeps_writing(tmp_path: Path) -> None:
 
     trio.run(main)
     assert done, "undo did not finish within 3 s while a writer was active"
+
+
+@pytest.mark.xfail(strict=True, reason="deep trees are handled by raising the recursion limit to "
+                   "10 000 (workspace.py): a deeper tree (cd-and-mkdir in a loop has no PATH_MAX) "
+                   "still wedges every commit with RecursionError")
+def test_deeper_than_the_recursion_limit_tree_commits(tmp_path: Path) -> None:
+    import sys
+
+    from memfs.store.trees import Entry, encode_dir
+
+    depth = sys.getrecursionlimit() + 100
+    store = Store.open(tmp_path / "root")
+    with store.transaction() as tx:  # built bottom-up in the store: O(depth), not O(depth^2)
+        ref = tx.put_object(encode_dir([]))
+        for name in ["d"] * depth + ["work"]:
+            ref = tx.put_object(encode_dir([Entry(name, DIR, 0o755, 0, 0, 1, 1, 4096, ref)]))
+        tx.add_commit(store.head(), ref, "main", "deep", [])
+    store.close()
+    ws = new_ws(tmp_path / "root")
+    d = walk(ws, "work")
+    for _ in range(depth):
+        d = ws.lookup(d, b"d")
+    ws.write(ws.create(d, b"leaf", FILE, 0o644, 0, 0), 0, b"deep")
+    try:
+        trio.run(ws.commit)
+        wedged = False
+    except RecursionError:  # reported outside: a 10k-frame traceback takes pytest seconds
+        wedged = True
+    assert not wedged, f"RecursionError committing a tree {depth} deep"
+    assert ws.store.fsck() == []

@@ -622,3 +622,21 @@ def test_mount_refuses_a_store_root_hidden_by_its_own_mount(tmp_path: Path, insi
             subprocess.run(["fusermount3", "-uz", target], capture_output=True, timeout=30)
     assert not mounted_it, "mounted over its own store root"
     assert proc.returncode != 0
+
+
+@pytest.mark.xfail(strict=True, reason="Workspace.view caches views by tree id, so branches/<b> "
+                   "and history/<head> are one directory inode under two names: the kernel "
+                   "moves the dentry, and a shell's cwd jumps from history/ to branches/")
+def test_history_and_branch_views_are_distinct_directories(shared, work: Path) -> None:
+    shared.require_real()
+    (work / "sub").mkdir()
+    fsync_dir(work)
+    st = status(shared)
+    rel = Path("work") / work.name / "sub"
+    in_history = shared.mnt / ".memfs" / "history" / st["head"] / rel
+    in_branch = shared.mnt / ".memfs" / "branches" / st["branch"] / rel
+    code = ("import os, sys\nos.chdir(sys.argv[1])\nos.listdir(sys.argv[2])\n"
+            "print(os.getcwd())\n")
+    out = subprocess.run([sys.executable, "-c", code, str(in_history), str(in_branch)],
+                         capture_output=True, text=True, check=True, timeout=30)
+    assert out.stdout.strip() == str(in_history), "the cwd moved to another view"

@@ -640,3 +640,26 @@ def test_history_and_branch_views_are_distinct_directories(shared, work: Path) -
     out = subprocess.run([sys.executable, "-c", code, str(in_history), str(in_branch)],
                          capture_output=True, text=True, check=True, timeout=30)
     assert out.stdout.strip() == str(in_history), "the cwd moved to another view"
+
+
+def test_the_memfs_name_is_reserved_only_at_the_mount_root(shared, work: Path) -> None:
+    shared.require_real()
+    top = shared.mnt / ".memfs"
+    attempts = {
+        "mkdir": (lambda: os.mkdir(top), {errno.EEXIST}),
+        "rmdir": (lambda: os.rmdir(top), {errno.EBUSY, errno.ENOTEMPTY, errno.EROFS,
+                                          errno.EPERM}),
+        "rename onto": (lambda: os.rename(work, top), {errno.EBUSY, errno.ENOTEMPTY,
+                                                        errno.EEXIST}),
+        "rename away": (lambda: os.rename(top, shared.mnt / "x"), {errno.EBUSY, errno.EROFS}),
+        "create inside": (lambda: open(top / "new", "w"), {errno.EROFS, errno.EPERM,
+                                                           errno.EACCES}),
+    }
+    for what, (fn, allowed) in attempts.items():
+        with pytest.raises(OSError) as exc:
+            fn()
+        assert exc.value.errno in allowed, f"{what}: {exc.value!r}"
+    assert ".memfs" not in os.listdir(shared.mnt) and work.exists()
+    (work / ".memfs").mkdir()  # below the root it is an ordinary name
+    (work / ".memfs" / "f").write_text("ordinary")
+    assert os.listdir(work / ".memfs") == ["f"] and ".memfs" in os.listdir(work)

@@ -595,9 +595,6 @@ def _listed(target: str) -> bool:
         return any(line.split()[1].encode().decode("unicode_escape") == target for line in f)
 
 
-@pytest.mark.xfail(strict=True, reason="cmd_mount does not refuse a store root at or under "
-                   "the mountpoint: the daemon then stats its own socket path through its own "
-                   "mount and deadlocks (D state; every access to the mount hangs)")
 @pytest.mark.parametrize("inside", ["root-is-mountpoint", "root-under-mountpoint"])
 def test_mount_refuses_a_store_root_hidden_by_its_own_mount(tmp_path: Path, inside: str) -> None:
     if fuse_missing_reason():
@@ -624,9 +621,6 @@ def test_mount_refuses_a_store_root_hidden_by_its_own_mount(tmp_path: Path, insi
     assert proc.returncode != 0
 
 
-@pytest.mark.xfail(strict=True, reason="Workspace.view caches views by tree id, so branches/<b> "
-                   "and history/<head> are one directory inode under two names: the kernel "
-                   "moves the dentry, and a shell's cwd jumps from history/ to branches/")
 def test_history_and_branch_views_are_distinct_directories(shared, work: Path) -> None:
     shared.require_real()
     (work / "sub").mkdir()

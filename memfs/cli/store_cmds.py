@@ -122,6 +122,11 @@ def cmd_mount(args) -> int:
         raise MemfsError(f"mountpoint {mnt} is not a directory", f"create it: mkdir -p {mnt}")
     if os.path.ismount(mnt):
         raise MemfsError(f"{mnt} is already a mount point", f"unmount it first: memfs umount {mnt}")
+    real_root, real_mnt = root.resolve(), mnt.resolve()
+    if real_root == real_mnt or real_mnt in real_root.parents:
+        # The daemon would reach its own store through its own mount and hang.
+        raise MemfsError(f"the store root {root} is inside the mountpoint {mnt}",
+                         "put the store elsewhere (--root or MEMFS_ROOT) or mount somewhere else")
     interval = max(0, args.commit_interval) / 1000.0
     if args.foreground:
         from memfs.fs.daemon import run_daemon

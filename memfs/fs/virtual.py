@@ -84,7 +84,8 @@ class VirtualTree:
     def _branch_lookup(self, name: bytes):
         heads = self.ws.store.branches()
         head = heads.get(name.decode("utf-8", "surrogateescape"))
-        return None if head is None else self.ws.view(head)
+        return None if head is None else self.ws.view(head, "branches/" + name.decode(
+            "utf-8", "surrogateescape"))
 
     def _history_list(self) -> list[bytes]:
         return [c.id.encode() for c in self.ws.store.log(self.ws.branch, limit=100)]
@@ -97,7 +98,7 @@ class VirtualTree:
             return None
         if not cid.startswith(text) and text not in self.ws.store.branches():
             return None
-        return self.ws.view(cid)
+        return self.ws.view(cid, "history/" + cid)
 
     def _folder(self, path: Path) -> VDir:
         """A read-only mirror of a real folder under the root (receipts, memory)."""

@@ -36,15 +36,16 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def mkdir_durable(path: Path) -> None:
+def mkdir_durable(path: Path, mode: int = 0o700) -> None:
     """Create a directory (and missing parents) so that a power cut cannot take its name
-    away: each new directory's parent is fsynced after the mkdir."""
+    away: each new directory's parent is fsynced after the mkdir. Private by default: a
+    store holds everything its user wrote."""
     if path.is_dir():
         return
     if not path.parent.is_dir():
-        mkdir_durable(path.parent)
+        mkdir_durable(path.parent, mode)
     try:
-        path.mkdir()
+        path.mkdir(mode)
     except FileExistsError:
         return
     fsync_dir(path.parent)

@@ -239,7 +239,8 @@ class Store:
         if rows:
             return rows[0][0]
         if len(base) >= 6:
-            rows = self._query("SELECT id FROM commits WHERE id LIKE ?", (base + "%",))
+            rows = self._query("SELECT id FROM commits WHERE substr(id, 1, ?) = ?",
+                               (len(base), base))
             if len(rows) == 1:
                 return rows[0][0]
         raise StoreError(f"unknown revision {base!r}", "name a branch, a checkpoint or a commit id")

@@ -109,7 +109,7 @@ class Workspace:
         self._wake = trio.Event()  # set by the first change after a commit
         self._urgent = trio.Event()  # set when dirty data should not wait for the interval
         self._durable = trio.Event()
-        self._views: dict[str, Node] = {}
+        self._views: dict[tuple[str, str], Node] = {}
         self._free_cache: tuple[float, int] = (0.0, 0)
         self._dirty_files: set[Node] = set()
         self.stopped = False
@@ -479,7 +479,7 @@ class Workspace:
         async with self._commit_lock:
             return await self._commit_locked(message)
 
-    async def _commit_locked(self, message: str = "") -> str | None:
+    async def _commit_locked(self, message: str = "", *, on_loop: bool = False) -> str | None:
         if not self.root.dirty:
             self.durable_seq = max(self.durable_seq, self.mutation_seq)
             self.dirty_since = None
@@ -488,7 +488,11 @@ class Workspace:
         plan = self._snapshot()
         self.dirty_since = None
         try:
-            commit = await trio.to_thread.run_sync(self._write_errno, plan, message or "changes")
+            if on_loop:
+                commit = self._write_errno(plan, message or "changes")
+            else:
+                commit = await trio.to_thread.run_sync(self._write_errno, plan,
+                                                       message or "changes")
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             self.dirty_since = time.monotonic()
@@ -626,13 +630,18 @@ class Workspace:
     # and be lost. The head move is one small SQLite transaction, run on the loop for that
     # reason.
     async def _settle_locked(self, message: str) -> None:
-        """Commit until nothing is dirty. Changes made while a commit runs in its thread
-        would otherwise be replaced away with the tree; the caller's next step runs in the
-        same loop turn as the last (clean) check."""
-        while True:
+        """Commit until nothing is dirty; the caller's next step runs in the same loop turn.
+
+        Changes made while a commit runs in its thread would otherwise be replaced away
+        with the tree. A steady writer can keep the tree dirty round after round, so after
+        three rounds the rest — what arrived during the last round, a small amount — is
+        committed on the loop itself, where nothing can slip in before the caller's step.
+        """
+        for _ in range(3):
             await self._commit_locked(message)
             if not self.root.dirty:
                 return
+        await self._commit_locked(message, on_loop=True)
 
     async def undo(self, steps: int = 1) -> str:
         if steps < 1:
@@ -726,16 +735,21 @@ class Workspace:
             self._empty_subtree(child, inodes)
         node._children, node.ref = {}, None
 
-    def view(self, commit_id: str) -> Node:
-        """A read-only tree of a past commit (for .memfs/history and .memfs/branches)."""
+    def view(self, commit_id: str, place: str = "history") -> Node:
+        """A read-only tree of a past commit (for .memfs/history and .memfs/branches).
+
+        Cached per place it is reached from (`place`, e.g. "branches/main"), never shared
+        between two places: one directory inode under two names would make the kernel move
+        its dentry (a shell's cwd would jump from history/ to branches/)."""
         tree = self.store.commit(commit_id).tree
-        node = self._views.get(tree)
+        key = (place, tree)
+        node = self._views.get(key)
         if node is None:
             node = self._new_node(DIR, 0o555, 0, 0)
             node.ref, node.dirty, node._children, node.readonly = tree, False, None, True
             if len(self._views) > 256:
                 self._views.clear()
-            self._views[tree] = node
+            self._views[key] = node
         return node
 
     def status(self) -> dict:

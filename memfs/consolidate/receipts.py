@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memfs.durable import fsync_dir, mkdir_durable, write_all
 from memfs.errors import MemfsError
 from memfs.memory.durable import crash_point
 from memfs.rootdir import receipts_dir
@@ -296,15 +297,13 @@ def write_receipt(root: Path, receipt: Receipt) -> Path:
     data = render_receipt(receipt).encode("utf-8")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
     crash_point("receipt-before-rename")
     os.replace(tmp, final)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return final
 
 
@@ -357,19 +356,8 @@ def remove_temp_files(root: Path, temps: list[Path]) -> None:
     for path in temps:
         path.unlink(missing_ok=True)
     if temps:
-        _fsync_dir(receipts_dir(root))
+        fsync_dir(receipts_dir(root))
 
 
 def _ensure_dir(directory: Path) -> None:
-    if directory.is_dir():
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    _fsync_dir(directory.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    mkdir_durable(directory, 0o755)

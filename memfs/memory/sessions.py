@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memfs.durable import fsync_dir
 from memfs.memory.errors import InvalidRecord, SessionError
 from memfs.memory.generation import blake2b_hex, canonical_json
 from memfs.memory.records import validate_workspace
@@ -134,7 +135,7 @@ class SessionStore:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             return sid
 
     def append(self, session_id: str, role: str, text: str) -> int:
@@ -230,9 +231,4 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+

@@ -20,35 +20,14 @@ from pathlib import Path
 
 import xxhash
 
+from memfs.durable import fsync_dir, mkdir_durable
+
 CHUNK_SIZE = 1 << 20
 PACK_ROLLOVER = 256 << 20
 
 
 def chunk_digest(data: bytes | memoryview) -> str:
     return xxhash.xxh3_128_hexdigest(data)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def mkdir_durable(path: Path, mode: int = 0o700) -> None:
-    """Create a directory (and missing parents) so that a power cut cannot take its name
-    away: each new directory's parent is fsynced after the mkdir. Private by default: a
-    store holds everything its user wrote."""
-    if path.is_dir():
-        return
-    if not path.parent.is_dir():
-        mkdir_durable(path.parent, mode)
-    try:
-        path.mkdir(mode)
-    except FileExistsError:
-        return
-    fsync_dir(path.parent)
 
 
 class ChunkStore:

@@ -17,9 +17,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
 from memfs.store import db
-from memfs.store.chunks import ChunkStore, fsync_dir, mkdir_durable
+from memfs.store.chunks import ChunkStore
 from memfs.store.trees import DIR, FILE, LINK, decode_dir, decode_manifest, encode_dir, object_id
 
 DEFAULT_BRANCH = "main"

@@ -326,16 +326,9 @@ class Backing:
         mount = binding.mount
         if not mount or "/" in mount or mount.startswith("."):
             raise MemfsError(f"invalid mount name {mount!r}", "name a top-level directory")
-        path = Path(binding.dir)
-        if not path.is_absolute() or not path.is_dir():
-            raise MemfsError(f"backing directory {binding.dir!r} is not an existing directory",
-                             "create it, or name an existing directory by absolute path")
-        real = os.path.realpath(binding.dir)
-        for inside, what in self._own_dirs():
-            if real == inside or real.startswith(inside.rstrip("/") + "/") or \
-                    inside.startswith(real.rstrip("/") + "/"):
-                raise MemfsError(f"{binding.dir} overlaps memfs's own {what} ({inside})",
-                                 "bind a directory outside the store root and the mountpoint")
+        # Every look at the directory runs in a thread: a path into our own mount would
+        # otherwise block the loop that has to answer it.
+        await trio.to_thread.run_sync(self._check_dir, binding.dir)
         old = self.bindings.get(mount)
         if old is not None and os.path.realpath(old.dir) != os.path.realpath(binding.dir):
             raise MemfsError(f"mount {mount!r} is already bound to {old.dir}",
@@ -343,7 +336,7 @@ class Backing:
         if binding.watch not in WATCH_MODES:
             raise MemfsError(f"unknown watch mode {binding.watch!r}",
                              f"use one of {', '.join(WATCH_MODES)}")
-        st = os.stat(binding.dir)
+        st = await trio.to_thread.run_sync(os.stat, binding.dir)
         recorded = await trio.to_thread.run_sync(self.journal.root, mount)
         if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
             # Attaching names the directory on purpose: evidence of another one is set aside.
@@ -362,16 +355,23 @@ class Backing:
         result = await self.run_pass(mount)
         return {"mount": mount, "dir": binding.dir, "watch": binding.watch, "pass": result}
 
-    def _own_dirs(self) -> list[tuple[str, str]]:
-        """The store root and, when a daemon serves it, the mountpoint: never a backing dir."""
-        out = [(os.path.realpath(self.store.root), "store root")]
+    def _check_dir(self, path: str) -> None:
+        """An existing directory, by absolute path, outside the store root and the mount."""
+        if not os.path.isabs(path) or not os.path.isdir(path):
+            raise MemfsError(f"backing directory {path!r} is not an existing directory",
+                             "create it, or name an existing directory by absolute path")
+        real, own = os.path.realpath(path), os.path.realpath(self.store.root)
+        if real == own or real.startswith(own + "/") or own.startswith(real.rstrip("/") + "/"):
+            raise MemfsError(f"{path} overlaps the store root ({own})",
+                             "bind a directory outside the store root")
         try:
-            holder = json.loads((Path(self.store.root) / "daemon.lock").read_text() or "{}")
-            if holder.get("mountpoint"):
-                out.append((os.path.realpath(holder["mountpoint"]), "mountpoint"))
+            holder = json.loads((Path(own) / "daemon.lock").read_text() or "{}")
+            mnt = holder.get("mountpoint")
+            if mnt and os.stat(path).st_dev == os.stat(mnt).st_dev:
+                raise MemfsError(f"{path} is inside the memfs mount at {mnt}",
+                                 "bind a real directory outside the mount")
         except (OSError, ValueError):
             pass
-        return out
 
     async def detach(self, mount: str) -> dict:
         if mount not in self.bindings:

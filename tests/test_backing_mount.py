@@ -284,3 +284,13 @@ def test_rename_and_create_through_the_mount_are_branch_intent(backed):
     assert listed["work/z.txt"] == ("workspace-draft", None)
     assert listed["work/fresh.txt"] == ("workspace-draft", None)
     assert not (disk / "z.txt").exists() and (disk / "a.txt").exists()  # disk untouched
+
+
+def test_attach_refuses_a_directory_inside_the_mount(mounted):
+    m = mounted
+    if m.native:
+        pytest.skip("needs a real memfs daemon")
+    (m.work / "inner").mkdir()
+    res = m.cli("attach", "loop", str(m.work / "inner"), check=False, timeout=30)
+    assert res.returncode == 1 and "inside the memfs mount" in res.stderr
+    assert sorted(os.listdir(m.mnt)) == ["work"]  # answered, and nothing was bound

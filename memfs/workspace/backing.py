@@ -200,7 +200,7 @@ class Backing:
 
     # -- branch intent -----------------------------------------------------------------
     def _load_intents(self) -> None:
-        kept = self.store.intents_at(self.ws.head)
+        kept = self.store.intents_at(self.ws.head) if self.bindings else {}
         self.intents = {}
         for mount in self.bindings:
             if mount not in kept:

@@ -140,3 +140,24 @@ async def test_attach_refuses_the_store_root(tmp_path: Path):
     with pytest.raises(MemfsError, match="overlaps"):
         await b.attach(Binding("work", str(tmp_path)))
     _close(ws, b)
+
+
+@pytest.mark.trio
+async def test_path_sync_takes_nothing_when_another_branch_is_selected(tmp_path: Path):
+    root, disk = tmp_path / "root", tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    ws, b = _open(root)
+    await b.attach(Binding("work", str(disk)))
+    await ws.create_branch("other", None)
+    work = ws.children(ws.root)[b"work"]
+    ws.write(ws.children(work)[b"a.txt"], 0, b"a-draft\n")
+    (disk / "a.txt").write_text("a-disk\n")
+    # Asked on main, but "other" is selected by the time the pass gathers.
+    await ws.switch_branch("other")
+    res = await b.run_pass("work", "a.txt", path_sync=True, asked_on="main")
+    assert "nothing was taken" in res["refused"]
+    await ws.switch_branch("main")
+    work = ws.children(ws.root)[b"work"]
+    assert ws.read(ws.children(work)[b"a.txt"], 0, 100) == b"a-draft\n"
+    _close(ws, b)

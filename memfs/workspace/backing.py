@@ -419,7 +419,8 @@ class Backing:
                 out[mount] = await self.run_pass(mount, accept_root=accept_root)
             return {"mounts": out}
         mount, rel = split_path(path)
-        result = await self.run_pass(mount, rel, path_sync=True, accept_root=accept_root)
+        result = await self.run_pass(mount, rel, path_sync=True, accept_root=accept_root,
+                                     asked_on=self.ws.branch)
         return {"mounts": {mount: result}}
 
     async def states(self, path: str | None) -> dict:
@@ -482,19 +483,22 @@ class Backing:
         return True
 
     async def run_pass(self, mount: str, scope: str = "", *, path_sync: bool = False,
-                       accept_root: bool = False) -> dict:
+                       accept_root: bool = False, asked_on: str | None = None) -> dict:
+        """Observe `scope` of a mount and apply what the rule takes (a path sync: what disk
+        holds there). `asked_on`: the branch a path sync was asked on; if another one is
+        selected when the pass gathers, it takes nothing and says so."""
         if mount not in self.bindings:
             raise MemfsError(f"mount {mount!r} is not bound to a backing directory",
                              f"`memfs attach {mount} DIR` binds it")
         async with self._lock(mount):
             try:
-                return await self._pass_locked(mount, scope, path_sync, accept_root)
+                return await self._pass_locked(mount, scope, path_sync, accept_root, asked_on)
             except MemfsError as exc:  # e.g. the journal refusing after a failed append
                 self.mounts.setdefault(mount, MountState()).last_error = str(exc)
                 raise
 
     async def _pass_locked(self, mount: str, scope: str, path_sync: bool,
-                           accept_root: bool) -> dict:
+                           accept_root: bool, asked_on: str | None = None) -> dict:
         b = self.bindings[mount]
         st = self.mounts.setdefault(mount, MountState())
         st.observed[scope] = time.monotonic()
@@ -529,7 +533,10 @@ class Backing:
             self.ws._touch(self.ws.root)
         pending = pending_from_journal(pend, branch)
         plan = plan_pass(obs, view, evidence, table, pending, branch=branch)
-        sp = plan_sync(plan, obs, view, path=scope if path_sync else None, branch_now=branch)
+        # plan_sync refuses a path sync when the branch it gathered on (plan.branch) is not the
+        # one given here: the branch the sync was asked on.
+        sp = plan_sync(plan, obs, view, path=scope if path_sync else None,
+                       branch_now=asked_on if asked_on is not None else branch)
         if sp.refused:
             return {"mount": mount, "refused": sp.refused}
         versions = {p: n.ver for p, n in nodes.items()}

@@ -113,3 +113,20 @@ def test_kill_after_adoption_commit_completes_on_restart(mount_factory, tmp_path
     assert wait_for(lambda: states(m).get("work/a.txt") == ("synced", None), 10)
     assert (m.work / "a.txt").read_text() == "a3 while down\n"
     assert m.status()["backing"]["work"]["conflicts"] == []
+
+
+def test_root_identity_survives_a_restart(mount_factory, tmp_path: Path):
+    m = mount_factory()
+    _real(m)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    m.umount()
+    disk.rename(tmp_path / "unplugged")
+    disk.mkdir()  # the empty mountpoint a drive leaves behind
+    m.remount()
+    assert wait_for(lambda: m.status()["backing"]["work"]["last_pass"] is not None, 5)
+    st = m.status()["backing"]["work"]
+    assert st["available"] is False and "--accept-root" in st["unavailable"]["remedy"]
+    assert (m.work / "a.txt").read_text() == "a1\n"  # nothing left the store

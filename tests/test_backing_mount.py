@@ -184,7 +184,11 @@ def test_undo_rewinds_branch_intent(backed):
     m, disk = backed
     m.cli("checkpoint", "kept")
     os.unlink(m.work / "a.txt")
-    os.fsync(os.open(m.work, os.O_RDONLY))
+    fd = os.open(m.work, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     assert states(m)["work/a.txt"] == ("workspace-deleted", None)
     m.cli("restore", "kept")
     # The file and its lack of a tombstone came back together.

@@ -91,6 +91,14 @@ def _direct(root: Path, op: str, kw: dict) -> dict:
     return trio.run(run)
 
 
+def attach_before_mount(root: Path, name: str, directory: str) -> dict:
+    """`memfs mount --bind NAME=DIR`: bind on the store itself, before the daemon starts
+    (which then passes over every binding), with attach's defaults."""
+    return _direct(root, "backing_attach", dict(
+        mount=name, dir=os.path.abspath(directory), watch="on-access", follow_symlinks=False,
+        max_file_size=None, ignore=[]))
+
+
 def _store_path(root: Path, path: str | None) -> str | None:
     """MOUNT[/PATH] as given, or a path through the running mount's mountpoint."""
     if path is None:

@@ -32,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--commit-interval", type=int, default=100, metavar="MS",
                    help="group-commit delay in milliseconds (default 100)")
     p.add_argument("--debug", action="store_true")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=DIR",
+                   help="bind store mount NAME to backing directory DIR first (as `memfs attach`)")
     add_json_flag(p)
     p.set_defaults(func=cmd_mount)
 
@@ -118,6 +120,13 @@ def cmd_init(args) -> int:
 def cmd_mount(args) -> int:
     root = _root(args)
     mnt = Path(args.mountpoint).absolute()
+    binds = [_parse_bind(b) for b in args.bind]
+    try:
+        holder = call(root, "ping", timeout=5)
+        raise MemfsError(f"the store at {root} is already served by memfs (pid {holder['pid']})",
+                         "use that mount, or `memfs umount` it first")
+    except NoDaemon:
+        pass
     if not mnt.is_dir():
         raise MemfsError(f"mountpoint {mnt} is not a directory", f"create it: mkdir -p {mnt}")
     if os.path.ismount(mnt):
@@ -128,6 +137,12 @@ def cmd_mount(args) -> int:
         raise MemfsError(f"the store root {root} is inside the mountpoint {mnt}",
                          "put the store elsewhere (--root or MEMFS_ROOT) or mount somewhere else")
     interval = max(0, args.commit_interval) / 1000.0
+    if binds:
+        from memfs.cli.reconcile_cmds import attach_before_mount
+
+        Store.open(root).close()
+        for name, directory in binds:
+            attach_before_mount(root, name, directory)
     if args.foreground:
         from memfs.fs.daemon import run_daemon
         from memfs.fs.logs import setup_logging
@@ -135,6 +150,13 @@ def cmd_mount(args) -> int:
         setup_logging(root, args.debug)
         return run_daemon(root, mnt, interval, args.debug)
     return _spawn_daemon(args, root, mnt)
+
+
+def _parse_bind(text: str) -> tuple[str, str]:
+    name, sep, directory = text.partition("=")
+    if not sep or not name or not directory:
+        raise MemfsError(f"--bind {text!r} is not NAME=DIR", "e.g. --bind work=~/project")
+    return name, os.path.expanduser(directory)
 
 
 def _spawn_daemon(args, root: Path, mnt: Path) -> int:
@@ -206,6 +228,12 @@ def cmd_status(args) -> int:
     lines = [f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
              f"pending  {st['pending']} change(s) not yet durable",
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
+    for mount, b in sorted((st.get("backing") or {}).items()):
+        states = ", ".join(f"{n} {k}" for k, n in sorted(b.get("states", {}).items()))
+        where = b.get("dir", "?") if b.get("available", True) else (
+            f"{b.get('dir', '?')} UNAVAILABLE: {b.get('unavailable')}")
+        lines.append(f"backed   {mount} -> {where} (watch {b.get('watch')}; {states or 'no files'}"
+                     f"{'; ' + str(len(b['conflicts'])) + ' conflict(s)' if b.get('conflicts') else ''})")
     emit(args, st, "\n".join(lines))
     return 0
 

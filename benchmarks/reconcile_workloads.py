@@ -1,0 +1,76 @@
+"""Reconcile an unchanged backing directory, next to `git status` on the same tree.
+
+The tree (default 100k files in 1,000 directories) is generated once in the shared scratch
+directory and committed to git there, untimed. The native side times a warm `git status`; the
+memfs side attaches the tree to a fresh store (untimed: the first take-in), runs one pass to
+warm the fingerprint cache, then times a second pass over the unchanged tree — the work an
+on-access or `memfs sync` pass does when nothing changed. It runs the daemon's own code
+(memfs.workspace.backing) in-process, with no mount in the way.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from benchmarks.registry import Context, Measure, workload
+
+
+def _tree(ctx: Context) -> tuple[Path, int]:
+    files = ctx.n(100_000)
+    tree = ctx.scratch / f"reconcile-tree-{files}"
+    if not (tree / ".git").exists():
+        per_dir = 100
+        for i in range(files):
+            d = tree / f"d{i // per_dir:04d}"
+            if i % per_dir == 0:
+                d.mkdir(parents=True, exist_ok=True)
+            (d / f"f{i % per_dir:03d}.txt").write_text(f"file {i}\n")
+        for args in (["init", "-q"], ["add", "-A"], ["-c", "user.email=b@e", "-c", "user.name=b",
+                                                    "commit", "-qm", "tree"]):
+            subprocess.run(["git", *args], cwd=tree, check=True, capture_output=True)
+    return tree, files
+
+
+def _git_status(tree: Path) -> None:
+    subprocess.run(["git", "status", "--porcelain"], cwd=tree, check=True, capture_output=True)
+
+
+def _memfs_pass(ctx: Context, tree: Path) -> float:
+    import trio
+
+    from memfs.workspace.backing import Backing, Binding
+    from memfs.workspace.workspace import Workspace
+
+    root = ctx.scratch / "reconcile-root"
+    shutil.rmtree(root, ignore_errors=True)
+
+    async def run() -> float:
+        ws = Workspace.open(root, 0.1)
+        backing = Backing(ws)
+        try:
+            await backing.attach(Binding(mount="proj", dir=str(tree)))
+            await ws.commit("take-in")
+            await backing.run_pass("proj")  # warms the fingerprint cache
+            start = time.perf_counter()
+            await backing.run_pass("proj")
+            return time.perf_counter() - start
+        finally:
+            backing.close()
+            ws.store.close()
+
+    return trio.run(run)
+
+
+@workload("reconcile-unchanged", "reconcile", "files/s", min_ratio=0.5)
+def reconcile_unchanged(ctx: Context) -> Measure:
+    """Unchanged 100k-file tree: memfs pass (second) vs git status (warm)"""
+    tree, files = _tree(ctx)
+    if ctx.side == "native":
+        _git_status(tree)
+        start = time.perf_counter()
+        _git_status(tree)
+        return Measure(files, time.perf_counter() - start)
+    return Measure(files, _memfs_pass(ctx, tree))

@@ -232,8 +232,12 @@ def cmd_status(args) -> int:
         states = ", ".join(f"{n} {k}" for k, n in sorted(b.get("states", {}).items()))
         where = b.get("dir", "?") if b.get("available", True) else (
             f"{b.get('dir', '?')} UNAVAILABLE: {b.get('unavailable')}")
+        o = b.get("owed") or {}
+        owes = (f"; disk owes {o.get('changes', 0)} change(s), {o.get('workspace_deletions', 0)}"
+                f" deletion(s), {o.get('conflicts', 0)} conflict(s)") if o else ""
         lines.append(f"backed   {mount} -> {where} (watch {b.get('watch')}; {states or 'no files'}"
-                     f"{'; ' + str(len(b['conflicts'])) + ' conflict(s)' if b.get('conflicts') else ''})")
+                     f"{'; ' + str(len(b['conflicts'])) + ' conflict(s)' if b.get('conflicts') else ''}"
+                     f"{owes})")
     emit(args, st, "\n".join(lines))
     return 0
 

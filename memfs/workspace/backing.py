@@ -47,7 +47,13 @@ from memfs.reconcile.contained import (
 )
 from memfs.reconcile.intent import IntentTable
 from memfs.reconcile.observe import DEFAULT_MAX_FILE_SIZE, Observation, observe
-from memfs.reconcile.plan import SyncPlan, pending_from_journal, plan_pass, plan_sync
+from memfs.reconcile.plan import (
+    SyncPlan,
+    count_owed,
+    pending_from_journal,
+    plan_pass,
+    plan_sync,
+)
 from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
 from memfs.reconcile.watch import Watcher, narrow
 from memfs.store.chunks import CHUNK_SIZE
@@ -272,6 +278,19 @@ class Backing:
             return ("unverified", None)
         return st.states.get(rel)
 
+    def owed(self, mount: str) -> dict[str, int]:
+        """What disk owes this mount by the evidence (plan.count_owed): no disk is read, so
+        status stays cheap and answers while a root is unavailable; a draft whose write failed
+        or was refused is still a draft, so it still counts."""
+        nodes, _ = self._store_nodes(mount)
+        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
+        evidence = {p: (ABSENT if r.digest is None else r.digest)
+                    for p, r in self.journal.evidence_under(mount, "").items()}
+        pending = pending_from_journal(self.journal.pending_intents(mount), self.ws.branch)
+        c = count_owed(view, evidence, self.intents.get(mount, IntentTable()), pending)
+        return {"changes": c.pending_changes, "workspace_deletions": c.pending_workspace_deletions,
+                "conflicts": c.conflicts}
+
     def status(self) -> dict:
         out = {}
         for mount, b in sorted(self.bindings.items()):
@@ -291,6 +310,7 @@ class Backing:
                 "workspace_deleted": sorted(p for p, (s, _) in st.states.items()
                                             if s == "workspace-deleted"),
                 "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
+                "owed": self.owed(mount),
             }
         return out
 

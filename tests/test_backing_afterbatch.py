@@ -3,7 +3,22 @@
 
 from __future__ import annotations
 
-from test_backing_mount import backed  # noqa: F401 - the fixture is used by name
+import functools
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers.mount import REPO, memfs_cmd
+from test_backing_mount import ACCESS, backed  # noqa: F401 - the fixture is used by name
+from test_backing_triggers import wait_for
+
+from memfs.workspace.backing import SCAN_DELAY_ENV
+
+SLOW = 2.0  # seconds each scan sleeps in the slow-scan daemon
 
 
 def _owed(m) -> dict:
@@ -25,3 +40,136 @@ def test_status_counts_what_disk_owes(backed):  # noqa: F811
     assert _owed(m) == {"changes": 0, "workspace_deletions": 1, "conflicts": 0}
     m.cli("materialize", "--apply-deletions")
     assert not (disk / "b.txt").exists() and _owed(m)["workspace_deletions"] == 0
+
+
+def _agent_mount(m, tmp_path: Path, *extra: str) -> Path:
+    disk = tmp_path / "disk"
+    disk.mkdir(exist_ok=True)
+    (disk / "a.txt").write_text("a1\n")
+    m.cli("attach", "work", str(disk), "--watch", "on-agent-action", *extra)
+    return disk
+
+
+def _scans(m) -> dict:
+    return m.status()["backing"]["work"]["scans"]
+
+
+def test_after_batch_scans_an_on_agent_action_mount(mounted, tmp_path: Path):
+    m = mounted
+    m.require_real()
+    disk = _agent_mount(m, tmp_path)
+    assert (m.work / "a.txt").read_text() == "a1\n"  # attach's own pass took it in
+    (disk / "shell.txt").write_text("made by a tool\n")
+    time.sleep(ACCESS)
+    # on-access is off for this mode: neither a listing nor a lookup observes disk.
+    assert "shell.txt" not in os.listdir(m.work)
+    assert not (m.work / "shell.txt").exists()
+    assert _scans(m)["count"] == 0
+    res = m.cli_json("after-batch", "--agent", "coder")
+    assert res["mounts"] == ["work"] and res["agent"] == "coder"
+    assert res["missed"] is False and res["outcome"]["finished"] is True
+    assert (m.work / "shell.txt").read_text() == "made by a tool\n"
+    scans = _scans(m)
+    assert scans["count"] == 1 and scans["last_scan"]["finished"] is True
+    assert scans["deadline"] == 20.0 and scans["last_miss"] is None
+    assert "scanned work" in m.cli("after-batch").stdout
+    events = m.cli_json("events")["events"]
+    assert [e["event"] for e in events] == ["scan-started", "scan-finished"] * 2
+    assert events[1]["finished"] is True and events[1]["mounts"] == ["work"]
+    assert [e["seq"] for e in events] == sorted({e["seq"] for e in events})
+
+
+def test_events_record_conflicts_and_refused_writes_and_follow(backed):  # noqa: F811
+    m, disk = backed
+    follow = subprocess.Popen(memfs_cmd(m.root, "events", "--follow", "--json"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        (m.work / "a.txt").write_text("a-draft\n")
+        (disk / "a.txt").write_text("a-disk\n")
+        m.cli("sync")
+        m.cli("materialize")
+        events = m.cli_json("events")["events"]
+        conflict = [e for e in events if e["event"] == "conflict-recorded"]
+        assert [(e["mount"], e["path"], e["kind"]) for e in conflict] == [
+            ("work", "a.txt", "both-changed")]
+        refused = [e for e in events if e["event"] == "write-refused"]
+        assert [(e["mount"], e["path"]) for e in refused] == [("work", "a.txt")]
+        assert "conflict-recorded" in m.cli("events").stdout
+        time.sleep(1.2)  # > two of the follower's 0.5 s polls
+        follow.send_signal(signal.SIGINT)
+        out, _ = follow.communicate(timeout=10)
+        assert follow.returncode == 0
+        # The follower printed the same events, one JSON object a line, as they came.
+        assert [json.loads(line)["seq"] for line in out.splitlines()] == [
+            e["seq"] for e in events]
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+
+
+def test_after_batch_without_daemon_runs_one_pass(tmp_path: Path):
+    root = tmp_path / "root"
+    subprocess.run(memfs_cmd(root, "init"), check=True, capture_output=True, cwd=REPO)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=REPO)
+    assert run(memfs_cmd(root, "attach", "work", str(disk), "--watch", "on-agent-action")
+               ).returncode == 0
+    (disk / "late.txt").write_text("late\n")
+    out = run(memfs_cmd(root, "after-batch", "--json"))
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["scan"] is None and res["outcome"]["finished"] is True
+    listed = json.loads(run(memfs_cmd(root, "ls", "--json")).stdout)["mounts"][0]["entries"]
+    assert {"path": "late.txt", "state": "synced", "conflict": None} in listed
+
+
+@pytest.fixture
+def slow_scans(mount_factory):
+    """A daemon whose every after-batch scan first sleeps (the fault-injection shim), so that
+    batches really arrive while one runs."""
+    os.environ[SCAN_DELAY_ENV] = str(SLOW)
+    try:
+        m = mount_factory()
+    finally:
+        del os.environ[SCAN_DELAY_ENV]
+    m.require_real()
+    return m
+
+
+def _after_batch(m) -> subprocess.Popen[str]:
+    return subprocess.Popen(memfs_cmd(m.root, "after-batch", "--json"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def _reply(p: subprocess.Popen[str]) -> dict:
+    out, err = p.communicate(timeout=60)
+    return json.loads(out) if out.strip() else {"rc": p.returncode, "stderr": err}
+
+
+def test_batches_arriving_while_a_scan_runs_share_the_next(slow_scans, tmp_path: Path):
+    m = slow_scans
+    disk = _agent_mount(m, tmp_path)
+    first = _after_batch(m)
+    assert wait_for(lambda: _scans(m)["count"] == 1, 10)  # scan 1 is running (asleep)
+    second, third = _after_batch(m), _after_batch(m)
+    r1, r2, r3 = _reply(first), _reply(second), _reply(third)
+    assert r1["scan"] == 1 and not r1["missed"]
+    assert r2["scan"] == r3["scan"] == 2 and not r2["missed"] and not r3["missed"]
+    assert _scans(m)["count"] == 2  # three batches, two scans
+    kinds = [e["event"] for e in m.cli_json("events")["events"]]
+    assert kinds.count("scan-started") == 2 and kinds.count("scan-finished") == 2
+    # A deadline shorter than the scan: the batch returns at the deadline, missed, and the
+    # miss is on status and an event; the scan finishes in the background.
+    m.cli("attach", "work", str(disk), "--watch", "on-agent-action", "--scan-deadline", "0.3")
+    t0 = time.monotonic()
+    out = m.cli("after-batch", "--json", check=False)
+    assert out.returncode == 1 and time.monotonic() - t0 < SLOW + 1.5
+    res = json.loads(out.stdout)
+    assert res["missed"] is True and "0.3 s" in res["miss"]["why"]
+    assert _scans(m)["last_miss"]["scan"] == res["scan"]
+    assert wait_for(lambda: (_scans(m)["last_scan"] or {}).get("scan") == res["scan"], 10)
+    assert _scans(m)["last_scan"]["late"] is True
+    kinds = [e["event"] for e in m.cli_json("events")["events"]]
+    assert "scan-missed" in kinds

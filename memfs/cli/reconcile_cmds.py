@@ -1,4 +1,5 @@
-"""Backing-directory commands: attach, detach, sync, ls --states.
+"""Backing-directory commands: attach, detach, sync, materialize, ls --states, after-batch,
+events.
 
 Each asks the running daemon (so the mount shows the result at once) and, when none serves the
 root, opens the store directly, runs the same code on a workspace without a mount, and commits.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 from memfs.cli.main import add_json_flag, emit
@@ -29,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="larger files are disk-only, never taken into the store")
     p.add_argument("--ignore", action="append", default=[], metavar="GLOB",
                    help="leave matching paths alone (repeatable)")
+    p.add_argument("--scan-deadline", type=float, default=20.0, metavar="SECONDS",
+                   help="on-agent-action: how long `memfs after-batch` waits for its scan "
+                        "(default 20)")
     add_json_flag(p)
     p.set_defaults(func=cmd_attach)
 
@@ -53,6 +59,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also remove files deleted in the workspace")
     add_json_flag(p)
     p.set_defaults(func=cmd_materialize)
+
+    p = sub.add_parser("after-batch",
+                       help="an agent's tool batch ended: scan the on-agent-action mounts")
+    p.add_argument("--agent", default=None, metavar="NAME", help="the agent whose batch ended")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_after_batch)
+
+    p = sub.add_parser("events", help="reconciler events (scans, conflicts, refusals)")
+    p.add_argument("--follow", action="store_true", help="keep printing new events until ^C")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_events)
 
     p = sub.add_parser("ls", help="backed entries with their reconciler states")
     p.add_argument("path", nargs="?", help="MOUNT[/PATH] (default: every backed mount)")
@@ -119,7 +136,7 @@ def cmd_attach(args) -> int:
     d = os.path.abspath(args.dir)
     res = _ask(args, "backing_attach", mount=args.name, dir=d, watch=args.watch,
                follow_symlinks=args.follow_symlinks, max_file_size=args.max_file_size,
-               ignore=args.ignore)
+               ignore=args.ignore, scan_deadline=args.scan_deadline)
     emit(args, res, f"{args.name} is bound to {d} (watch {args.watch})\n" + _summary(res["pass"]))
     return 0
 
@@ -162,6 +179,51 @@ def cmd_materialize(args) -> int:
     bad = any(r.get("failed") or r.get("refused") or r.get("unavailable")
               for r in res["mounts"].values())
     return 1 if bad else 0
+
+
+def cmd_after_batch(args) -> int:
+    res = _ask(args, "backing_after_batch", agent=args.agent)
+    if not res["mounts"]:
+        text = "no mount is attached with --watch on-agent-action"
+    elif res["missed"]:
+        miss = res.get("miss") or {}
+        text = f"scan {res['scan']} missed its deadline: {miss.get('why', 'late')}"
+    else:
+        o = res["outcome"] or {}
+        text = (f"scanned {', '.join(res['mounts'])}"
+                + ("" if o.get("finished", True) else f" (not finished: {o.get('error')})")
+                + "".join(f"\nincomplete {p}/ ({why})" for p, why in o.get("incomplete", [])))
+    emit(args, res, text)
+    return 1 if res["missed"] or not (res["outcome"] or {}).get("finished", True) else 0
+
+
+def _event_line(e: dict) -> str:
+    when = time.strftime("%H:%M:%S", time.localtime(e["time"]))
+    rest = " ".join(f"{k}={v}" for k, v in e.items()
+                    if k not in ("seq", "time", "event") and v not in (None, [], ""))
+    return f"{e['seq']:>6} {when} {e['event']:<18} {rest}".rstrip()
+
+
+def cmd_events(args) -> int:
+    """The daemon's recent events; --follow polls every 0.5 s (one JSON object a line with
+    --json) until interrupted. Without a daemon there are none: events live in its memory."""
+    res = _ask(args, "backing_events", after=0)
+    if not args.follow:
+        emit(args, res, "\n".join(_event_line(e) for e in res["events"]) or "(no events)")
+        return 0
+    after = 0
+    try:
+        while True:
+            for e in res["events"]:
+                print(json.dumps(e) if args.json else _event_line(e), flush=True)
+            after = max(after, res["last"])
+            time.sleep(0.5)
+            res = _ask(args, "backing_events", after=after)
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
 
 
 def cmd_ls(args) -> int:

@@ -22,6 +22,7 @@ rewinds. The recorded disk side of a conflict is kept, by its digest, under <roo
 
 from __future__ import annotations
 
+import collections
 import errno
 import json
 import logging
@@ -37,6 +38,7 @@ import xxhash
 
 from memfs.errors import MemfsError
 from memfs.reconcile import intent as intent_mod
+from memfs.reconcile.afterbatch import ScanCoordinator, ScanOutcome
 from memfs.reconcile.contained import (
     Refused,
     RootId,
@@ -68,9 +70,13 @@ log = logging.getLogger("memfs.backing")
 
 WATCH_MODES = ("on-access", "fs-events", "on-agent-action", "off")
 ACCESS_INTERVAL = 1.0  # an on-access pass observes a scope at most once a second
-# Modes observed on access. on-agent-action's after-batch scan is not wired yet, so until it is
-# such a mount is observed on access too; fs-events relies on its events; off only on sync.
-ACCESS_WATCH = ("on-access", "on-agent-action")
+# Modes observed on access. on-agent-action is observed by `memfs after-batch` (the scan
+# coordinator); fs-events relies on its events; off only on sync.
+ACCESS_WATCH = ("on-access",)
+AGENT_WATCH = "on-agent-action"
+DEFAULT_SCAN_DEADLINE = 20.0  # seconds an after-batch call waits for its scan
+EVENTS_KEPT = 1000  # the in-memory event ring `memfs events` reads
+SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"  # fault-injection shim: seconds each scan sleeps first
 GATHER_TRIES = 3
 WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
 WATCH_COALESCE = 0.05  # events arriving together make one pass
@@ -92,6 +98,7 @@ class Binding:
     follow_symlinks: bool = False
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
     ignore: tuple[str, ...] = ()
+    scan_deadline: float = DEFAULT_SCAN_DEADLINE  # on-agent-action: how long a batch waits
 
     def to_json(self) -> dict:
         return {**asdict(self), "ignore": list(self.ignore)}
@@ -101,7 +108,8 @@ class Binding:
         return cls(str(doc["mount"]), str(doc["dir"]), str(doc.get("watch", "on-access")),
                    bool(doc.get("follow_symlinks", False)),
                    int(doc.get("max_file_size", DEFAULT_MAX_FILE_SIZE)),
-                   tuple(doc.get("ignore") or ()))
+                   tuple(doc.get("ignore") or ()),
+                   float(doc.get("scan_deadline") or DEFAULT_SCAN_DEADLINE))
 
 
 @dataclass
@@ -198,11 +206,32 @@ class Backing:
         self._digests: dict[tuple[str, int], str] = {}
         self._locks: dict[str, trio.Lock] = {}
         self.conflict_dir = Path(self.store.root) / "conflicts"
+        # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
+        # background scans); None on a daemon-less workspace, where a batch runs one scan.
+        self.coordinator: ScanCoordinator | None = None
+        self.scans_run = 0
+        self._last_direct_scan: dict | None = None
+        self._after_change: Callable[[], Awaitable[None]] | None = None
+        self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
+        self._event_seq = 0
         self._load_intents()
         ws.backing = self
 
     def close(self) -> None:
         self.journal.close()
+
+    # -- events ------------------------------------------------------------------------
+    def record_event(self, kind: str, /, **fields: object) -> None:
+        """Keep an event in the bounded ring (`memfs events`); the oldest fall off first."""
+        self._event_seq += 1
+        self.events.append({"seq": self._event_seq, "time": time.time(), "event": kind,
+                            **fields})
+
+    def events_after(self, after: int = 0) -> dict:
+        """Events with a sequence number above `after`; `last` is the newest number so far
+        (a follower passes it back; a gap at the front means the ring dropped some)."""
+        return {"events": [e for e in self.events if e["seq"] > after],
+                "last": self._event_seq}
 
     # -- branch intent -----------------------------------------------------------------
     def _load_intents(self) -> None:
@@ -311,8 +340,18 @@ class Backing:
                                             if s == "workspace-deleted"),
                 "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
                 "owed": self.owed(mount),
+                "scans": self._scan_status(b),
             }
         return out
+
+    def _scan_status(self, b: Binding) -> dict | None:
+        if b.watch != AGENT_WATCH:
+            return None
+        coord = self.coordinator
+        return {"count": self.scans_run, "deadline": b.scan_deadline,
+                "running_late": bool(coord and coord.running_late),
+                "last_scan": coord.status["last_scan"] if coord else self._last_direct_scan,
+                "last_miss": coord.status["last_miss"] if coord else None}
 
     def listing(self, mount: str, scope: str = "") -> dict:
         """`memfs ls --states`: every path under scope with its state, and the regions."""
@@ -356,6 +395,9 @@ class Backing:
         if binding.watch not in WATCH_MODES:
             raise MemfsError(f"unknown watch mode {binding.watch!r}",
                              f"use one of {', '.join(WATCH_MODES)}")
+        if not binding.scan_deadline > 0:
+            raise MemfsError(f"scan deadline {binding.scan_deadline:g} s is not positive",
+                             "give --scan-deadline a number of seconds above 0")
         st = await trio.to_thread.run_sync(os.stat, binding.dir)
         recorded = await trio.to_thread.run_sync(self.journal.root, mount)
         if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
@@ -417,7 +459,12 @@ class Backing:
                 args["mount"], args["dir"], args.get("watch") or "on-access",
                 bool(args.get("follow_symlinks")),
                 int(args.get("max_file_size") or DEFAULT_MAX_FILE_SIZE),
-                tuple(args.get("ignore") or ())))
+                tuple(args.get("ignore") or ()),
+                float(args.get("scan_deadline") or DEFAULT_SCAN_DEADLINE)))
+        if op == "backing_after_batch":
+            return await self.after_batch(args.get("agent"))
+        if op == "backing_events":
+            return self.events_after(int(args.get("after") or 0))
         if op == "backing_detach":
             return await self.detach(args["mount"])
         if op == "backing_sync":
@@ -606,6 +653,10 @@ class Backing:
             self._apply_intent(mount, sp, set(skipped))
             self._apply_overlay(mount, scope, obs, plan, mnode, entries, inodes, set(skipped))
             self._apply_states(st, scope, obs, plan, sp, set(skipped))
+            for path, c in sorted(sp.record_conflicts.items()):
+                if path not in skipped:
+                    self.record_event("conflict-recorded", mount=mount, path=path,
+                                      kind=str(getattr(c, "kind", c)))
         self.ws.invalidate(entries, inodes)
         # Evidence only once the tree it agrees with is durable.
         await self.ws.sync()
@@ -636,6 +687,9 @@ class Backing:
                 obs, evidence, pend = await trio.to_thread.run_sync(self._gather, b, scope,
                                                                     nodes, refs)
             except RootUnavailable as exc:
+                if st.unavailable is None:  # once per outage, not once per pass
+                    self.record_event("root-unavailable", mount=b.mount, error=exc.message,
+                                      remedy=ACCEPT_ROOT_REMEDY)
                 st.unavailable = (exc.message, ACCEPT_ROOT_REMEDY)
                 st.last_pass = time.time()
                 return {"mount": b.mount, "unavailable": exc.message,
@@ -705,6 +759,13 @@ class Backing:
                                    mplan, content, branch=branch)
 
         result = await trio.to_thread.run_sync(run)
+        if result.refused:
+            self.record_event("write-refused", mount=mount, path=None, reason=result.refused)
+        for s in result.skipped:
+            self.record_event("write-refused", mount=mount, path=s["path"], state=s["state"],
+                              reason=s["reason"])
+        for f in result.failed:
+            self.record_event("write-failed", mount=mount, path=f["path"], reason=f["message"])
         await self._pass_locked(mount, "", False, False)  # conflicts converge, states refresh
         return {"mount": mount, "branch": branch, "written": result.written,
                 "removed": result.removed, "skipped": result.skipped,
@@ -717,15 +778,84 @@ class Backing:
         bindings come and go); runs until cancelled. `after_change` tells the kernel."""
         running: dict[str, trio.CancelScope] = {}
         async with trio.open_nursery() as nursery:
-            while True:
-                for mount, b in self.bindings.items():
-                    if b.watch == "fs-events" and mount not in running:
-                        running[mount] = await nursery.start(self._watch, b, after_change)
-                for mount in list(running):
-                    b = self.bindings.get(mount)
-                    if b is None or b.watch != "fs-events":
-                        running.pop(mount).cancel()
-                await trio.sleep(WATCH_POLL)
+            # The daemon's one after-batch coordinator lives (and its scans run) in here.
+            self._after_change = after_change
+            self.coordinator = ScanCoordinator(nursery, self._agent_scan,
+                                               deadline=DEFAULT_SCAN_DEADLINE,
+                                               on_event=self._coordinator_event)
+            try:
+                while True:
+                    for mount, b in self.bindings.items():
+                        if b.watch == "fs-events" and mount not in running:
+                            running[mount] = await nursery.start(self._watch, b, after_change)
+                    for mount in list(running):
+                        b = self.bindings.get(mount)
+                        if b is None or b.watch != "fs-events":
+                            running.pop(mount).cancel()
+                    await trio.sleep(WATCH_POLL)
+            finally:
+                self.coordinator = None
+
+    # -- after-batch scans -----------------------------------------------------------------
+    def _agent_mounts(self) -> list[str]:
+        return sorted(m for m, b in self.bindings.items() if b.watch == AGENT_WATCH)
+
+    async def after_batch(self, agent: str | None = None) -> dict:
+        """`memfs after-batch`: scan every on-agent-action mount before the agent goes on,
+        through the coordinator (shared, deadline-bounded); without one, one scan directly."""
+        mounts = self._agent_mounts()
+        reply: dict[str, object] = {"agent": agent, "mounts": mounts, "scan": None,
+                                    "missed": False, "miss": None, "outcome": None}
+        if not mounts:
+            return reply
+        coord = self.coordinator
+        if coord is None:
+            self.record_event("scan-started", scan=None, mounts=mounts, agent=agent)
+            outcome = await self._agent_scan()
+            self._last_direct_scan = {"scan": None, **_outcome_json(outcome), "late": False}
+            self.record_event("scan-finished", scan=None, mounts=mounts,
+                              finished=outcome.finished, late=False)
+            if outcome.incomplete:
+                self.record_event("scan-incomplete", scan=None, mounts=mounts,
+                                  regions=[list(r) for r in outcome.incomplete])
+            reply["outcome"] = _outcome_json(outcome)
+            return reply
+        # One coordinator serves every such mount: a batch waits only as long as the
+        # smallest of their deadlines allows.
+        coord.deadline = min(self.bindings[m].scan_deadline for m in mounts)
+        res = await coord.after_batch()
+        reply.update(scan=res.scan_id, missed=res.missed,
+                     miss=coord.status["last_miss"] if res.missed else None,
+                     outcome=None if res.outcome is None else _outcome_json(res.outcome))
+        return reply
+
+    async def _agent_scan(self) -> ScanOutcome:
+        """One scan: a full pass of each on-agent-action mount, its regions as incomplete."""
+        self.scans_run += 1
+        delay = float(os.environ.get(SCAN_DELAY_ENV) or 0)
+        if delay > 0:
+            await trio.sleep(delay)
+        incomplete: list[tuple[str, str]] = []
+        errors: list[str] = []
+        for mount in self._agent_mounts():
+            try:
+                r = await self.run_pass(mount)
+            except Exception as exc:  # noqa: BLE001 - one mount's failure is the scan's outcome
+                errors.append(f"{mount}: {exc}")
+                continue
+            if r.get("unavailable"):
+                errors.append(f"{mount}: {r['unavailable']}")
+            if r.get("incomplete") or r.get("refused"):
+                errors.append(f"{mount}: {r.get('incomplete') or r.get('refused')}")
+            incomplete += [(f"{mount}/{g['path']}", g["reason"]) for g in r.get("regions", [])]
+        if self._after_change is not None:
+            await self._after_change()  # a late scan's changes reach the kernel too
+        return ScanOutcome(finished=not errors, incomplete=tuple(incomplete),
+                           error="; ".join(errors) or None)
+
+    def _coordinator_event(self, ev: dict[str, object]) -> None:
+        fields = {k: v for k, v in ev.items() if k not in ("event", "at")}
+        self.record_event(str(ev["event"]), mounts=self._agent_mounts(), **fields)
 
     async def _watch(self, b: Binding, after_change: Callable[[], Awaitable[None]],
                      task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -1052,6 +1182,11 @@ class Backing:
         root = self.journal.root(mount)
         return await trio.to_thread.run_sync(_pread_contained, b.dir,
                                              RootId(*root) if root else None, rel, off, size)
+
+
+def _outcome_json(o: ScanOutcome) -> dict:
+    return {"finished": o.finished, "incomplete": [list(r) for r in o.incomplete],
+            "error": o.error}
 
 
 def _pread_contained(root_dir: str, expected: RootId | None, rel: str, off: int,

@@ -72,11 +72,19 @@ def test_after_batch_scans_an_on_agent_action_mount(mounted, tmp_path: Path):
     scans = _scans(m)
     assert scans["count"] == 1 and scans["last_scan"]["finished"] is True
     assert scans["deadline"] == 20.0 and scans["last_miss"] is None
+    assert "; 1 after-batch scan(s))" in m.cli("status").stdout
     assert "scanned work" in m.cli("after-batch").stdout
     events = m.cli_json("events")["events"]
     assert [e["event"] for e in events] == ["scan-started", "scan-finished"] * 2
     assert events[1]["finished"] is True and events[1]["mounts"] == ["work"]
     assert [e["seq"] for e in events] == sorted({e["seq"] for e in events})
+    # A region the scan could not observe is reported: in the reply, on status, as an event.
+    os.mkfifo(disk / "pipe")
+    res = m.cli_json("after-batch")
+    assert [r[0] for r in res["outcome"]["incomplete"]] == ["work/pipe"]
+    assert _scans(m)["last_scan"]["incomplete"] == res["outcome"]["incomplete"]
+    last = m.cli_json("events")["events"][-1]
+    assert last["event"] == "scan-incomplete" and last["regions"][0][0] == "work/pipe"
 
 
 def test_events_record_conflicts_and_refused_writes_and_follow(backed):  # noqa: F811

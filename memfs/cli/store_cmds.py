@@ -235,9 +235,12 @@ def cmd_status(args) -> int:
         o = b.get("owed") or {}
         owes = (f"; disk owes {o.get('changes', 0)} change(s), {o.get('workspace_deletions', 0)}"
                 f" deletion(s), {o.get('conflicts', 0)} conflict(s)") if o else ""
+        sc = b.get("scans") or {}
+        scans = (f"; {sc.get('count', 0)} after-batch scan(s)"
+                 f"{', running late' if sc.get('running_late') else ''}") if sc else ""
         lines.append(f"backed   {mount} -> {where} (watch {b.get('watch')}; {states or 'no files'}"
                      f"{'; ' + str(len(b['conflicts'])) + ' conflict(s)' if b.get('conflicts') else ''}"
-                     f"{owes})")
+                     f"{owes}{scans})")
     emit(args, st, "\n".join(lines))
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,14 @@ def test_mount_with_bind_takes_the_directory_in(mount_factory, tmp_path: Path) -
     m.require_real()
     a = m.mnt / "code" / "src" / "a.txt"
     assert a.read_text() == "hello\n"
+    deadline = time.monotonic() + 10  # the daemon's first pass runs after the mount is up
+    while time.monotonic() < deadline:
+        try:
+            if os.getxattr(a, "user.memfs.state") == b"synced":
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
     assert os.getxattr(a, "user.memfs.state") == b"synced"
     st = m.cli_json("status")
     assert st["backing"]["code"]["dir"] == str(proj)

@@ -110,10 +110,11 @@ class ChunkStore:
                 rows.append((cid, pack, off, len(data)))
                 buf.append(data)
                 off += len(data)
-            blob = b"".join(buf)
-            written = os.pwrite(fd, blob, self._write_end)
-            if written != len(blob):
-                raise OSError(f"short write to pack {pack}")
+            blob = memoryview(b"".join(buf))
+            pos = self._write_end
+            while blob:  # a short write is retried, so a full disk raises ENOSPC itself
+                n = os.pwrite(fd, blob, pos)
+                blob, pos = blob[n:], pos + n
             os.fdatasync(fd)
             self._write_end = off
             with self._lock:

@@ -242,3 +242,14 @@ async def post_json(
         f"{provider} kept failing after {max_retries + 1} tries (last: {last})",
         "try again later, or point --base-url at another endpoint",
     )
+
+
+async def complete_with(provider, client: httpx.AsyncClient, body: dict,
+                        parse: Callable[[dict], ModelReply]) -> tuple[ModelReply, dict]:
+    """One request of a provider (its url, headers, key variable, retries), parsed by the
+    protocol's own `parse`: the part both protocols share."""
+    data = await post_json(
+        client, provider.url, provider.headers(), body,
+        provider=provider.name, key_var=provider.key_var, max_retries=provider.max_retries,
+    )
+    return parse(data), data

@@ -18,7 +18,7 @@ from memfs.consolidate.providers.base import (
     Transcript,
     Usage,
     api_key_from_env,
-    post_json,
+    complete_with,
 )
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -90,11 +90,7 @@ class OpenAIProvider:
     async def complete(
         self, client: httpx.AsyncClient, body: dict
     ) -> tuple[ModelReply, dict]:
-        data = await post_json(
-            client, self.url, self.headers(), body,
-            provider=self.name, key_var=self.key_var, max_retries=self.max_retries,
-        )
-        return parse_response(data), data
+        return await complete_with(self, client, body, parse_response)
 
 
 def parse_response(data: dict) -> ModelReply:

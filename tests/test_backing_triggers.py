@@ -7,12 +7,13 @@ durability of each step rests on fsync, which a SIGKILL cannot test.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from helpers.png import make_png
-from test_backing_mount import ACCESS, states, xattr
+from test_backing_mount import ACCESS, sh, states, xattr
 
 
 def wait_for(cond, timeout: float = 10.0) -> bool:
@@ -22,6 +23,19 @@ def wait_for(cond, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return cond()
+
+
+def _quiet_last_pass(m, mount: str = "work") -> float:
+    """The mount's last pass time once it stays put for longer than the on-access window."""
+    last = m.status()["backing"][mount]["last_pass"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        time.sleep(ACCESS)
+        now = m.status()["backing"][mount]["last_pass"]
+        if now == last:
+            return now
+        last = now
+    raise AssertionError("passes kept running")
 
 
 def _real(m) -> None:
@@ -52,12 +66,17 @@ def test_watch_off_sees_disk_only_on_sync(mounted, tmp_path: Path):
     _real(m)
     disk = tmp_path / "disk"
     disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
     m.cli("attach", "work", str(disk), "--watch", "off")
+    assert sh(f"cat {m.work}/a.txt") == "a1\n"
     (disk / "late.txt").write_text("late\n")
+    (disk / "a.txt").write_text("a2 on disk\n")
     time.sleep(ACCESS)
     assert "late.txt" not in os.listdir(m.work)
+    assert sh(f"cat {m.work}/a.txt") == "a1\n"  # an open observes nothing either
     m.cli("sync")
     assert (m.work / "late.txt").read_text() == "late\n"
+    assert sh(f"cat {m.work}/a.txt") == "a2 on disk\n"
 
 
 def test_on_access_lookup_takes_a_new_file_in(mounted, tmp_path: Path):
@@ -70,6 +89,69 @@ def test_on_access_lookup_takes_a_new_file_in(mounted, tmp_path: Path):
     # A lookup by name (no listing) observes that one path.
     assert (m.work / "direct.txt").read_text() == "looked up by name\n"
     assert xattr(m.work / "direct.txt") == "synced"
+
+
+def test_on_access_open_shows_a_disk_edit_without_a_listing(mounted, tmp_path: Path):
+    m = mounted
+    _real(m)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("old\n")
+    (disk / "gone.txt").write_text("bye\n")
+    m.cli("attach", "work", str(disk))
+    # The kernel now holds the names, the attributes (size 4) and the pages: the next `cat`
+    # sends no lookup, only an open.
+    assert sh(f"cat {m.work}/a.txt {m.work}/gone.txt") == "old\nbye\n"
+    with open(m.work / "a.txt") as held:  # opened before the edit
+        sh(f"echo 'new, and longer than before' > {disk}/a.txt && rm {disk}/gone.txt")
+        time.sleep(ACCESS)  # past the attach pass's once-a-second window for the mount
+        assert sh(f"cat {m.work}/a.txt") == "new, and longer than before\n"
+        # A changed file is a new inode: a descriptor opened before keeps the bytes it opened,
+        # as with a file replaced by rename on a local filesystem.
+        assert held.read() == "old\n"
+    res = subprocess.run(["cat", str(m.work / "gone.txt")], capture_output=True, text=True)
+    assert res.returncode == 1 and "No such file" in res.stderr
+    assert xattr(m.work / "a.txt") == "synced"
+    assert "gone.txt" not in os.listdir(m.work)
+
+
+def test_on_access_open_keeps_drafts(mounted, tmp_path: Path):
+    m = mounted
+    _real(m)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    (disk / "b.txt").write_text("b1\n")
+    m.cli("attach", "work", str(disk))
+    sh(f"echo draft > {m.work}/a.txt")  # only the store changed
+    sh(f"echo 'draft b' > {m.work}/b.txt && echo 'disk b' > {disk}/b.txt")  # both changed
+    time.sleep(ACCESS)
+    assert sh(f"cat {m.work}/a.txt") == "draft\n"
+    assert sh(f"cat {m.work}/b.txt") == "draft b\n"
+    # Each open observed its path: the states say so, and disk was left alone.
+    assert xattr(m.work / "a.txt") == "workspace-draft"
+    assert xattr(m.work / "b.txt") == "conflict"
+    assert (disk / "a.txt").read_text() == "a1\n"
+    assert (disk / "b.txt").read_text() == "disk b\n"
+
+
+def test_on_access_open_leaves_fs_events_mounts_to_their_events(mounted, tmp_path: Path):
+    m = mounted
+    _real(m)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m.cli("attach", "work", str(disk), "--watch", "fs-events")
+
+    def edited_and_shown() -> bool:  # the watcher starts within a poll of the attach
+        sh(f"echo a2 > {disk}/a.txt")
+        return sh(f"cat {m.work}/a.txt") == "a2\n"
+
+    assert wait_for(edited_and_shown)
+    before = _quiet_last_pass(m)  # the event passes are over; an on-access window would be too
+    for _ in range(3):
+        assert sh(f"cat {m.work}/a.txt") == "a2\n"
+    assert m.status()["backing"]["work"]["last_pass"] == before  # no pass ran at open
 
 
 def test_daemon_start_observes_changes_made_while_down(mount_factory, tmp_path: Path):

@@ -182,6 +182,22 @@ class MemfsOperations(pyfuse3.Operations):
             else:
                 trio.lowlevel.spawn_system_task(self._drain_quietly)
 
+    async def _observe_at_open(self, node: Node) -> None:
+        """Backed mounts: an open observes its file first (one contained stat against the
+        fingerprint cache, rate-limited in backing.on_access), because the kernel keeps the name
+        and attributes and sends no lookup. A disk change the rule takes replaces the file by a
+        new node (new inode); the kernel resolved the path to the old one before this open, so
+        the open answers ESTALE and the kernel walks the path once more, revalidating every name
+        (LOOKUP_REVAL), and opens the new inode (or finds the name gone). A descriptor opened
+        before keeps the old bytes, as with a file replaced by rename on a local filesystem."""
+        if node.parent is None:
+            return  # already unlinked (an open through /proc/PID/fd): no path to observe
+        if not await self.ws.backing.on_access(node):
+            return
+        trio.lowlevel.spawn_system_task(self._drain_quietly)
+        if node.parent is None:
+            raise pyfuse3.FUSEError(errno.ESTALE)
+
     async def _drain_quietly(self) -> None:
         """A drain on its own (system) task: an error is logged, never ends the mount."""
         try:
@@ -385,6 +401,8 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if node.kind == DIR:
             raise pyfuse3.FUSEError(errno.EISDIR)
+        if node.kind == FILE and self.ws.backing is not None:
+            await self._observe_at_open(node)
         if writing and node.readonly:
             raise pyfuse3.FUSEError(errno.EROFS)
         if flags & os.O_TRUNC:  # libfuse asks for atomic O_TRUNC: ours to do (mtime too)

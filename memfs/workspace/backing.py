@@ -513,12 +513,18 @@ class Backing:
         return out
 
     async def on_access(self, node: Node, name: bytes | None = None) -> bool:
-        """Observe the scope a lookup (node + name) or opendir (node) touches, at most once a
-        second per scope; never waits for a pass already running. True if a pass ran.
+        """Observe the scope a lookup (node + name), an opendir (a directory node) or an open
+        (a file node) touches, at most once a second per scope; never waits for a pass already
+        running. True if a pass ran.
 
         A lookup of a directory the tree already has observes nothing: listing it does. A
         lookup of a name the tree lacks observes that one path (one stat), limited per path
-        only, so a file just made on disk opens by name at once."""
+        only, so a file just made on disk opens by name at once. An open observes its file (one
+        stat; the fingerprint cache vouches for the bytes), unless a scope above it was observed
+        within the second. Nodes of the read-only history and branch views are never observed:
+        their paths only look like a live mount's."""
+        if not self._live(node):
+            return False
         mount, rel = self._backed(node.path())
         if mount is None:
             return False
@@ -547,7 +553,17 @@ class Backing:
             log.warning("on-access pass of %s/%s failed: %s", mount, rel, exc)
             st.last_error = str(exc)
             return False
+        finally:
+            # The window counts from the end too: a slow pass is not followed at once by
+            # another (the kernel's retry of an open answered ESTALE relies on this).
+            st.observed[rel] = time.monotonic()
         return True
+
+    def _live(self, node: Node) -> bool:
+        """Is the node in the live tree (not a history or branch view, not unlinked)?"""
+        while node.parent is not None:
+            node = node.parent
+        return node is self.ws.root
 
     async def run_pass(self, mount: str, scope: str = "", *, path_sync: bool = False,
                        accept_root: bool = False, asked_on: str | None = None) -> dict:

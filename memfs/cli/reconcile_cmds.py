@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="MOUNT[/PATH] (named paths may be forced); default: what disk owes")
     p.add_argument("--force", action="store_true",
-                   help="named paths only: overwrite a disk copy that differs")
+                   help="named paths: overwrite a disk copy that differs; any call: write "
+                        "over the branch disk is pinned to (the pin moves)")
     p.add_argument("--apply-deletions", action="store_true",
                    help="also remove files deleted in the workspace")
     add_json_flag(p)

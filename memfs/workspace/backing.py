@@ -77,6 +77,9 @@ AGENT_WATCH = "on-agent-action"
 DEFAULT_SCAN_DEADLINE = 20.0  # seconds an after-batch call waits for its scan
 EVENTS_KEPT = 1000  # the in-memory event ring `memfs events` reads
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"  # fault-injection shim: seconds each scan sleeps first
+PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps before each effect
+PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
+              "to write {branch!r} over it (the mount is then pinned to {branch!r})")
 GATHER_TRIES = 3
 WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
 WATCH_COALESCE = 0.05  # events arriving together make one pass
@@ -214,6 +217,7 @@ class Backing:
         self._after_change: Callable[[], Awaitable[None]] | None = None
         self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
         self._event_seq = 0
+        self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
         ws.backing = self
 
@@ -328,7 +332,7 @@ class Backing:
             for state, _ in st.states.values():
                 counts[state] = counts.get(state, 0) + 1
             out[mount] = {
-                "dir": b.dir, "watch": b.watch,
+                "dir": b.dir, "watch": b.watch, "pinned": self.pins.get(mount),
                 "available": st.unavailable is None,
                 "unavailable": None if st.unavailable is None else
                 {"error": st.unavailable[0], "remedy": st.unavailable[1]},
@@ -403,6 +407,7 @@ class Backing:
         if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
             # Attaching names the directory on purpose: evidence of another one is set aside.
             await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
+            self.pins.pop(mount, None)
         kids = self.ws.children(self.ws.root)
         if name_to_bytes(mount) not in kids:
             self.ws.create(self.ws.root, name_to_bytes(mount), DIR, 0o755, os.getuid(),
@@ -445,6 +450,8 @@ class Backing:
                 if m == mount:
                     self._drop_overlay(m, rel, entries, inodes)
             self.store.set_binding(mount, None)
+            await trio.to_thread.run_sync(self.journal.clear_pin, mount)
+            self.pins.pop(mount, None)
             del self.bindings[mount]
             self.mounts.pop(mount, None)
             self.intents.pop(mount, None)
@@ -582,6 +589,7 @@ class Backing:
                 # and turn every draft into an unknown-provenance conflict.
                 aside = await trio.to_thread.run_sync(self.journal.accept_root, mount,
                                                       rst.st_dev, rst.st_ino)
+                self.pins.pop(mount, None)
                 log.info("mount %s: root accepted, %d evidence records set aside", mount, aside)
         gathered = await self._gather_on_one_branch(b, st, scope)
         if isinstance(gathered, dict):
@@ -731,13 +739,16 @@ class Backing:
         gathered = await self._gather_on_one_branch(b, st, "")
         if isinstance(gathered, dict):
             return gathered
-        _, branch, obs, evidence, pend = gathered
+        epoch, branch, obs, evidence, pend = gathered
+        # The pin guard runs here, in the turn that selects the paths: no await from the
+        # gathered branch to the plan.
+        pinned = self.pins.get(mount)
         nodes, _ = self._store_nodes(mount)
         view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
         plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
                          pending_from_journal(pend, branch), branch=branch)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
-                                 apply_deletions=apply_deletions)
+                                 apply_deletions=apply_deletions, pinned_branch=pinned)
         # The bytes to write, taken now on the loop: a committed file by its immutable ref
         # (streamed in the thread), a dirty one by its live bytes.
         sources: dict[str, tuple[object, str]] = {}
@@ -753,12 +764,26 @@ class Backing:
             data = src if isinstance(src, bytes) else ref_chunks(self.store, *src)
             return data, digest
 
+        def still_selected() -> bool:  # asked from the worker thread before each effect
+            delay = float(os.environ.get(PUSH_DELAY_ENV) or 0)
+            if delay > 0:
+                time.sleep(delay)
+            return self.ws.branch == branch and self.epoch == epoch
+
         def run():
             settle(self.journal, mount, plan.decisions)
-            return run_materialize(self.journal, mount, b.dir, RootId(obs.root.dev, obs.root.ino),
-                                   mplan, content, branch=branch)
+            result = run_materialize(self.journal, mount, b.dir,
+                                     RootId(obs.root.dev, obs.root.ino), mplan, content,
+                                     branch=branch, still_selected=still_selected)
+            if not result.refused and not result.interrupted and pinned != branch:
+                # Disk now holds this branch (nothing owed counts too: it already did). A push
+                # cut short by a branch change leaves the pin as it was.
+                self.journal.set_pin(mount, branch)
+            return result
 
         result = await trio.to_thread.run_sync(run)
+        if not result.refused and not result.interrupted:
+            self.pins[mount] = branch
         if result.refused:
             self.record_event("write-refused", mount=mount, path=None, reason=result.refused)
         for s in result.skipped:
@@ -767,10 +792,13 @@ class Backing:
         for f in result.failed:
             self.record_event("write-failed", mount=mount, path=f["path"], reason=f["message"])
         await self._pass_locked(mount, "", False, False)  # conflicts converge, states refresh
-        return {"mount": mount, "branch": branch, "written": result.written,
-                "removed": result.removed, "skipped": result.skipped,
-                "deletions_left": result.deletions_left, "failed": result.failed,
-                "refused": result.refused}
+        return {"mount": mount, "branch": branch, "pinned": self.pins.get(mount),
+                "written": result.written, "removed": result.removed,
+                "skipped": result.skipped, "deletions_left": result.deletions_left,
+                "failed": result.failed, "refused": result.refused,
+                "remedy": PIN_REMEDY.format(pinned=pinned, branch=branch)
+                if result.refused and pinned is not None else None,
+                "interrupted": result.interrupted}
 
     # -- fs-events -------------------------------------------------------------------------
     async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:

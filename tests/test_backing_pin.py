@@ -111,3 +111,25 @@ def test_a_push_cut_by_a_branch_switch_leaves_the_pin(slow_pushes, pinned_first:
     m.cli("branch", "switch", "main")
     # The drafts are still owed on main, and main is still what the pin allows.
     assert states(m)["work/a.txt"] == ("workspace-draft", None)
+
+
+def test_a_materialize_queued_behind_another_is_refused_after_a_switch(slow_pushes):
+    """Seed 002: the guard runs in the turn that selects the paths, not when the call came."""
+    m, disk = slow_pushes
+    m.cli("branch", "create", "other")
+    assert m.cli_json("materialize")["mounts"]["work"]["pinned"] == "main"
+    (m.work / "a.txt").write_text("a-main-draft\n")
+    first = subprocess.Popen(memfs_cmd(m.root, "materialize", "--json"),
+                             stdout=subprocess.PIPE, text=True)
+    time.sleep(PUSH_DELAY / 3)  # the first holds the mount's turn, inside its push's wait
+    queued = subprocess.Popen(memfs_cmd(m.root, "materialize", "--json"),
+                              stdout=subprocess.PIPE, text=True)
+    time.sleep(PUSH_DELAY / 3)
+    m.cli("branch", "switch", "other")
+    (m.work / "a.txt").write_text("a-other\n")
+    res1 = json.loads(first.communicate(timeout=60)[0])["mounts"]["work"]
+    res2 = json.loads(queued.communicate(timeout=60)[0])["mounts"]["work"]
+    assert res1["interrupted"] and res1["written"] == []
+    assert res2["branch"] == "other" and res2["refused"] and res2["written"] == []
+    assert (disk / "a.txt").read_text() == "a1\n"
+    assert _pinned(m) == "main"

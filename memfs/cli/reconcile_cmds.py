@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scan-deadline", type=float, default=20.0, metavar="SECONDS",
                    help="on-agent-action: how long `memfs after-batch` waits for its scan "
                         "(default 20)")
+    p.add_argument("--auto-materialize", action="store_true",
+                   help="write drafts back to DIR after each group commit (as a bare "
+                        "`memfs materialize`: no deletions, no forcing)")
     add_json_flag(p)
     p.set_defaults(func=cmd_attach)
 
@@ -137,7 +140,8 @@ def cmd_attach(args) -> int:
     d = os.path.abspath(args.dir)
     res = _ask(args, "backing_attach", mount=args.name, dir=d, watch=args.watch,
                follow_symlinks=args.follow_symlinks, max_file_size=args.max_file_size,
-               ignore=args.ignore, scan_deadline=args.scan_deadline)
+               ignore=args.ignore, scan_deadline=args.scan_deadline,
+               auto_materialize=args.auto_materialize)
     emit(args, res, f"{args.name} is bound to {d} (watch {args.watch})\n" + _summary(res["pass"]))
     return 0
 

@@ -102,6 +102,7 @@ class Binding:
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
     ignore: tuple[str, ...] = ()
     scan_deadline: float = DEFAULT_SCAN_DEADLINE  # on-agent-action: how long a batch waits
+    auto_materialize: bool = False  # a bare materialize after each group commit
 
     def to_json(self) -> dict:
         return {**asdict(self), "ignore": list(self.ignore)}
@@ -112,7 +113,8 @@ class Binding:
                    bool(doc.get("follow_symlinks", False)),
                    int(doc.get("max_file_size", DEFAULT_MAX_FILE_SIZE)),
                    tuple(doc.get("ignore") or ()),
-                   float(doc.get("scan_deadline") or DEFAULT_SCAN_DEADLINE))
+                   float(doc.get("scan_deadline") or DEFAULT_SCAN_DEADLINE),
+                   bool(doc.get("auto_materialize", False)))
 
 
 @dataclass
@@ -217,6 +219,8 @@ class Backing:
         self._after_change: Callable[[], Awaitable[None]] | None = None
         self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
         self._event_seq = 0
+        self._auto_seen: dict[str, tuple[int, int]] = {}
+        self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
         self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
         ws.backing = self
@@ -345,6 +349,8 @@ class Backing:
                 "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
                 "owed": self.owed(mount),
                 "scans": self._scan_status(b),
+                "auto_materialize": {"last": self.auto_last.get(mount)}
+                if b.auto_materialize else None,
             }
         return out
 
@@ -467,7 +473,8 @@ class Backing:
                 bool(args.get("follow_symlinks")),
                 int(args.get("max_file_size") or DEFAULT_MAX_FILE_SIZE),
                 tuple(args.get("ignore") or ()),
-                float(args.get("scan_deadline") or DEFAULT_SCAN_DEADLINE)))
+                float(args.get("scan_deadline") or DEFAULT_SCAN_DEADLINE),
+                bool(args.get("auto_materialize"))))
         if op == "backing_after_batch":
             return await self.after_batch(args.get("agent"))
         if op == "backing_events":
@@ -729,7 +736,7 @@ class Backing:
         return {"mounts": out}
 
     async def _materialize_locked(self, mount: str, rels: list[str] | None, force: bool,
-                                  apply_deletions: bool) -> dict:
+                                  apply_deletions: bool, auto: bool = False) -> dict:
         from memfs.reconcile.apply import run_materialize, settle
         from memfs.reconcile.plan import plan_materialize
 
@@ -791,6 +798,9 @@ class Backing:
                               reason=s["reason"])
         for f in result.failed:
             self.record_event("write-failed", mount=mount, path=f["path"], reason=f["message"])
+        if result.written or result.removed:
+            self.record_event("materialized", mount=mount, branch=branch, auto=auto,
+                              written=result.written, removed=result.removed)
         await self._pass_locked(mount, "", False, False)  # conflicts converge, states refresh
         return {"mount": mount, "branch": branch, "pinned": self.pins.get(mount),
                 "written": result.written, "removed": result.removed,
@@ -811,6 +821,7 @@ class Backing:
             self.coordinator = ScanCoordinator(nursery, self._agent_scan,
                                                deadline=DEFAULT_SCAN_DEADLINE,
                                                on_event=self._coordinator_event)
+            nursery.start_soon(self._auto_materialize_loop, after_change)
             try:
                 while True:
                     for mount, b in self.bindings.items():
@@ -823,6 +834,46 @@ class Backing:
                     await trio.sleep(WATCH_POLL)
             finally:
                 self.coordinator = None
+
+    # -- auto-materialize ---------------------------------------------------------------
+    async def _auto_materialize_loop(self, after_change: Callable[[], Awaitable[None]]) -> None:
+        """`--auto-materialize`: a bare materialize of each such mount after each group commit
+        that changed it (and once at start, for drafts a stop or crash left owed). Commits
+        that come while one runs are taken together by the next round."""
+        seen = -1
+        while True:
+            if seen >= 0:
+                await self.ws.wait_for_commit(seen)
+            seen = self.ws.commit_count
+            ran = False
+            for mount, b in list(self.bindings.items()):
+                if b.auto_materialize and self._changed_since_auto(mount):
+                    ran = True
+                    with trio.CancelScope(shield=True):  # stop never cuts a push in half
+                        await self._auto_materialize_one(mount)
+            if ran:
+                await after_change()
+
+    def _changed_since_auto(self, mount: str) -> bool:
+        node = self._mount_node(mount)
+        key = None if node is None else (node.id, node.ver)
+        return key is not None and self._auto_seen.get(mount) != key
+
+    async def _auto_materialize_one(self, mount: str) -> None:
+        try:
+            async with self._lock(mount):
+                res = await self._materialize_locked(mount, None, False, False, auto=True)
+        except Exception as exc:  # noqa: BLE001 - the loop goes on; status and events say why
+            log.warning("auto-materialize of %s failed: %s", mount, exc)
+            res = {"error": str(exc)}
+            self.record_event("write-failed", mount=mount, path=None, reason=str(exc))
+        node = self._mount_node(mount)  # what this round saw, its own adoptions included
+        if node is not None:
+            self._auto_seen[mount] = (node.id, node.ver)
+        self.auto_last[mount] = {
+            "time": time.time(), "branch": res.get("branch"), "written": res.get("written", []),
+            "skipped": len(res.get("skipped", [])), "failed": len(res.get("failed", [])),
+            "refused": res.get("refused") or res.get("unavailable") or res.get("error")}
 
     # -- after-batch scans -----------------------------------------------------------------
     def _agent_mounts(self) -> list[str]:

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scan-deadline", type=float, default=20.0, metavar="SECONDS",
                    help="on-agent-action: how long `memfs after-batch` waits for its scan "
                         "(default 20)")
+    p.add_argument("--auto-materialize", action="store_true",
+                   help="write drafts back to DIR after each group commit (as a bare "
+                        "`memfs materialize`: no deletions, no forcing)")
     add_json_flag(p)
     p.set_defaults(func=cmd_attach)
 
@@ -54,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="MOUNT[/PATH] (named paths may be forced); default: what disk owes")
     p.add_argument("--force", action="store_true",
-                   help="named paths only: overwrite a disk copy that differs")
+                   help="named paths: overwrite a disk copy that differs; any call: write "
+                        "over the branch disk is pinned to (the pin moves)")
     p.add_argument("--apply-deletions", action="store_true",
                    help="also remove files deleted in the workspace")
     add_json_flag(p)
@@ -136,7 +140,8 @@ def cmd_attach(args) -> int:
     d = os.path.abspath(args.dir)
     res = _ask(args, "backing_attach", mount=args.name, dir=d, watch=args.watch,
                follow_symlinks=args.follow_symlinks, max_file_size=args.max_file_size,
-               ignore=args.ignore, scan_deadline=args.scan_deadline)
+               ignore=args.ignore, scan_deadline=args.scan_deadline,
+               auto_materialize=args.auto_materialize)
     emit(args, res, f"{args.name} is bound to {d} (watch {args.watch})\n" + _summary(res["pass"]))
     return 0
 

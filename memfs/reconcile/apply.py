@@ -127,22 +127,29 @@ class MaterializeResult:
     deletions_left: list[str] = field(default_factory=list)
     failed: list[dict[str, str]] = field(default_factory=list)
     refused: str | None = None
+    interrupted: str | None = None  # the selection changed mid-push: the rest was not written
 
 
 def run_materialize(
     journal: JournalLike, mount: str, root_path: str | os.PathLike[str], root: RootId,
     mplan: MaterializePlan, content: Callable[[str], tuple[bytes | Iterable[bytes], str]], *,
-    branch: str | None = None,
+    branch: str | None = None, still_selected: Callable[[], bool] = lambda: True,
 ) -> MaterializeResult:
     """Carry out a materialize plan through the write-ahead steps. `content(path)` gives the
     workspace's bytes and their digest. A refusal that touched nothing leaves the path owed (its
-    P unchanged) and is listed with its remedy; a failure after the rename stays pending."""
+    P unchanged) and is listed with its remedy; a failure after the rename stays pending.
+
+    `still_selected()` is asked before each effect: once the branch (or tree) the plan was
+    made on is no longer selected, the bytes in hand belong to a tree nobody sees, so nothing
+    more is written and the rest stays owed (`interrupted`)."""
     out = MaterializeResult(deletions_left=list(mplan.deletions_left), refused=mplan.refused)
     out.skipped = [{"path": s.path, "state": s.state, "reason": s.reason, "remedy": s.remedy}
                    for s in mplan.skipped]
     if mplan.refused:
         return out
     for w in mplan.writes:
+        if not _still(still_selected, out, w.path):
+            continue
         data, digest = content(w.path)
         try:
             push_write(journal, mount, root_path, root, w.path, data, new_digest=digest,
@@ -155,6 +162,8 @@ def run_materialize(
             out.skipped.append({"path": w.path, "state": "refused", "reason": exc.message,
                                 "remedy": exc.remedy})
     for u in mplan.unlinks:
+        if not _still(still_selected, out, u.path):
+            continue
         try:
             push_unlink(journal, mount, root_path, root, u.path, expected=u.expected,
                         force=u.force, branch=branch)
@@ -166,3 +175,15 @@ def run_materialize(
             out.skipped.append({"path": u.path, "state": "refused", "reason": exc.message,
                                 "remedy": exc.remedy})
     return out
+
+
+def _still(still_selected: Callable[[], bool], out: MaterializeResult, path: str) -> bool:
+    """False (and the path listed as skipped) once the plan's selection is gone."""
+    if out.interrupted is None and not still_selected():
+        out.interrupted = ("the branch or tree changed during materialize; nothing more was "
+                           "written")
+    if out.interrupted is None:
+        return True
+    out.skipped.append({"path": path, "state": "interrupted", "reason": out.interrupted,
+                        "remedy": "run `memfs materialize` again on the branch you want on disk"})
+    return False

@@ -87,6 +87,11 @@ CREATE TABLE IF NOT EXISTS journal_fingerprints (
     hashed_at_ns INTEGER NOT NULL,
     PRIMARY KEY (mount, path)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal_pins (
+    mount TEXT PRIMARY KEY,
+    branch TEXT NOT NULL,      -- the branch disk was last materialized from
+    pinned_at REAL NOT NULL
+);
 """
 
 _ABSENT_COL = ""  # how an absent old/new value is stored in journal_intents
@@ -239,10 +244,29 @@ class Journal:
             )
             n = c.execute("DELETE FROM journal_evidence WHERE mount=?", (mount,)).rowcount
             c.execute("DELETE FROM journal_fingerprints WHERE mount=?", (mount,))
+            c.execute("DELETE FROM journal_pins WHERE mount=?", (mount,))
             c.execute(
                 "INSERT OR REPLACE INTO journal_roots (mount, dev, ino, recorded_at)"
                 " VALUES (?, ?, ?, ?)", (mount, dev, ino, now))
         return n
+
+    # -- branch pin ---------------------------------------------------------------------------
+
+    def pin(self, mount: str) -> str | None:
+        """The branch the mount was last materialized from (global: disk does not rewind)."""
+        row = self._read(lambda c: c.execute(
+            "SELECT branch FROM journal_pins WHERE mount=?", (mount,)).fetchone())
+        return row[0] if row else None
+
+    def set_pin(self, mount: str, branch: str) -> None:
+        with self._write() as c:
+            c.execute("INSERT OR REPLACE INTO journal_pins (mount, branch, pinned_at)"
+                      " VALUES (?, ?, ?)", (mount, branch, time.time()))
+
+    def clear_pin(self, mount: str) -> None:
+        """Detach or a replaced root: no branch is on that disk by our account any more."""
+        with self._write() as c:
+            c.execute("DELETE FROM journal_pins WHERE mount=?", (mount,))
 
     @staticmethod
     def _ensure_root(c: sqlite3.Connection, mount: str, root: tuple[int, int] | None) -> None:

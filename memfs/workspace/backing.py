@@ -77,6 +77,9 @@ AGENT_WATCH = "on-agent-action"
 DEFAULT_SCAN_DEADLINE = 20.0  # seconds an after-batch call waits for its scan
 EVENTS_KEPT = 1000  # the in-memory event ring `memfs events` reads
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"  # fault-injection shim: seconds each scan sleeps first
+PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps before each effect
+PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
+              "to write {branch!r} over it (the mount is then pinned to {branch!r})")
 GATHER_TRIES = 3
 WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
 WATCH_COALESCE = 0.05  # events arriving together make one pass
@@ -99,6 +102,7 @@ class Binding:
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
     ignore: tuple[str, ...] = ()
     scan_deadline: float = DEFAULT_SCAN_DEADLINE  # on-agent-action: how long a batch waits
+    auto_materialize: bool = False  # a bare materialize after each group commit
 
     def to_json(self) -> dict:
         return {**asdict(self), "ignore": list(self.ignore)}
@@ -109,7 +113,8 @@ class Binding:
                    bool(doc.get("follow_symlinks", False)),
                    int(doc.get("max_file_size", DEFAULT_MAX_FILE_SIZE)),
                    tuple(doc.get("ignore") or ()),
-                   float(doc.get("scan_deadline") or DEFAULT_SCAN_DEADLINE))
+                   float(doc.get("scan_deadline") or DEFAULT_SCAN_DEADLINE),
+                   bool(doc.get("auto_materialize", False)))
 
 
 @dataclass
@@ -214,6 +219,9 @@ class Backing:
         self._after_change: Callable[[], Awaitable[None]] | None = None
         self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
         self._event_seq = 0
+        self._auto_seen: dict[str, tuple[int, int]] = {}
+        self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
+        self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
         ws.backing = self
 
@@ -328,7 +336,7 @@ class Backing:
             for state, _ in st.states.values():
                 counts[state] = counts.get(state, 0) + 1
             out[mount] = {
-                "dir": b.dir, "watch": b.watch,
+                "dir": b.dir, "watch": b.watch, "pinned": self.pins.get(mount),
                 "available": st.unavailable is None,
                 "unavailable": None if st.unavailable is None else
                 {"error": st.unavailable[0], "remedy": st.unavailable[1]},
@@ -341,6 +349,8 @@ class Backing:
                 "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
                 "owed": self.owed(mount),
                 "scans": self._scan_status(b),
+                "auto_materialize": {"last": self.auto_last.get(mount)}
+                if b.auto_materialize else None,
             }
         return out
 
@@ -403,6 +413,7 @@ class Backing:
         if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
             # Attaching names the directory on purpose: evidence of another one is set aside.
             await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
+            self.pins.pop(mount, None)
         kids = self.ws.children(self.ws.root)
         if name_to_bytes(mount) not in kids:
             self.ws.create(self.ws.root, name_to_bytes(mount), DIR, 0o755, os.getuid(),
@@ -445,6 +456,8 @@ class Backing:
                 if m == mount:
                     self._drop_overlay(m, rel, entries, inodes)
             self.store.set_binding(mount, None)
+            await trio.to_thread.run_sync(self.journal.clear_pin, mount)
+            self.pins.pop(mount, None)
             del self.bindings[mount]
             self.mounts.pop(mount, None)
             self.intents.pop(mount, None)
@@ -460,7 +473,8 @@ class Backing:
                 bool(args.get("follow_symlinks")),
                 int(args.get("max_file_size") or DEFAULT_MAX_FILE_SIZE),
                 tuple(args.get("ignore") or ()),
-                float(args.get("scan_deadline") or DEFAULT_SCAN_DEADLINE)))
+                float(args.get("scan_deadline") or DEFAULT_SCAN_DEADLINE),
+                bool(args.get("auto_materialize"))))
         if op == "backing_after_batch":
             return await self.after_batch(args.get("agent"))
         if op == "backing_events":
@@ -598,6 +612,7 @@ class Backing:
                 # and turn every draft into an unknown-provenance conflict.
                 aside = await trio.to_thread.run_sync(self.journal.accept_root, mount,
                                                       rst.st_dev, rst.st_ino)
+                self.pins.pop(mount, None)
                 log.info("mount %s: root accepted, %d evidence records set aside", mount, aside)
         gathered = await self._gather_on_one_branch(b, st, scope)
         if isinstance(gathered, dict):
@@ -737,7 +752,7 @@ class Backing:
         return {"mounts": out}
 
     async def _materialize_locked(self, mount: str, rels: list[str] | None, force: bool,
-                                  apply_deletions: bool) -> dict:
+                                  apply_deletions: bool, auto: bool = False) -> dict:
         from memfs.reconcile.apply import run_materialize, settle
         from memfs.reconcile.plan import plan_materialize
 
@@ -747,13 +762,16 @@ class Backing:
         gathered = await self._gather_on_one_branch(b, st, "")
         if isinstance(gathered, dict):
             return gathered
-        _, branch, obs, evidence, pend = gathered
+        epoch, branch, obs, evidence, pend = gathered
+        # The pin guard runs here, in the turn that selects the paths: no await from the
+        # gathered branch to the plan.
+        pinned = self.pins.get(mount)
         nodes, _ = self._store_nodes(mount)
         view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
         plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
                          pending_from_journal(pend, branch), branch=branch)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
-                                 apply_deletions=apply_deletions)
+                                 apply_deletions=apply_deletions, pinned_branch=pinned)
         # The bytes to write, taken now on the loop: a committed file by its immutable ref
         # (streamed in the thread), a dirty one by its live bytes.
         sources: dict[str, tuple[object, str]] = {}
@@ -769,12 +787,26 @@ class Backing:
             data = src if isinstance(src, bytes) else ref_chunks(self.store, *src)
             return data, digest
 
+        def still_selected() -> bool:  # asked from the worker thread before each effect
+            delay = float(os.environ.get(PUSH_DELAY_ENV) or 0)
+            if delay > 0:
+                time.sleep(delay)
+            return self.ws.branch == branch and self.epoch == epoch
+
         def run():
             settle(self.journal, mount, plan.decisions)
-            return run_materialize(self.journal, mount, b.dir, RootId(obs.root.dev, obs.root.ino),
-                                   mplan, content, branch=branch)
+            result = run_materialize(self.journal, mount, b.dir,
+                                     RootId(obs.root.dev, obs.root.ino), mplan, content,
+                                     branch=branch, still_selected=still_selected)
+            if not result.refused and not result.interrupted and pinned != branch:
+                # Disk now holds this branch (nothing owed counts too: it already did). A push
+                # cut short by a branch change leaves the pin as it was.
+                self.journal.set_pin(mount, branch)
+            return result
 
         result = await trio.to_thread.run_sync(run)
+        if not result.refused and not result.interrupted:
+            self.pins[mount] = branch
         if result.refused:
             self.record_event("write-refused", mount=mount, path=None, reason=result.refused)
         for s in result.skipped:
@@ -782,11 +814,17 @@ class Backing:
                               reason=s["reason"])
         for f in result.failed:
             self.record_event("write-failed", mount=mount, path=f["path"], reason=f["message"])
+        if result.written or result.removed:
+            self.record_event("materialized", mount=mount, branch=branch, auto=auto,
+                              written=result.written, removed=result.removed)
         await self._pass_locked(mount, "", False, False)  # conflicts converge, states refresh
-        return {"mount": mount, "branch": branch, "written": result.written,
-                "removed": result.removed, "skipped": result.skipped,
-                "deletions_left": result.deletions_left, "failed": result.failed,
-                "refused": result.refused}
+        return {"mount": mount, "branch": branch, "pinned": self.pins.get(mount),
+                "written": result.written, "removed": result.removed,
+                "skipped": result.skipped, "deletions_left": result.deletions_left,
+                "failed": result.failed, "refused": result.refused,
+                "remedy": PIN_REMEDY.format(pinned=pinned, branch=branch)
+                if result.refused and pinned is not None else None,
+                "interrupted": result.interrupted}
 
     # -- fs-events -------------------------------------------------------------------------
     async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
@@ -799,6 +837,7 @@ class Backing:
             self.coordinator = ScanCoordinator(nursery, self._agent_scan,
                                                deadline=DEFAULT_SCAN_DEADLINE,
                                                on_event=self._coordinator_event)
+            nursery.start_soon(self._auto_materialize_loop, after_change)
             try:
                 while True:
                     for mount, b in self.bindings.items():
@@ -811,6 +850,46 @@ class Backing:
                     await trio.sleep(WATCH_POLL)
             finally:
                 self.coordinator = None
+
+    # -- auto-materialize ---------------------------------------------------------------
+    async def _auto_materialize_loop(self, after_change: Callable[[], Awaitable[None]]) -> None:
+        """`--auto-materialize`: a bare materialize of each such mount after each group commit
+        that changed it (and once at start, for drafts a stop or crash left owed). Commits
+        that come while one runs are taken together by the next round."""
+        seen = -1
+        while True:
+            if seen >= 0:
+                await self.ws.wait_for_commit(seen)
+            seen = self.ws.commit_count
+            ran = False
+            for mount, b in list(self.bindings.items()):
+                if b.auto_materialize and self._changed_since_auto(mount):
+                    ran = True
+                    with trio.CancelScope(shield=True):  # stop never cuts a push in half
+                        await self._auto_materialize_one(mount)
+            if ran:
+                await after_change()
+
+    def _changed_since_auto(self, mount: str) -> bool:
+        node = self._mount_node(mount)
+        key = None if node is None else (node.id, node.ver)
+        return key is not None and self._auto_seen.get(mount) != key
+
+    async def _auto_materialize_one(self, mount: str) -> None:
+        try:
+            async with self._lock(mount):
+                res = await self._materialize_locked(mount, None, False, False, auto=True)
+        except Exception as exc:  # noqa: BLE001 - the loop goes on; status and events say why
+            log.warning("auto-materialize of %s failed: %s", mount, exc)
+            res = {"error": str(exc)}
+            self.record_event("write-failed", mount=mount, path=None, reason=str(exc))
+        node = self._mount_node(mount)  # what this round saw, its own adoptions included
+        if node is not None:
+            self._auto_seen[mount] = (node.id, node.ver)
+        self.auto_last[mount] = {
+            "time": time.time(), "branch": res.get("branch"), "written": res.get("written", []),
+            "skipped": len(res.get("skipped", [])), "failed": len(res.get("failed", [])),
+            "refused": res.get("refused") or res.get("unavailable") or res.get("error")}
 
     # -- after-batch scans -----------------------------------------------------------------
     def _agent_mounts(self) -> list[str]:

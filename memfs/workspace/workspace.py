@@ -109,6 +109,8 @@ class Workspace:
         self._wake = trio.Event()  # set by the first change after a commit
         self._urgent = trio.Event()  # set when dirty data should not wait for the interval
         self._durable = trio.Event()
+        self.commit_count = 0  # commits made by this process (auto-materialize follows them)
+        self._committed = trio.Event()
         self._views: dict[tuple[str, str], Node] = {}
         self._free_cache: tuple[float, int] = (0.0, 0)
         self._dirty_files: set[Node] = set()
@@ -468,6 +470,12 @@ class Workspace:
                 await trio.sleep(min(1.0, max(self.commit_interval, 0.05)))
                 self._wake.set()
 
+    async def wait_for_commit(self, after: int) -> int:
+        """Return the commit count once a commit beyond `after` has been made."""
+        while self.commit_count <= after:
+            await self._committed.wait()
+        return self.commit_count
+
     async def sync(self) -> None:
         """Return once every change made before this call is durable (fsync semantics)."""
         target = self.mutation_seq
@@ -503,6 +511,9 @@ class Workspace:
         self._recount_dirty()
         self.head = commit.id
         self.durable_seq = max(self.durable_seq, plan.seq)
+        self.commit_count += 1
+        self._committed.set()
+        self._committed = trio.Event()
         if self.root.dirty and self.dirty_since is None:
             self.dirty_since = time.monotonic()
             self._wake.set()

@@ -1,0 +1,77 @@
+"""`memfs attach --auto-materialize` through a real mount: drafts reach disk after each group
+commit with the contract of a bare materialize (no deletions, no forcing, conflicts kept)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from test_backing_mount import states
+
+
+def wait_for(pred, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+
+def _read(p: Path) -> str | None:
+    try:
+        return p.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def _last(m) -> dict:
+    return m.status()["backing"]["work"]["auto_materialize"]["last"] or {"time": 0}
+
+
+def test_auto_materialize_writes_drafts_after_each_commit(mounted, tmp_path: Path):
+    m = mounted
+    m.require_real()
+    disk = tmp_path / "disk"
+    (disk / "sub").mkdir(parents=True)
+    (disk / "a.txt").write_text("a1\n")
+    (disk / "b.txt").write_text("b1\n")
+    res = m.cli_json("attach", "work", str(disk), "--auto-materialize", "--watch", "off")
+    assert res["pass"]["taken"] == ["a.txt", "b.txt"]
+    # A new file, nested, made through the mount reaches disk with no command.
+    (m.work / "sub" / "deep").mkdir(parents=True)
+    (m.work / "sub" / "deep" / "n.txt").write_text("new\n")
+    assert wait_for(lambda: _read(disk / "sub" / "deep" / "n.txt") == "new\n")
+    # An edit too.
+    (m.work / "a.txt").write_text("a-draft\n")
+    assert wait_for(lambda: _read(disk / "a.txt") == "a-draft\n")
+    # A deletion is never applied by itself: it stays owed and counted.
+    t0 = time.time()
+    os.unlink(m.work / "b.txt")
+    assert wait_for(lambda: _last(m)["time"] > t0)  # a round ran after the deletion
+    assert m.status()["backing"]["work"]["owed"]["workspace_deletions"] == 1
+    assert (disk / "b.txt").read_text() == "b1\n"
+    # A disk edit memfs has not seen is never overwritten by a later draft: a conflict.
+    (disk / "a.txt").write_text("a-disk\n")
+    (m.work / "a.txt").write_text("a-draft-2\n")
+    assert wait_for(lambda: _last(m)["skipped"] >= 1)
+    assert (disk / "a.txt").read_text() == "a-disk\n"
+    assert states(m, "work/a.txt")["work/a.txt"][0] == "conflict"
+    events = m.cli_json("events")["events"]
+    auto = [e for e in events if e["event"] == "materialized" and e["auto"]]
+    assert {p for e in auto for p in e["written"]} == {"sub/deep/n.txt", "a.txt"}
+    assert m.status()["backing"]["work"]["pinned"] == "main"
+
+
+def test_without_the_flag_nothing_is_written(mounted, tmp_path: Path):
+    m = mounted
+    m.require_real()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    (m.work / "n.txt").write_text("new\n")
+    m.cli("sync")  # a commit and a pass: nothing asks for a materialize
+    time.sleep(0.5)
+    assert not (disk / "n.txt").exists()
+    assert m.status()["backing"]["work"]["auto_materialize"] is None

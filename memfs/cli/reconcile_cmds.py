@@ -50,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", nargs="?", help="MOUNT[/PATH], or a path through the mountpoint")
     p.add_argument("--accept-root", action="store_true",
                    help="take a replaced backing directory on purpose")
+    p.add_argument("--reopen", action="store_true",
+                   help="first reopen the journal after a failed write (no restart needed)")
     add_json_flag(p)
     p.set_defaults(func=cmd_sync)
 
@@ -154,8 +156,12 @@ def cmd_detach(args) -> int:
 
 def cmd_sync(args) -> int:
     path = _store_path(resolve_root(args.root), args.path)
-    res = _ask(args, "backing_sync", path=path, accept_root=args.accept_root)
+    res = _ask(args, "backing_sync", path=path, accept_root=args.accept_root,
+               reopen=args.reopen)
     lines = [f"{m}: {_summary(r)}" for m, r in sorted(res["mounts"].items())]
+    if "reopened" in res:
+        was = res["reopened"]["was_refusing"]
+        lines.insert(0, "journal reopened" + (f" (it was refusing: {was})" if was else ""))
     emit(args, res, "\n".join(lines) or "no mount is bound to a backing directory")
     bad = any("unavailable" in r or "refused" in r or "error" in r for r in res["mounts"].values())
     return 1 if bad else 0

@@ -228,6 +228,9 @@ def cmd_status(args) -> int:
     lines = [f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
              f"pending  {st['pending']} change(s) not yet durable",
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
+    refusing = [b["journal"] for b in (st.get("backing") or {}).values() if b.get("journal")]
+    if refusing:  # one journal serves every mount: said once
+        lines.append(f"journal  REFUSING: {refusing[0]['error']} — {refusing[0]['remedy']}")
     for mount, b in sorted((st.get("backing") or {}).items()):
         states = ", ".join(f"{n} {k}" for k, n in sorted(b.get("states", {}).items()))
         where = b.get("dir", "?") if b.get("available", True) else (

@@ -11,11 +11,18 @@ The failed-append rule (seed 002): if SQLite reports an I/O error (or a full dis
 corruption) inside a write, what reached the file is no longer known to this connection's view:
 the record may be in the WAL and read back by the next opener. Deciding from this view could
 then record a conflict from stale evidence. So the journal is poisoned: every evidence read and
-write raises JournalNeedsReopen until `reopen()`.
+write raises JournalNeedsReopen until `reopen()` (`memfs sync --reopen` does it in a running
+daemon, then observes again).
+
+Fault injection for tests: while $MEMFS_TEST_JOURNAL_FAULT names a file that exists, the next
+journal write commits and then fails as SQLite does when the WAL's fsync fails after its frames
+were written (the record may be in the file, the writer is told it failed), removing the file:
+a test arms exactly one failure, in a real daemon, at the moment it chooses.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -95,6 +102,10 @@ CREATE TABLE IF NOT EXISTS journal_pins (
 """
 
 _ABSENT_COL = ""  # how an absent old/new value is stored in journal_intents
+FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"  # tests: a file whose existence fails the next write
+REOPEN_REMEDY = ("run `memfs sync --reopen` (it reopens the journal's view of the store in the "
+                 "running daemon, then observes again; restarting memfs does the same) before any "
+                 "sync, listing or materialize; files the workspace already holds stay readable")
 
 
 class JournalNeedsReopen(MemfsError):
@@ -130,6 +141,20 @@ class FingerprintRow:
     digest: str
     kind: str
     hashed_at_ns: int
+
+
+def _fault_point() -> None:
+    """The tests' one injected failure (see the module docstring): consumed as it fires."""
+    trigger = os.environ.get(FAULT_ENV)
+    if not trigger:
+        return
+    try:
+        os.unlink(trigger)
+    except FileNotFoundError:
+        return
+    exc = sqlite3.OperationalError("disk I/O error (injected)")
+    exc.sqlite_errorcode = 10  # type: ignore[attr-defined]  # SQLITE_IOERR
+    raise exc
 
 
 def _is_poison(exc: BaseException) -> bool:
@@ -182,13 +207,18 @@ class Journal:
     def needs_reopen(self) -> bool:
         return self._failure is not None
 
+    def refusal(self) -> JournalNeedsReopen | None:
+        """What every read and write raises while a failed write poisons the journal."""
+        if self._failure is None:
+            return None
+        return JournalNeedsReopen(
+            f"the journal's last write failed ({self._failure}); its evidence may be stale",
+            REOPEN_REMEDY)
+
     def _check(self) -> None:
-        if self._failure is not None:
-            raise JournalNeedsReopen(
-                f"the journal's last write failed ({self._failure}); its evidence may be stale",
-                "reopen the store (restart memfs, or Journal.reopen()) before any sync, listing "
-                "or materialize; files the workspace already holds stay readable",
-            )
+        refusal = self.refusal()
+        if refusal is not None:
+            raise refusal
 
     def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
@@ -211,6 +241,7 @@ class Journal:
             try:
                 yield conn
                 conn.execute("COMMIT")
+                _fault_point()
             except BaseException as exc:
                 try:
                     conn.execute("ROLLBACK")

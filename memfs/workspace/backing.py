@@ -27,8 +27,10 @@ import errno
 import json
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -311,8 +313,8 @@ class Backing:
         st = self.mounts.get(mount)
         if st is None:
             return None
-        if st.unavailable is not None:
-            return ("unverified", None)
+        if st.unavailable is not None or self.journal.needs_reopen:
+            return ("unverified", None)  # nothing is verified while the evidence is unreadable
         return st.states.get(rel)
 
     def owed(self, mount: str) -> dict[str, int]:
@@ -329,6 +331,11 @@ class Backing:
                 "conflicts": c.conflicts}
 
     def status(self) -> dict:
+        """Per mount; `journal` is None, or the refusal every evidence read answers after a
+        failed journal write, with its remedy (`memfs sync --reopen`)."""
+        refusal = self.journal.refusal()
+        journal = None if refusal is None else {"error": refusal.message,
+                                                "remedy": refusal.remedy}
         out = {}
         for mount, b in sorted(self.bindings.items()):
             st = self.mounts.get(mount, MountState())
@@ -337,6 +344,7 @@ class Backing:
                 counts[state] = counts.get(state, 0) + 1
             out[mount] = {
                 "dir": b.dir, "watch": b.watch, "pinned": self.pins.get(mount),
+                "journal": journal,
                 "available": st.unavailable is None,
                 "unavailable": None if st.unavailable is None else
                 {"error": st.unavailable[0], "remedy": st.unavailable[1]},
@@ -347,7 +355,7 @@ class Backing:
                 "workspace_deleted": sorted(p for p, (s, _) in st.states.items()
                                             if s == "workspace-deleted"),
                 "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
-                "owed": self.owed(mount),
+                "owed": None if journal else self.owed(mount),  # owed reads the evidence
                 "scans": self._scan_status(b),
                 "auto_materialize": {"last": self.auto_last.get(mount)}
                 if b.auto_materialize else None,
@@ -482,7 +490,8 @@ class Backing:
         if op == "backing_detach":
             return await self.detach(args["mount"])
         if op == "backing_sync":
-            return await self.sync(args.get("path"), accept_root=bool(args.get("accept_root")))
+            return await self.sync(args.get("path"), accept_root=bool(args.get("accept_root")),
+                                   reopen=bool(args.get("reopen")))
         if op == "backing_materialize":
             return await self.materialize(args.get("paths") or None,
                                           force=bool(args.get("force")),
@@ -491,18 +500,48 @@ class Backing:
             return await self.states(args.get("path"))
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
 
-    async def sync(self, path: str | None, *, accept_root: bool = False) -> dict:
+    async def sync(self, path: str | None, *, accept_root: bool = False,
+                   reopen: bool = False) -> dict:
         """`memfs sync [PATH]`: without a path every bound mount, never discarding a draft; a
-        path (MOUNT[/REL]) takes disk under it and lists what it `discarded`."""
+        path (MOUNT[/REL]) takes disk under it and lists what it `discarded`. `reopen` first
+        reopens the journal (after a failed write), so the passes decide from the file."""
+        reopened = await self.reopen() if reopen else None
+        out = {}
         if path is None:
-            out = {}
             for mount in list(self.bindings):
                 out[mount] = await self.run_pass(mount, accept_root=accept_root)
-            return {"mounts": out}
-        mount, rel = split_path(path)
-        result = await self.run_pass(mount, rel, path_sync=True, accept_root=accept_root,
-                                     asked_on=self.ws.branch)
-        return {"mounts": {mount: result}}
+        else:
+            mount, rel = split_path(path)
+            out[mount] = await self.run_pass(mount, rel, path_sync=True,
+                                             accept_root=accept_root, asked_on=self.ws.branch)
+        return {"mounts": out, **({"reopened": reopened} if reopen else {})}
+
+    async def reopen(self) -> dict:
+        """Reopen the journal's view of the store in this process, without a restart: clears a
+        failed write's poison (Journal.reopen). Every mount's lock is held meanwhile, so no
+        pass or materialize straddles the old view and the new one; the pins, global records
+        like P, are read again, since a failed set_pin may have reached the file. A reopen
+        that fails leaves the journal refusing, and says why."""
+        refusal = self.journal.refusal()
+        async with AsyncExitStack() as held:
+            for mount in sorted(self.bindings):
+                await held.enter_async_context(self._lock(mount))
+            try:
+                await trio.to_thread.run_sync(self.journal.reopen)
+                pins = await trio.to_thread.run_sync(self._read_pins)
+            except sqlite3.Error as exc:
+                raise MemfsError(f"the journal could not be reopened ({exc})",
+                                 "check the disk that holds the store (free space, dmesg), "
+                                 "then run `memfs sync --reopen` again") from None
+            self.pins = pins
+            for st in self.mounts.values():
+                st.observed.clear()  # on-access windows: observe afresh from the new view
+        was = None if refusal is None else refusal.message
+        self.record_event("journal-reopened", was_refusing=was)
+        return {"was_refusing": was}
+
+    def _read_pins(self) -> dict[str, str]:
+        return {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
 
     async def states(self, path: str | None) -> dict:
         """`memfs ls --states [PATH]`: observe the scope first, then list it."""

@@ -97,13 +97,15 @@ def test_on_access_open_shows_a_disk_edit_without_a_listing(mounted, tmp_path: P
     disk = tmp_path / "disk"
     disk.mkdir()
     (disk / "a.txt").write_text("old\n")
+    (disk / "b.txt").write_text("b1\n")
     (disk / "gone.txt").write_text("bye\n")
     m.cli("attach", "work", str(disk))
     # The kernel now holds the names, the attributes (size 4) and the pages: the next `cat`
     # sends no lookup, only an open.
-    assert sh(f"cat {m.work}/a.txt {m.work}/gone.txt") == "old\nbye\n"
+    assert sh(f"cat {m.work}/a.txt {m.work}/b.txt {m.work}/gone.txt") == "old\nb1\nbye\n"
     with open(m.work / "a.txt") as held:  # opened before the edit
-        sh(f"echo 'new, and longer than before' > {disk}/a.txt && rm {disk}/gone.txt")
+        sh(f"echo 'new, and longer than before' > {disk}/a.txt && rm {disk}/gone.txt"
+           f" && echo b2 > {disk}/b.txt")
         time.sleep(ACCESS)  # past the attach pass's once-a-second window for the mount
         assert sh(f"cat {m.work}/a.txt") == "new, and longer than before\n"
         # A changed file is a new inode: a descriptor opened before keeps the bytes it opened,
@@ -112,6 +114,11 @@ def test_on_access_open_shows_a_disk_edit_without_a_listing(mounted, tmp_path: P
     res = subprocess.run(["cat", str(m.work / "gone.txt")], capture_output=True, text=True)
     assert res.returncode == 1 and "No such file" in res.stderr
     assert xattr(m.work / "a.txt") == "synced"
+    # A writing open observes first too: the append lands on disk's new bytes (a draft of
+    # them), not on the old ones (which would be both-changed: a conflict).
+    sh(f"echo appended >> {m.work}/b.txt")
+    assert (m.work / "b.txt").read_text() == "b2\nappended\n"
+    assert states(m, "work/b.txt") == {"work/b.txt": ("workspace-draft", None)}
     assert "gone.txt" not in os.listdir(m.work)
 
 

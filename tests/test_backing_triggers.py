@@ -140,6 +140,11 @@ def test_on_access_open_keeps_drafts(mounted, tmp_path: Path):
     assert xattr(m.work / "b.txt") == "conflict"
     assert (disk / "a.txt").read_text() == "a1\n"
     assert (disk / "b.txt").read_text() == "disk b\n"
+    # The read-only branch view has the same paths below it, but is never observed.
+    before = _quiet_last_pass(m)
+    view = m.mnt / ".memfs" / "branches" / "main" / "work"
+    sh(f"ls {view} && cat {view}/a.txt {view}/b.txt")
+    assert m.status()["backing"]["work"]["last_pass"] == before
 
 
 def test_on_access_open_leaves_fs_events_mounts_to_their_events(mounted, tmp_path: Path):

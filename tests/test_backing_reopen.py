@@ -54,6 +54,7 @@ def test_failed_append_refuses_until_sync_reopen(mount_factory, tmp_path: Path,
     assert "disk I/O error" in err["error"] and "memfs sync --reopen" in err["remedy"]
 
     # While it refuses: status says so once per mount with the remedy, and reads no evidence.
+    head = m.cli_json("status")["head"]
     st = m.cli_json("status")["backing"]["work"]
     assert "disk I/O error" in st["journal"]["error"]
     assert "memfs sync --reopen" in st["journal"]["remedy"]
@@ -67,6 +68,7 @@ def test_failed_append_refuses_until_sync_reopen(mount_factory, tmp_path: Path,
         assert "memfs sync --reopen" in refusal(m, *args)["remedy"]
     time.sleep(ACCESS)  # past the on-access window: the open below tries to observe, and fails
     assert sh(f"cat {m.work}/a.txt") == "B\n"  # the workspace's files stay readable
+    assert m.cli_json("status")["head"] == head  # nothing committed: no take, no intent
     # The seed's case: the branch holding the draft C, disk B, the evidence not to be trusted.
     # Deciding here could record a conflict; nothing is decided.
     m.cli("branch", "switch", "draft")
@@ -90,3 +92,5 @@ def test_failed_append_refuses_until_sync_reopen(mount_factory, tmp_path: Path,
     m.cli("branch", "switch", "main")
     assert states(m) == {"work/a.txt": ("synced", None)}
     assert "reopened" not in m.cli_json("sync")  # a plain sync reopens nothing
+    events = [e["event"] for e in m.cli_json("events")["events"]]
+    assert "journal-reopened" in events and "conflict-recorded" not in events

@@ -99,18 +99,22 @@ def test_on_access_open_shows_a_disk_edit_without_a_listing(mounted, tmp_path: P
     (disk / "a.txt").write_text("old\n")
     (disk / "b.txt").write_text("b1\n")
     (disk / "gone.txt").write_text("bye\n")
+    (disk / "pic.png").write_bytes(make_png(8, 8))  # disk-only: read from disk, sized by attr
     m.cli("attach", "work", str(disk))
+    assert (m.work / "pic.png").read_bytes() == make_png(8, 8)
     # The kernel now holds the names, the attributes (size 4) and the pages: the next `cat`
     # sends no lookup, only an open.
     assert sh(f"cat {m.work}/a.txt {m.work}/b.txt {m.work}/gone.txt") == "old\nb1\nbye\n"
     with open(m.work / "a.txt") as held:  # opened before the edit
         sh(f"echo 'new, and longer than before' > {disk}/a.txt && rm {disk}/gone.txt"
            f" && echo b2 > {disk}/b.txt")
+        (disk / "pic.png").write_bytes(make_png(64, 64))
         time.sleep(ACCESS)  # past the attach pass's once-a-second window for the mount
         assert sh(f"cat {m.work}/a.txt") == "new, and longer than before\n"
         # A changed file is a new inode: a descriptor opened before keeps the bytes it opened,
         # as with a file replaced by rename on a local filesystem.
         assert held.read() == "old\n"
+    assert (m.work / "pic.png").read_bytes() == make_png(64, 64)  # all of it, not 8x8's size
     res = subprocess.run(["cat", str(m.work / "gone.txt")], capture_output=True, text=True)
     assert res.returncode == 1 and "No such file" in res.stderr
     assert xattr(m.work / "a.txt") == "synced"

@@ -23,6 +23,7 @@ rewinds. The recorded disk side of a conflict is kept, by its digest, under <roo
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import json
 import logging
@@ -219,6 +220,11 @@ class Backing:
         self._after_change: Callable[[], Awaitable[None]] | None = None
         self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
         self._event_seq = 0
+        self.stopped = False  # set by stop(): no more backing work is taken
+        self._active = 0
+        self._idle = trio.Event()
+        self._watch_scope = trio.CancelScope()
+        self._watchers_done = trio.Event()
         self._auto_seen: dict[str, tuple[int, int]] = {}
         self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
         self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
@@ -467,6 +473,10 @@ class Backing:
     # -- the control plane ---------------------------------------------------------------
     async def control(self, op: str, args: dict) -> object:
         """The daemon's `backing_*` requests (also run on a daemon-less workspace)."""
+        with self._admitted():
+            return await self._control(op, args)
+
+    async def _control(self, op: str, args: dict) -> object:
         if op == "backing_attach":
             return await self.attach(Binding(
                 args["mount"], args["dir"], args.get("watch") or "on-access",
@@ -534,7 +544,7 @@ class Backing:
         lookup of a name the tree lacks observes that one path (one stat), limited per path
         only, so a file just made on disk opens by name at once."""
         mount, rel = self._backed(node.path())
-        if mount is None:
+        if mount is None or self.stopped:
             return False
         missing = False
         if name is not None:
@@ -571,6 +581,12 @@ class Backing:
         if mount not in self.bindings:
             raise MemfsError(f"mount {mount!r} is not bound to a backing directory",
                              f"`memfs attach {mount} DIR` binds it")
+        with self._admitted():
+            return await self._run_pass_admitted(mount, scope, path_sync, accept_root,
+                                                 asked_on)
+
+    async def _run_pass_admitted(self, mount: str, scope: str, path_sync: bool,
+                                 accept_root: bool, asked_on: str | None) -> dict:
         async with self._lock(mount):
             try:
                 return await self._pass_locked(mount, scope, path_sync, accept_root, asked_on)
@@ -730,9 +746,10 @@ class Backing:
             if mount not in self.bindings:
                 raise MemfsError(f"mount {mount!r} is not bound to a backing directory",
                                  f"`memfs attach {mount} DIR` binds it")
-            async with self._lock(mount):
-                out[mount] = await self._materialize_locked(mount, wanted.get(mount), force,
-                                                            apply_deletions)
+            with self._admitted():
+                async with self._lock(mount):
+                    out[mount] = await self._materialize_locked(mount, wanted.get(mount),
+                                                                force, apply_deletions)
         return {"mounts": out}
 
     async def _materialize_locked(self, mount: str, rels: list[str] | None, force: bool,
@@ -812,28 +829,69 @@ class Backing:
 
     # -- fs-events -------------------------------------------------------------------------
     async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
-        """Keep one inotify watcher per `watch=fs-events` binding (started and stopped as
-        bindings come and go); runs until cancelled. `after_change` tells the kernel."""
-        running: dict[str, trio.CancelScope] = {}
+        """The daemon's background work: one inotify watcher per `watch=fs-events` binding
+        (started and stopped as bindings come and go), the auto-materialize loop and the one
+        after-batch coordinator. Runs until cancelled; `stop()` ends the watchers first.
+        `after_change` tells the kernel."""
         async with trio.open_nursery() as nursery:
-            # The daemon's one after-batch coordinator lives (and its scans run) in here.
+            # The coordinator's scans run in this nursery, outside the watchers' scope, so
+            # stopping the watchers never cuts a scan an agent is waiting for.
             self._after_change = after_change
             self.coordinator = ScanCoordinator(nursery, self._agent_scan,
                                                deadline=DEFAULT_SCAN_DEADLINE,
                                                on_event=self._coordinator_event)
-            nursery.start_soon(self._auto_materialize_loop, after_change)
             try:
-                while True:
-                    for mount, b in self.bindings.items():
-                        if b.watch == "fs-events" and mount not in running:
-                            running[mount] = await nursery.start(self._watch, b, after_change)
-                    for mount in list(running):
-                        b = self.bindings.get(mount)
-                        if b is None or b.watch != "fs-events":
-                            running.pop(mount).cancel()
-                    await trio.sleep(WATCH_POLL)
+                with self._watch_scope:
+                    async with trio.open_nursery() as watchers:
+                        watchers.start_soon(self._auto_materialize_loop, after_change)
+                        watchers.start_soon(self._supervise_watchers, after_change)
+                self._watchers_done.set()
+                await trio.sleep_forever()
             finally:
+                self._watchers_done.set()
                 self.coordinator = None
+
+    async def _supervise_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
+        running: dict[str, trio.CancelScope] = {}
+        async with trio.open_nursery() as nursery:
+            while True:
+                for mount, b in self.bindings.items():
+                    if b.watch == "fs-events" and mount not in running:
+                        running[mount] = await nursery.start(self._watch, b, after_change)
+                for mount in list(running):
+                    b = self.bindings.get(mount)
+                    if b is None or b.watch != "fs-events":
+                        running.pop(mount).cancel()
+                await trio.sleep(WATCH_POLL)
+
+    # -- clean stop ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """Count a piece of backing work in, so `stop()` can drain it; refused once stopped."""
+        if self.stopped:
+            raise MemfsError("memfs has stopped", "mount the store again (`memfs mount`)")
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
+    async def stop(self) -> None:
+        """Stop cleanly (seed 002's stop): watchers first, so no new work is generated; then
+        the after-batch scans queued and running; then every admitted piece of work, until
+        nothing new was admitted while draining; then refuse new work ("memfs has stopped")
+        — with no await between the last empty check and the flag, so nothing slips in after
+        the drain and before the caller saves its state."""
+        self._watch_scope.cancel()
+        if self.coordinator is not None:
+            await self._watchers_done.wait()
+            await self.coordinator.stop()
+        while self._active:
+            self._idle = trio.Event()
+            await self._idle.wait()
+        self.stopped = True
 
     # -- auto-materialize ---------------------------------------------------------------
     async def _auto_materialize_loop(self, after_change: Callable[[], Awaitable[None]]) -> None:
@@ -861,8 +919,9 @@ class Backing:
 
     async def _auto_materialize_one(self, mount: str) -> None:
         try:
-            async with self._lock(mount):
-                res = await self._materialize_locked(mount, None, False, False, auto=True)
+            with self._admitted():
+                async with self._lock(mount):
+                    res = await self._materialize_locked(mount, None, False, False, auto=True)
         except Exception as exc:  # noqa: BLE001 - the loop goes on; status and events say why
             log.warning("auto-materialize of %s failed: %s", mount, exc)
             res = {"error": str(exc)}
@@ -971,7 +1030,8 @@ class Backing:
                       after_change: Callable[[], Awaitable[None]]) -> None:
         for scope in scopes:
             try:
-                await self.run_pass(mount, scope)
+                with trio.CancelScope(shield=True):  # stopping the watcher never cuts a pass
+                    await self.run_pass(mount, scope)
             except Exception as exc:  # noqa: BLE001 - the watcher goes on; status says why
                 log.warning("fs-events pass of %s/%s failed: %s", mount, scope, exc)
                 self.mounts.setdefault(mount, MountState()).last_error = str(exc)

@@ -772,7 +772,8 @@ class Backing:
         plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
                          pending_from_journal(pend, branch), branch=branch)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
-                                 apply_deletions=apply_deletions, pinned_branch=pinned)
+                                 apply_deletions=apply_deletions, pinned_branch=pinned,
+                                 mount=mount)
         # The bytes to write, taken now on the loop: a committed file by its immutable ref
         # (streamed in the thread), a dirty one by its live bytes.
         sources: dict[str, tuple[object, str]] = {}

@@ -60,7 +60,7 @@ from memfs.reconcile.plan import (
 from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
 from memfs.reconcile.watch import Watcher, narrow
 from memfs.store.chunks import CHUNK_SIZE
-from memfs.store.journal import Journal
+from memfs.store.journal import Intent, Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
 from memfs.workspace.nodes import FileData, Node, WorkspaceError
 
@@ -229,6 +229,9 @@ class Backing:
         self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
         self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
+        # Adoptions a crash left pending on this branch: settled before any change to them.
+        self.pending_adopts: dict[tuple[str, str], Intent] = {}
+        self._load_pending_adopts()
         ws.backing = self
 
     def close(self) -> None:
@@ -274,9 +277,41 @@ class Backing:
         """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it."""
         self.epoch += 1
         self._load_intents()
+        self._load_pending_adopts()
         self.overlay = {k: n for k, n in self.overlay.items() if n.parent is not None}
         for st in self.mounts.values():
             st.observed.clear()
+
+    # -- settling before a change (seed 002) ----------------------------------------------
+    def _load_pending_adopts(self) -> None:
+        out: dict[tuple[str, str], Intent] = {}
+        try:
+            for mount in self.bindings:
+                for i in self.journal.pending_intents(mount):
+                    if i.op == "adopt" and i.branch == self.ws.branch:
+                        out[(mount, i.path)] = i
+        except MemfsError as exc:  # a poisoned journal: every pass refuses until reopened
+            log.warning("pending adoptions not read: %s", exc)
+        self.pending_adopts = out
+
+    def settle_before_change(self, d: Node, name: bytes) -> None:
+        """Workspace calls this before it changes d/name (or anything under it): a pending
+        adoption there is settled first — done if the tree shows its new value, not done if
+        the old — so a later write can never pass for an old adoption's outcome. A tree
+        showing neither is left for the next pass to call interrupted."""
+        mount, rel = self._backed(d.path() + b"/" + name)
+        if mount is None:
+            return
+        for key in [k for k in self.pending_adopts if k[0] == mount and _under(k[1], rel)]:
+            intent = self.pending_adopts.pop(key)
+            if not any(p.id == intent.id for p in self.journal.pending_intents(*key)):
+                continue  # a pass settled it already
+            node = self._node_at(*key)
+            now = None if node is None else self._digest_now(node)
+            if now == intent.new:
+                self.journal.complete_intent(intent.id)
+            elif now == intent.old:
+                self.journal.abandon_intent(intent.id)
 
     def note_removed(self, node: Node, path: bytes) -> None:
         """A file (or the files of a directory) removed through the mount: tombstones."""
@@ -693,7 +728,11 @@ class Backing:
         await self.ws.sync()
         if intent_ids:
             crash_point("backing:after-commit")  # tree durable, adoption intents pending
-        await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids, set(skipped))
+        still = await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids,
+                                              set(skipped))
+        for key in [k for k, i in self.pending_adopts.items() if k[0] == mount and
+                    i.id not in still]:
+            del self.pending_adopts[key]  # settled by this pass
         st.last_pass = time.time()
         st.last_error = None
         return {
@@ -1101,7 +1140,8 @@ class Backing:
         return contents, ids
 
     def _record(self, mount: str, obs: Observation, sp: SyncPlan, intent_ids: dict[str, int],
-                skipped: set[str]) -> None:
+                skipped: set[str]) -> set[int]:
+        """Complete this pass's adoptions and record P; returns the ids still pending."""
         for path, iid in intent_ids.items():
             if path in skipped:
                 self.journal.abandon_intent(iid)
@@ -1113,6 +1153,7 @@ class Backing:
             self.journal.record_evidence(mount, items, root=(obs.root.dev, obs.root.ino))
         if obs.hashed:
             self.journal.put_fingerprints(mount, dict(obs.hashed))  # type: ignore[arg-type]
+        return {i.id for i in self.journal.pending_intents(mount)}
 
     # -- the store side ----------------------------------------------------------------
     def _mount_node(self, mount: str) -> Node | None:

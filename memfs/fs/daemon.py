@@ -28,6 +28,8 @@ from memfs.workspace.backing import Backing
 from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
+STOP_DRAIN_LIMIT = 60  # seconds a stop waits for running backing work before cutting it
+READ_ONLY_OPS = ("ping", "status", "log", "branch_list", "backing_events", "backing_states")
 
 
 class RootLock:
@@ -96,10 +98,26 @@ async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:
         if ws.backing is not None:
             nursery.start_soon(ws.backing.run_watchers, ops.drain_invalidations)
         await pyfuse3.main()
-        log.info("mount ended; committing what is pending")
-        ws.stopped = True
-        await ws.commit("unmount")
+        await _stop(ws)
         nursery.cancel_scope.cancel()
+
+
+async def _stop(ws: Workspace) -> None:
+    """The mount has ended. Backing work first: watchers stopped, queued work drained, new work
+    refused (backing.stop). Then the workspace refuses changes, and what is pending is
+    committed. A drain that outlasts STOP_DRAIN_LIMIT (a pass stuck on a hung disk) is cut:
+    the write-ahead intents make that no worse than a crash."""
+    if ws.backing is not None:
+        log.info("mount ended; stopping backing work")
+        with trio.move_on_after(STOP_DRAIN_LIMIT) as limit:
+            await ws.backing.stop()
+        if limit.cancelled_caught:
+            log.warning("backing work still running after %d s; stopping anyway",
+                        STOP_DRAIN_LIMIT)
+            ws.backing.stopped = True
+    log.info("committing what is pending")
+    ws.stopped = True
+    await ws.commit("unmount")
 
 
 async def _initial_passes(ws: Workspace, ops: MemfsOperations) -> None:
@@ -160,6 +178,8 @@ async def _handle_client(conn, ws: Workspace, ops: MemfsOperations) -> None:
 
 async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) -> object:
     store = ws.store
+    if ws.stopped and op not in READ_ONLY_OPS:
+        raise MemfsError("memfs has stopped", "mount the store again (`memfs mount`)")
     if op == "ping":
         return {"pid": os.getpid()}
     if op == "status":

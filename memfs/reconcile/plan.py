@@ -250,13 +250,15 @@ def plan_materialize(
     force: bool = False,
     apply_deletions: bool = False,
     pinned_branch: str | None = None,
+    mount: str = "",
 ) -> MaterializePlan:
     """Materialize's contract over one pass (decided on the branch it selects, in the same turn).
 
     Takes up only what the decisions say disk owes; a bare call never overwrites a copy without
     evidence and never writes a pre-evidence entry disk lacks; force counts only for named
     paths; nothing is deleted without apply_deletions; every refusal is listed with its remedy.
-    A mount pinned to another branch is refused unless forced.
+    A mount pinned to another branch is refused unless forced. `mount` prefixes the paths
+    the remedies name, so each is a command that works as written.
     """
     out = MaterializePlan()
     if pinned_branch is not None and plan.branch != pinned_branch and not force:
@@ -284,7 +286,7 @@ def plan_materialize(
             out.deletions_left.append(p)
             continue
         if not need <= have:
-            out.skipped.append(_skip(p, dec, need - have))
+            out.skipped.append(_skip(p, dec, need - have, mount))
             continue
         d = observation.disk(p)
         if isinstance(d, DiskUnknown):  # pragma: no cover - the rule already said unverified
@@ -300,7 +302,8 @@ def plan_materialize(
     return out
 
 
-def _skip(path: str, dec: Decision, missing: set[str]) -> Skipped:
+def _skip(rel: str, dec: Decision, missing: set[str], mount: str = "") -> Skipped:
+    path = f"{mount}/{rel}" if mount else rel
     state = str(dec.state)
     if dec.conflict is not None:
         state = f"conflict: {dec.conflict}"
@@ -314,7 +317,7 @@ def _skip(path: str, dec: Decision, missing: set[str]) -> Skipped:
                   f"{path}` removes it, `memfs sync {path}` restores it")
     else:
         remedy = f"name the path ({', '.join(sorted(missing))}): `memfs materialize {path}`"
-    return Skipped(path, state, dec.reason, remedy)
+    return Skipped(rel, state, dec.reason, remedy)
 
 
 # --- status --------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ rewinds. The recorded disk side of a conflict is kept, by its digest, under <roo
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import json
 import logging
@@ -61,7 +62,7 @@ from memfs.reconcile.plan import (
 from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
 from memfs.reconcile.watch import Watcher, narrow
 from memfs.store.chunks import CHUNK_SIZE
-from memfs.store.journal import Journal
+from memfs.store.journal import Intent, Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
 from memfs.workspace.nodes import FileData, Node, WorkspaceError
 
@@ -221,10 +222,18 @@ class Backing:
         self._after_change: Callable[[], Awaitable[None]] | None = None
         self.events: collections.deque[dict] = collections.deque(maxlen=EVENTS_KEPT)
         self._event_seq = 0
+        self.stopped = False  # set by stop(): no more backing work is taken
+        self._active = 0
+        self._idle = trio.Event()
+        self._watch_scope = trio.CancelScope()
+        self._watchers_done = trio.Event()
         self._auto_seen: dict[str, tuple[int, int]] = {}
         self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
         self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
+        # Adoptions a crash left pending on this branch: settled before any change to them.
+        self.pending_adopts: dict[tuple[str, str], Intent] = {}
+        self._load_pending_adopts()
         ws.backing = self
 
     def close(self) -> None:
@@ -270,9 +279,41 @@ class Backing:
         """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it."""
         self.epoch += 1
         self._load_intents()
+        self._load_pending_adopts()
         self.overlay = {k: n for k, n in self.overlay.items() if n.parent is not None}
         for st in self.mounts.values():
             st.observed.clear()
+
+    # -- settling before a change (seed 002) ----------------------------------------------
+    def _load_pending_adopts(self) -> None:
+        out: dict[tuple[str, str], Intent] = {}
+        try:
+            for mount in self.bindings:
+                for i in self.journal.pending_intents(mount):
+                    if i.op == "adopt" and i.branch == self.ws.branch:
+                        out[(mount, i.path)] = i
+        except MemfsError as exc:  # a poisoned journal: every pass refuses until reopened
+            log.warning("pending adoptions not read: %s", exc)
+        self.pending_adopts = out
+
+    def settle_before_change(self, d: Node, name: bytes) -> None:
+        """Workspace calls this before it changes d/name (or anything under it): a pending
+        adoption there is settled first — done if the tree shows its new value, not done if
+        the old — so a later write can never pass for an old adoption's outcome. A tree
+        showing neither is left for the next pass to call interrupted."""
+        mount, rel = self._backed(d.path() + b"/" + name)
+        if mount is None:
+            return
+        for key in [k for k in self.pending_adopts if k[0] == mount and _under(k[1], rel)]:
+            intent = self.pending_adopts.pop(key)
+            if not any(p.id == intent.id for p in self.journal.pending_intents(*key)):
+                continue  # a pass settled it already
+            node = self._node_at(*key)
+            now = None if node is None else self._digest_now(node)
+            if now == intent.new:
+                self.journal.complete_intent(intent.id)
+            elif now == intent.old:
+                self.journal.abandon_intent(intent.id)
 
     def note_removed(self, node: Node, path: bytes) -> None:
         """A file (or the files of a directory) removed through the mount: tombstones."""
@@ -475,6 +516,10 @@ class Backing:
     # -- the control plane ---------------------------------------------------------------
     async def control(self, op: str, args: dict) -> object:
         """The daemon's `backing_*` requests (also run on a daemon-less workspace)."""
+        with self._admitted():
+            return await self._control(op, args)
+
+    async def _control(self, op: str, args: dict) -> object:
         if op == "backing_attach":
             return await self.attach(Binding(
                 args["mount"], args["dir"], args.get("watch") or "on-access",
@@ -579,7 +624,7 @@ class Backing:
         if not self._live(node):
             return False
         mount, rel = self._backed(node.path())
-        if mount is None:
+        if mount is None or self.stopped:
             return False
         missing = False
         if name is not None:
@@ -626,6 +671,12 @@ class Backing:
         if mount not in self.bindings:
             raise MemfsError(f"mount {mount!r} is not bound to a backing directory",
                              f"`memfs attach {mount} DIR` binds it")
+        with self._admitted():
+            return await self._run_pass_admitted(mount, scope, path_sync, accept_root,
+                                                 asked_on)
+
+    async def _run_pass_admitted(self, mount: str, scope: str, path_sync: bool,
+                                 accept_root: bool, asked_on: str | None) -> dict:
         async with self._lock(mount):
             try:
                 return await self._pass_locked(mount, scope, path_sync, accept_root, asked_on)
@@ -732,7 +783,11 @@ class Backing:
         await self.ws.sync()
         if intent_ids:
             crash_point("backing:after-commit")  # tree durable, adoption intents pending
-        await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids, set(skipped))
+        still = await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids,
+                                              set(skipped))
+        for key in [k for k, i in self.pending_adopts.items() if k[0] == mount and
+                    i.id not in still]:
+            del self.pending_adopts[key]  # settled by this pass
         st.last_pass = time.time()
         st.last_error = None
         return {
@@ -785,9 +840,10 @@ class Backing:
             if mount not in self.bindings:
                 raise MemfsError(f"mount {mount!r} is not bound to a backing directory",
                                  f"`memfs attach {mount} DIR` binds it")
-            async with self._lock(mount):
-                out[mount] = await self._materialize_locked(mount, wanted.get(mount), force,
-                                                            apply_deletions)
+            with self._admitted():
+                async with self._lock(mount):
+                    out[mount] = await self._materialize_locked(mount, wanted.get(mount),
+                                                                force, apply_deletions)
         return {"mounts": out}
 
     async def _materialize_locked(self, mount: str, rels: list[str] | None, force: bool,
@@ -810,7 +866,8 @@ class Backing:
         plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
                          pending_from_journal(pend, branch), branch=branch)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
-                                 apply_deletions=apply_deletions, pinned_branch=pinned)
+                                 apply_deletions=apply_deletions, pinned_branch=pinned,
+                                 mount=mount)
         # The bytes to write, taken now on the loop: a committed file by its immutable ref
         # (streamed in the thread), a dirty one by its live bytes.
         sources: dict[str, tuple[object, str]] = {}
@@ -867,28 +924,69 @@ class Backing:
 
     # -- fs-events -------------------------------------------------------------------------
     async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
-        """Keep one inotify watcher per `watch=fs-events` binding (started and stopped as
-        bindings come and go); runs until cancelled. `after_change` tells the kernel."""
-        running: dict[str, trio.CancelScope] = {}
+        """The daemon's background work: one inotify watcher per `watch=fs-events` binding
+        (started and stopped as bindings come and go), the auto-materialize loop and the one
+        after-batch coordinator. Runs until cancelled; `stop()` ends the watchers first.
+        `after_change` tells the kernel."""
         async with trio.open_nursery() as nursery:
-            # The daemon's one after-batch coordinator lives (and its scans run) in here.
+            # The coordinator's scans run in this nursery, outside the watchers' scope, so
+            # stopping the watchers never cuts a scan an agent is waiting for.
             self._after_change = after_change
             self.coordinator = ScanCoordinator(nursery, self._agent_scan,
                                                deadline=DEFAULT_SCAN_DEADLINE,
                                                on_event=self._coordinator_event)
-            nursery.start_soon(self._auto_materialize_loop, after_change)
             try:
-                while True:
-                    for mount, b in self.bindings.items():
-                        if b.watch == "fs-events" and mount not in running:
-                            running[mount] = await nursery.start(self._watch, b, after_change)
-                    for mount in list(running):
-                        b = self.bindings.get(mount)
-                        if b is None or b.watch != "fs-events":
-                            running.pop(mount).cancel()
-                    await trio.sleep(WATCH_POLL)
+                with self._watch_scope:
+                    async with trio.open_nursery() as watchers:
+                        watchers.start_soon(self._auto_materialize_loop, after_change)
+                        watchers.start_soon(self._supervise_watchers, after_change)
+                self._watchers_done.set()
+                await trio.sleep_forever()
             finally:
+                self._watchers_done.set()
                 self.coordinator = None
+
+    async def _supervise_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
+        running: dict[str, trio.CancelScope] = {}
+        async with trio.open_nursery() as nursery:
+            while True:
+                for mount, b in self.bindings.items():
+                    if b.watch == "fs-events" and mount not in running:
+                        running[mount] = await nursery.start(self._watch, b, after_change)
+                for mount in list(running):
+                    b = self.bindings.get(mount)
+                    if b is None or b.watch != "fs-events":
+                        running.pop(mount).cancel()
+                await trio.sleep(WATCH_POLL)
+
+    # -- clean stop ----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """Count a piece of backing work in, so `stop()` can drain it; refused once stopped."""
+        if self.stopped:
+            raise MemfsError("memfs has stopped", "mount the store again (`memfs mount`)")
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.set()
+
+    async def stop(self) -> None:
+        """Stop cleanly (seed 002's stop): watchers first, so no new work is generated; then
+        the after-batch scans queued and running; then every admitted piece of work, until
+        nothing new was admitted while draining; then refuse new work ("memfs has stopped")
+        — with no await between the last empty check and the flag, so nothing slips in after
+        the drain and before the caller saves its state."""
+        self._watch_scope.cancel()
+        if self.coordinator is not None:
+            await self._watchers_done.wait()
+            await self.coordinator.stop()
+        while self._active:
+            self._idle = trio.Event()
+            await self._idle.wait()
+        self.stopped = True
 
     # -- auto-materialize ---------------------------------------------------------------
     async def _auto_materialize_loop(self, after_change: Callable[[], Awaitable[None]]) -> None:
@@ -916,8 +1014,9 @@ class Backing:
 
     async def _auto_materialize_one(self, mount: str) -> None:
         try:
-            async with self._lock(mount):
-                res = await self._materialize_locked(mount, None, False, False, auto=True)
+            with self._admitted():
+                async with self._lock(mount):
+                    res = await self._materialize_locked(mount, None, False, False, auto=True)
         except Exception as exc:  # noqa: BLE001 - the loop goes on; status and events say why
             log.warning("auto-materialize of %s failed: %s", mount, exc)
             res = {"error": str(exc)}
@@ -1026,7 +1125,8 @@ class Backing:
                       after_change: Callable[[], Awaitable[None]]) -> None:
         for scope in scopes:
             try:
-                await self.run_pass(mount, scope)
+                with trio.CancelScope(shield=True):  # stopping the watcher never cuts a pass
+                    await self.run_pass(mount, scope)
             except Exception as exc:  # noqa: BLE001 - the watcher goes on; status says why
                 log.warning("fs-events pass of %s/%s failed: %s", mount, scope, exc)
                 self.mounts.setdefault(mount, MountState()).last_error = str(exc)
@@ -1095,7 +1195,8 @@ class Backing:
         return contents, ids
 
     def _record(self, mount: str, obs: Observation, sp: SyncPlan, intent_ids: dict[str, int],
-                skipped: set[str]) -> None:
+                skipped: set[str]) -> set[int]:
+        """Complete this pass's adoptions and record P; returns the ids still pending."""
         for path, iid in intent_ids.items():
             if path in skipped:
                 self.journal.abandon_intent(iid)
@@ -1107,6 +1208,7 @@ class Backing:
             self.journal.record_evidence(mount, items, root=(obs.root.dev, obs.root.ino))
         if obs.hashed:
             self.journal.put_fingerprints(mount, dict(obs.hashed))  # type: ignore[arg-type]
+        return {i.id for i in self.journal.pending_intents(mount)}
 
     # -- the store side ----------------------------------------------------------------
     def _mount_node(self, mount: str) -> Node | None:

@@ -215,6 +215,12 @@ class Workspace:
         if node.readonly:
             raise fail(errno.EROFS)
 
+    def _settle_first(self, d: Node | None, name: bytes) -> None:
+        """Seed 002: every change first settles a pending adoption of what it changes (only a
+        crash leaves one outside a pass, so this is one dict check almost always)."""
+        if d is not None and self.backing is not None and self.backing.pending_adopts:
+            self.backing.settle_before_change(d, name)
+
     def _live_dir(self, d: Node) -> None:
         """A directory removed (by rmdir, undo or a branch switch) takes no new entries:
         they could never be committed. POSIX says ENOENT."""
@@ -245,6 +251,7 @@ class Workspace:
         kids = self.children(d)
         if name in kids:
             raise fail(errno.EEXIST)
+        self._settle_first(d, name)
         if d.id == ROOT_ID and kind != DIR:
             raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
         node = self._new_node(kind, mode & 0o7777, uid, gid)
@@ -285,6 +292,7 @@ class Workspace:
         return node
 
     def _remove(self, d: Node, node: Node) -> None:
+        self._settle_first(d, node.name)
         self._touch(d)
         self._detach(node)
         d.mtime_ns = d.ctime_ns = node.ctime_ns = time.time_ns()
@@ -300,6 +308,8 @@ class Workspace:
             raise fail(errno.EINVAL)  # RENAME_WHITEOUT and unknown flags: not ours to fake
         src = self.lookup(od, oname)
         dst = self.children(nd).get(nname)
+        self._settle_first(od, oname)
+        self._settle_first(nd, nname)
         if nd.id == ROOT_ID and src.kind != DIR:
             raise fail(errno.EPERM)
         if src.kind == DIR and self._is_ancestor(src, nd):
@@ -362,6 +372,7 @@ class Workspace:
 
     def write(self, f: Node, off: int, data: bytes) -> int:
         self._writable(f)
+        self._settle_first(f.parent, f.name)
         fd = self._load_data(f)
         # Only the bytes written take space; a hole left before them does not.
         grow = min(len(data), max(0, off + len(data) - fd.size))
@@ -383,6 +394,7 @@ class Workspace:
         self._writable(f)
         if f.kind != FILE:
             raise fail(errno.EISDIR)
+        self._settle_first(f.parent, f.name)
         fd = self._load_data(f)
         if size > fd.size and size - fd.size > self.free_bytes() + (1 << 40):
             raise fail(errno.EFBIG)

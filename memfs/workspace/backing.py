@@ -31,7 +31,6 @@ import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -564,11 +563,12 @@ class Backing:
     async def reopen(self) -> dict:
         """Reopen the journal's view of the store in this process, without a restart: clears a
         failed write's poison (Journal.reopen). Every mount's lock is held meanwhile, so no
-        pass or materialize straddles the old view and the new one; the pins, global records
-        like P, are read again, since a failed set_pin may have reached the file. A reopen
-        that fails leaves the journal refusing, and says why."""
+        pass or materialize straddles the old view and the new one; what this process keeps
+        from the journal (the pins, the pending adoptions to settle) is read again, since a
+        failed write may have reached the file. A reopen that fails leaves the journal
+        refusing, and says why."""
         refusal = self.journal.refusal()
-        async with AsyncExitStack() as held:
+        async with contextlib.AsyncExitStack() as held:
             for mount in sorted(self.bindings):
                 await held.enter_async_context(self._lock(mount))
             try:
@@ -579,6 +579,7 @@ class Backing:
                                  "check the disk that holds the store (free space, dmesg), "
                                  "then run `memfs sync --reopen` again") from None
             self.pins = pins
+            self._load_pending_adopts()
             for st in self.mounts.values():
                 st.observed.clear()  # on-access windows: observe afresh from the new view
         was = None if refusal is None else refusal.message

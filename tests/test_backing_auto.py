@@ -9,6 +9,8 @@ from pathlib import Path
 
 from test_backing_mount import states
 
+from memfs.workspace.backing import PUSH_DELAY_ENV
+
 
 def wait_for(pred, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
@@ -75,3 +77,22 @@ def test_without_the_flag_nothing_is_written(mounted, tmp_path: Path):
     time.sleep(0.5)
     assert not (disk / "n.txt").exists()
     assert m.status()["backing"]["work"]["auto_materialize"] is None
+
+
+def test_a_change_made_while_a_round_runs_gets_its_own_round(mount_factory, tmp_path: Path):
+    """A round covers the tree as it was when it began: a draft made while its push runs is
+    written by a later round, never counted as seen."""
+    os.environ[PUSH_DELAY_ENV] = "1.0"
+    try:
+        m = mount_factory()
+    finally:
+        del os.environ[PUSH_DELAY_ENV]
+    m.require_real()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    m.cli("attach", "work", str(disk), "--auto-materialize", "--watch", "off")
+    (m.work / "n1.txt").write_text("first\n")
+    assert wait_for(lambda: m.status()["backing"]["work"]["auto_materialize"]["running"], 15)
+    (m.work / "n2.txt").write_text("made during the first round\n")  # while it pushes n1
+    assert wait_for(lambda: _read(disk / "n1.txt") == "first\n", 20)
+    assert wait_for(lambda: _read(disk / "n2.txt") == "made during the first round\n", 20)

@@ -228,6 +228,7 @@ class Backing:
         self._watchers_done = trio.Event()
         self._auto_seen: dict[str, tuple[int, int]] = {}
         self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
+        self.auto_running: set[str] = set()
         self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
         # Adoptions a crash left pending on this branch: settled before any change to them.
@@ -397,7 +398,8 @@ class Backing:
                 "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
                 "owed": None if journal else self.owed(mount),  # owed reads the evidence
                 "scans": self._scan_status(b),
-                "auto_materialize": {"last": self.auto_last.get(mount)}
+                "auto_materialize": {"last": self.auto_last.get(mount),
+                                     "running": mount in self.auto_running}
                 if b.auto_materialize else None,
             }
         return out
@@ -1014,6 +1016,13 @@ class Backing:
         return key is not None and self._auto_seen.get(mount) != key
 
     async def _auto_materialize_one(self, mount: str) -> None:
+        # What this round covers is the tree as it is now: a change made while the round runs
+        # has a newer version and starts the next round (this round's own adoptions start one
+        # too, which then finds nothing owed).
+        node = self._mount_node(mount)
+        if node is not None:
+            self._auto_seen[mount] = (node.id, node.ver)
+        self.auto_running.add(mount)
         try:
             with self._admitted():
                 async with self._lock(mount):
@@ -1022,9 +1031,8 @@ class Backing:
             log.warning("auto-materialize of %s failed: %s", mount, exc)
             res = {"error": str(exc)}
             self.record_event("write-failed", mount=mount, path=None, reason=str(exc))
-        node = self._mount_node(mount)  # what this round saw, its own adoptions included
-        if node is not None:
-            self._auto_seen[mount] = (node.id, node.ver)
+        finally:
+            self.auto_running.discard(mount)
         self.auto_last[mount] = {
             "time": time.time(), "branch": res.get("branch"), "written": res.get("written", []),
             "skipped": len(res.get("skipped", [])), "failed": len(res.get("failed", [])),

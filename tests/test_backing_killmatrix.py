@@ -288,3 +288,47 @@ def check_ingest(m, disk: Path, op: Op, variant: str, entry) -> None:
     assert evidence(m, op.path) == EvidenceRecord(h(want))
     m.cli(*op.retry)
     assert read(m.work / op.path) == want and pending(m) == []
+
+
+@pytest.mark.parametrize("op_name", ["write", "unlink"])
+def test_workspace_changes_the_path_again_before_the_retry(mount_factory, monkeypatch,
+                                                           tmp_path: Path, op_name: str):
+    """Killed after the effect (disk shows it, the intent pending), restarted, then the workspace
+    undoes its step before any retry: the draft is removed (`rm`) or the deleted file made again.
+    The retry owes what the workspace now holds, not the interrupted step: the deletion is
+    applied with --apply-deletions, the new file is written by a bare materialize, and neither
+    holds up the mount's other drafts."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "f.txt").write_bytes(OLD)
+    (disk / "g.txt").write_bytes(OLD)
+    m = start_crashing(mount_factory, monkeypatch, "apply:after-effect")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    op = OPS[op_name]
+    op.arrange(m, disk)
+    op.trigger(m, disk)
+    killed(m)
+    assert [(i.path, i.op) for i in pending(m)] == [("f.txt", op.intent)]
+    m.start()
+    assert wait_for(lambda: first_pass_done(m), 10)
+    again = b"made again\n"
+    if op_name == "write":
+        sh(f"rm {m.work}/f.txt")
+    else:
+        (m.work / "f.txt").write_bytes(again)
+    (m.work / "g.txt").write_bytes(NEW)
+    want = None if op_name == "write" else again
+    assert states(m).get("work/f.txt") == (("workspace-deleted", None) if want is None else
+                                           ("workspace-draft", None))
+    res = m.cli_json("materialize")["mounts"]["work"]
+    assert "g.txt" in res["written"] and read(disk / "g.txt") == NEW
+    if want is None:
+        assert res["deletions_left"] == ["f.txt"] and read(disk / "f.txt") == NEW
+        res = m.cli_json("materialize", "--apply-deletions")["mounts"]["work"]
+        assert res["removed"] == ["f.txt"]
+    else:
+        assert "f.txt" in res["written"]
+    assert read(disk / "f.txt") == want and read(m.work / "f.txt") == want
+    assert pending(m) == [] and evidence(m, "f.txt") == EvidenceRecord(want and h(want))
+    assert m.status()["backing"]["work"]["owed"] == {
+        "changes": 0, "workspace_deletions": 0, "conflicts": 0}

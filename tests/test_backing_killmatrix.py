@@ -153,7 +153,8 @@ def start_crashing(mount_factory, monkeypatch: pytest.MonkeyPatch, point: str):
 
 
 def pending(m, mount: str = "work") -> list:
-    """The journal's pending write-ahead intents, read as a restart would (daemon down)."""
+    """The journal's pending write-ahead intents, read straight from the store (as a restart
+    reads them)."""
     j = Journal(m.root / "store.db")
     try:
         return j.pending_intents(mount)

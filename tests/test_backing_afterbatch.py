@@ -181,3 +181,66 @@ def test_batches_arriving_while_a_scan_runs_share_the_next(slow_scans, tmp_path:
     assert _scans(m)["last_scan"]["late"] is True
     kinds = [e["event"] for e in m.cli_json("events")["events"]]
     assert "scan-missed" in kinds
+
+
+LATE = 3.0  # each scan's sleep in the late-scan daemon: batches 2 and 3 land inside scan 1
+
+
+@pytest.fixture
+def late_scans(mount_factory, monkeypatch: pytest.MonkeyPatch):
+    """A daemon whose after-batch scans each sleep LATE seconds first (the fault shim)."""
+    with monkeypatch.context() as env:
+        env.setenv(SCAN_DELAY_ENV, str(LATE))
+        m = mount_factory()
+    m.require_real()
+    return m
+
+
+def _events(m, kind: str) -> list[dict]:
+    return [e for e in m.cli_json("events")["events"] if e["event"] == kind]
+
+
+def test_late_scan_with_a_second_batch_queued_and_a_third_arriving(late_scans, tmp_path: Path):
+    """Scan 1 outlasts its deadline (batch 1 misses); batches 2 and 3 arrive while it still runs,
+    are not held (their misses are recorded at once) and share scan 2, which runs after it.
+    Each scan then records its own outcome: scan 1 (incomplete: a FIFO) as events only, since
+    a newer scan is queued; scan 2 (complete) on status and as events."""
+    m = late_scans
+    disk = _agent_mount(m, tmp_path, "--scan-deadline", "0.5")
+    os.mkfifo(disk / "pipe")
+    (disk / "one.txt").write_text("seen by scan 1\n")
+    r1 = _reply(_after_batch(m))
+    assert (r1["scan"], r1["missed"]) == (1, True) and "within 0.5 s" in r1["miss"]["why"]
+    second, third = _after_batch(m), _after_batch(m)
+    r2, r3 = _reply(second), _reply(third)
+    # Both missed without waiting for a deadline of their own: scan 1 was still running late.
+    assert r2["scan"] == r3["scan"] == 2 and r2["missed"] and r3["missed"]
+    assert sorted(r["miss"]["why"] for r in (r2, r3)) == [
+        "an earlier scan is still running past its deadline",
+        "this scan is queued behind one running past its deadline"]
+    scans = m.cli_json("status")["backing"]["work"]["scans"]
+    assert scans["running_late"] is True and scans["last_scan"] is None
+    assert scans["last_miss"]["scan"] == 2
+    assert [e["scan"] for e in _events(m, "scan-missed")] == [1, 2, 2]
+
+    assert wait_for(lambda: [e["scan"] for e in _events(m, "scan-finished")] == [1], 15)
+    # Scan 1 settled: its outcome is an event, not status (scan 2 is newer and still queued).
+    os.unlink(disk / "pipe")
+    (disk / "two.txt").write_text("seen by scan 2\n")
+    assert (m.work / "one.txt").read_text() == "seen by scan 1\n"  # the late scan's change shows
+    assert _scans(m)["last_scan"] is None and _scans(m)["running_late"] is True
+    assert not (m.work / "two.txt").exists()  # scan 2 has not looked yet
+
+    assert wait_for(lambda: len(_events(m, "scan-finished")) == 2, 15)
+    finished = {e["scan"]: e for e in _events(m, "scan-finished")}
+    assert finished[1]["late"] is True and finished[2]["late"] is True
+    assert finished[1]["finished"] is True and finished[2]["finished"] is True
+    incomplete = _events(m, "scan-incomplete")
+    assert [(e["scan"], [r[0] for r in e["regions"]]) for e in incomplete] == [(1, ["work/pipe"])]
+    assert "special" in incomplete[0]["regions"][0][1]
+    scans = m.cli_json("status")["backing"]["work"]["scans"]
+    assert scans["count"] == 2 and scans["running_late"] is False
+    assert scans["last_scan"] == {"scan": 2, "finished": True, "late": True, "incomplete": [],
+                                  "error": None}
+    assert (m.work / "two.txt").read_text() == "seen by scan 2\n"
+    assert [e["scan"] for e in _events(m, "scan-started")] == [1, 2]

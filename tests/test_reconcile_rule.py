@@ -143,6 +143,11 @@ def test_pending_disk_write_seen_records_nothing():
     torn = decide(TC, TB, A, w)
     assert torn.action == Action.INTERRUPTED and torn.conflict == ConflictKind.INTERRUPTED
     assert torn.record_conflict == Conflict("interrupted", C)
+    # The workspace removed the file since: the deletion is owed (rm), or nothing (not in branch).
+    rm = decide(TB, ABSENT, A, PathIntent(tombstone=True, pending=Pending("write", A, B)))
+    assert rm.state == State.WORKSPACE_DELETED and rm.owes == "unlink" and rm.record is None
+    gone = decide(TB, ABSENT, A, w)
+    assert gone.state == State.NOT_IN_BRANCH and gone.owes is None and gone.record is None
 
 
 def test_pending_unlink_and_adoption():
@@ -150,6 +155,8 @@ def test_pending_unlink_and_adoption():
     assert decide(ABSENT, ABSENT, A, u).state == State.WORKSPACE_DELETED
     assert decide(TA, ABSENT, A, u).resolve_pending == "not-done"
     assert decide(TB, ABSENT, A, u).action == Action.INTERRUPTED
+    remade = decide(ABSENT, TC, A, u)  # made again in the workspace after the unlink
+    assert remade.state == State.WORKSPACE_DRAFT and remade.owes == "write"
     adopt = PathIntent(pending=Pending("adopt", A, B))
     done = decide(TB, TB, A, adopt)
     assert done.resolve_pending == "done" and done.state == State.SYNCED
@@ -239,6 +246,11 @@ def test_rule_invariants(d, s, p, intent):
     # Agreement is only ever claimed on equal, hashed content.
     if dec.state == State.SYNCED and dec.detail not in (Detail.INGEST, Detail.PENDING_WRITE_SEEN):
         assert dv is not None and dv == sv
+    # What is owed is what the store holds now: a write of its content, an unlink of its absence
+    # (a crash after an effect, then the workspace changing the path again, found by the
+    # through-the-daemon kill matrix).
+    assert dec.owes != "write" or isinstance(s, Content), dec
+    assert dec.owes != "unlink" or s is ABSENT, dec
     # A conflict always says how it is resolved from the workspace side.
     if dec.state == State.CONFLICT:
         assert dec.conflict is not None and {"named", "force"} <= dec.requires

@@ -369,11 +369,17 @@ def _settle_pending(
             # The adoption landed; completing its intent records P := new, and the rest of
             # the decision is made from there.
             return _with(decide(d, s, pending.new, rest), resolve_pending="done")
-        if pending.op == "unlink":
-            state = State.WORKSPACE_DELETED if s is ABSENT else State.WORKSPACE_DRAFT
+        # What is owed follows the store as it is now, not the interrupted step: the workspace
+        # may have removed the written file or made the unlinked one again since.
+        if s is ABSENT and pending.op == "write" and not intent.tombstone:
+            return Decision(Action.KEEP_STORE, State.NOT_IN_BRANCH, Detail.PENDING_WRITE_SEEN,
+                            reason="disk shows the pending write; this branch no longer has it")
+        owes: Literal["write", "unlink"] = "unlink" if s is ABSENT else "write"
+        if s is ABSENT:
+            state = State.WORKSPACE_DELETED
         else:
             state = State.SYNCED if _eq(_value(s), pending.new) else State.WORKSPACE_DRAFT
-        return Decision(Action.KEEP_STORE, state, Detail.PENDING_WRITE_SEEN, owes=pending.op,
+        return Decision(Action.KEEP_STORE, state, Detail.PENDING_WRITE_SEEN, owes=owes,
                         reason="disk shows the pending effect; a push with barriers completes it")
     if _eq(side, pending.old):
         # Not done: decide from the evidence as it stands. (Not from `old`: a forced write's old

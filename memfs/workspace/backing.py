@@ -1201,6 +1201,7 @@ class Backing:
             ids[path] = self.journal.begin_intent(
                 b.mount, path, "adopt", old=old.digest if isinstance(old, Content) else None,
                 new=new, branch=branch, root=(root.dev, root.ino))
+            crash_point("backing:after-adopt-intent")  # intent durable, tree not yet changed
         return contents, ids
 
     def _record(self, mount: str, obs: Observation, sp: SyncPlan, intent_ids: dict[str, int],

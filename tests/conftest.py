@@ -36,12 +36,13 @@ def memfs_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def mount_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MountFactory]:
-    """make(root=None, name="mnt", extra_args=()) -> a started mount; all closed at teardown."""
+    """make(root=None, name="mnt", extra_args=(), env=None) -> a started mount (env: extra
+    environment for the daemon only, such as a test shim); all closed at teardown."""
     made: list[MemfsMount | NativeDir] = []
     request.node.memfs_mounts = made
 
-    def make(root: Path | None = None, name: str = "mnt",
-             extra_args: tuple[str, ...] = ()) -> MemfsMount | NativeDir:
+    def make(root: Path | None = None, name: str = "mnt", extra_args: tuple[str, ...] = (),
+             env: dict[str, str] | None = None) -> MemfsMount | NativeDir:
         if native_mode():
             m: MemfsMount | NativeDir = NativeDir(tmp_path / f"native-{name}")
             made.append(m)
@@ -52,7 +53,7 @@ def mount_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Mo
         if root is None:
             root = tmp_path / f"root-{name}"
         root.mkdir(parents=True, exist_ok=True)
-        m = MemfsMount(root, tmp_path / name, tmp_path / f"{name}-daemon.log", extra_args)
+        m = MemfsMount(root, tmp_path / name, tmp_path / f"{name}-daemon.log", extra_args, env)
         made.append(m)
         m.start()
         return m

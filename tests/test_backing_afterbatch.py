@@ -137,11 +137,7 @@ def test_after_batch_without_daemon_runs_one_pass(tmp_path: Path):
 def slow_scans(mount_factory):
     """A daemon whose every after-batch scan first sleeps (the fault-injection shim), so that
     batches really arrive while one runs."""
-    os.environ[SCAN_DELAY_ENV] = str(SLOW)
-    try:
-        m = mount_factory()
-    finally:
-        del os.environ[SCAN_DELAY_ENV]
+    m = mount_factory(env={SCAN_DELAY_ENV: str(SLOW)})
     m.require_real()
     return m
 

@@ -8,17 +8,9 @@ import time
 from pathlib import Path
 
 from test_backing_mount import states
+from test_backing_triggers import wait_for
 
 from memfs.workspace.backing import PUSH_DELAY_ENV
-
-
-def wait_for(pred, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def _read(p: Path) -> str | None:
@@ -82,11 +74,7 @@ def test_without_the_flag_nothing_is_written(mounted, tmp_path: Path):
 def test_a_change_made_while_a_round_runs_gets_its_own_round(mount_factory, tmp_path: Path):
     """A round covers the tree as it was when it began: a draft made while its push runs is
     written by a later round, never counted as seen."""
-    os.environ[PUSH_DELAY_ENV] = "1.0"
-    try:
-        m = mount_factory()
-    finally:
-        del os.environ[PUSH_DELAY_ENV]
+    m = mount_factory(env={PUSH_DELAY_ENV: "1.0"})
     m.require_real()
     disk = tmp_path / "disk"
     disk.mkdir()

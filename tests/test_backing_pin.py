@@ -7,7 +7,6 @@ short by a branch switch writes nothing more and leaves the pin where it was, pi
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -71,11 +70,7 @@ def test_nothing_owed_still_pins_and_the_pin_survives_a_restart(backed):  # noqa
 def slow_pushes(mount_factory, tmp_path: Path):
     """A daemon whose materialize pushes wait before each effect, so a branch switch can
     really land while one runs; `work` bound to a directory holding a.txt."""
-    os.environ[PUSH_DELAY_ENV] = str(PUSH_DELAY)
-    try:
-        m = mount_factory()
-    finally:
-        del os.environ[PUSH_DELAY_ENV]
+    m = mount_factory(env={PUSH_DELAY_ENV: str(PUSH_DELAY)})
     m.require_real()
     disk = tmp_path / "disk"
     disk.mkdir()

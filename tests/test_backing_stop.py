@@ -88,11 +88,7 @@ async def test_stop_drains_work_admitted_while_draining_then_refuses(tmp_path: P
 
 
 def test_umount_during_a_scan_keeps_what_the_scan_took(mount_factory, tmp_path: Path):
-    os.environ[SCAN_DELAY_ENV] = str(SLOW)
-    try:
-        m = mount_factory()
-    finally:
-        del os.environ[SCAN_DELAY_ENV]
+    m = mount_factory(env={SCAN_DELAY_ENV: str(SLOW)})
     m.require_real()
     disk = tmp_path / "disk"
     disk.mkdir()

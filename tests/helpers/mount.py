@@ -70,12 +70,14 @@ class MemfsMount:
     native = False
 
     def __init__(
-        self, root: Path, mnt: Path, log: Path, extra_args: tuple[str, ...] = ()
+        self, root: Path, mnt: Path, log: Path, extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.root = root
         self.mnt = mnt
         self.log = log
         self.extra_args = extra_args
+        self.env = dict(env or {})  # the daemon's own extra environment (test shims)
         self.proc: subprocess.Popen[bytes] | None = None
         self.work = mnt / "work"
         self.initialized = False
@@ -92,7 +94,7 @@ class MemfsMount:
         logf = open(self.log, "ab")
         logf.write(f"\n==== mount at {time.strftime('%H:%M:%S')} ====\n".encode())
         logf.flush()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         cmd = memfs_cmd(self.root, "mount", str(self.mnt), "--foreground", *self.extra_args)
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=REPO,
                                      env=env, start_new_session=True)

@@ -200,6 +200,23 @@ class Decision:
     reason: str = ""
 
 
+SYNCED_UNCHANGED = Decision(Action.AGREE, State.SYNCED, reason="disk and store agree")
+"""The decision for the unchanged case, shared: a pass over a quiet tree makes one per file."""
+
+
+def decide_unchanged(disk: str | None, store: str | None, p: Evidence) -> Decision | None:
+    """The rule's decision when disk, store and P are one digest, or None: run `decide`.
+
+    Valid only for a path with no branch intent (tombstone, origin, conflict, damage) and no
+    pending intent: the caller checks that. With those absent, D = S goes straight to agreement,
+    and P = D means nothing to record; so this is exactly `decide` for those inputs (a property
+    test holds it to that), without the work of building the sides. `disk`/`store` are digests
+    (None: no comparable content)."""
+    if disk is not None and disk == store and p == disk:
+        return SYNCED_UNCHANGED
+    return None
+
+
 def _value(side: Disk | Store) -> _Absent | str | None:
     """A side as an evidence value: ABSENT, a digest, or None when it has no comparable value."""
     if side is ABSENT:

@@ -204,6 +204,7 @@ class Backing:
         self.overlay: dict[tuple[str, str], Node] = {}  # live disk-only nodes
         self.epoch = 0  # bumped when the tree is replaced (undo, restore, branch switch)
         self._digests: dict[tuple[str, int], str] = {}
+        self._draft_digests: dict[int, tuple[int, str]] = {}  # node id -> (ver, digest)
         self._locks: dict[str, trio.Lock] = {}
         self.conflict_dir = Path(self.store.root) / "conflicts"
         # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
@@ -312,7 +313,7 @@ class Backing:
         status stays cheap and answers while a root is unavailable; a draft whose write failed
         or was refused is still a draft, so it still counts."""
         nodes, _ = self._store_nodes(mount)
-        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
+        view = self._store_view(nodes)
         evidence = {p: (ABSENT if r.digest is None else r.digest)
                     for p, r in self.journal.evidence_under(mount, "").items()}
         pending = pending_from_journal(self.journal.pending_intents(mount), self.ws.branch)
@@ -589,7 +590,7 @@ class Backing:
         epoch, branch, obs, evidence, pend = gathered
         # On the loop from here to the plan: one branch, one tree.
         nodes, _ = self._store_nodes(mount, scope)
-        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
+        view = self._store_view(nodes)
         table = self.intents.get(mount, IntentTable())
         if path_sync and table.damaged:
             # A path sync names the paths whose intent it replaces: with disk taken there,
@@ -733,7 +734,7 @@ class Backing:
             return gathered
         _, branch, obs, evidence, pend = gathered
         nodes, _ = self._store_nodes(mount)
-        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
+        view = self._store_view(nodes)
         plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
                          pending_from_journal(pend, branch), branch=branch)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
@@ -901,15 +902,13 @@ class Backing:
     # -- gathering (worker thread) -----------------------------------------------------
     def _gather(self, b: Binding, scope: str, nodes: dict[str, Node],
                 refs: dict[tuple[str, int], None]):
-        root = self.journal.root(b.mount)
-        expected = RootId(*root) if root else None
-        ev = self.journal.evidence_under(b.mount, scope)
-        evidence = {p: (ABSENT if r.digest is None else r.digest) for p, r in ev.items()}
-        pend = self.journal.pending_intents(b.mount)
-        cache = self.journal.fingerprints(b.mount)
-        store_paths = set(nodes)
-        obs = observe(b.dir, expected_root=expected, scope=scope, cache=cache,
-                      tracked=lambda p: p in store_paths or p in evidence,
+        # One snapshot of the journal; fingerprints of the scope only.
+        got = self.journal.pass_inputs(b.mount, scope)
+        expected = RootId(*got.root) if got.root else None
+        evidence = {p: (ABSENT if d is None else d) for p, d in got.evidence.items()}
+        pend = got.pending
+        obs = observe(b.dir, expected_root=expected, scope=scope, cache=got.fingerprints,
+                      tracked=lambda p: p in nodes or p in evidence,
                       max_file_size=b.max_file_size, ignore=b.ignore,
                       follow_symlinks=b.follow_symlinks)
         for key in refs:
@@ -1009,35 +1008,56 @@ class Backing:
                     self._digests:
                 refs[(top.ref, top.size())] = None
             return nodes, refs
+        # Once per file per pass: locals instead of attribute lookups.
+        children, disk_only, digests = self.ws.children, self.ws.disk_only, self._digests
         stack: list[tuple[Node, str]] = [(top, scope + "/" if scope else "")]
         while stack:
             d, prefix = stack.pop()
-            for name, child in self.ws.children(d).items():
-                rel = prefix + name_to_str(name)
-                if child.id in self.ws.disk_only:
+            for name, child in children(d).items():
+                if child.id in disk_only:
                     continue
-                if child.kind == DIR:
-                    stack.append((child, rel + "/"))
-                elif child.kind == FILE:
-                    nodes[rel] = child
+                kind = child.kind
+                if kind == FILE:
+                    nodes[prefix + name.decode("utf-8", "surrogateescape")] = child
                     if not child.dirty and child.ref is not None:
-                        key = (child.ref, child.size())
-                        if key not in self._digests:
+                        key = (child.ref, child.data.size if child.data is not None else 0)
+                        if key not in digests:
                             refs[key] = None
+                elif kind == DIR:
+                    stack.append((child, prefix + name.decode("utf-8", "surrogateescape") + "/"))
         return nodes, refs
 
     def _digest_now(self, node: Node) -> str:
+        """The store side's digest. A committed file's by its immutable (ref, size); a draft's
+        from its live bytes, remembered by (node id, ver) — ver moves on every write and
+        truncate, so a draft is rehashed only after it changed, and a remembered digest is never
+        served for other bytes (a stale one could read a draft as agreed and lose it)."""
         if not node.dirty and node.ref is not None:
             key = (node.ref, node.size())
             digest = self._digests.get(key)
             if digest is None:
                 digest = self._digests[key] = ref_digest(self.store, *key)
             return digest
+        ver = node.ver  # read before the bytes: a write meanwhile leaves a ver never asked for
+        hit = self._draft_digests.get(node.id)
+        if hit is not None and hit[0] == ver:
+            return hit[1]
         h = xxhash.xxh3_128()
         size = node.size()
         for off in range(0, size, CHUNK_SIZE):
             h.update(self.ws.read(node, off, CHUNK_SIZE))
-        return h.hexdigest() if size else EMPTY_DIGEST
+        digest = h.hexdigest() if size else EMPTY_DIGEST
+        if len(self._draft_digests) >= 4096:  # committed or deleted drafts would linger
+            self._draft_digests.clear()
+        self._draft_digests[node.id] = (ver, digest)
+        return digest
+
+    def _store_view(self, nodes: dict[str, Node]) -> dict[str, Content]:
+        """The rule's S for each store file (`_digest_now`, one shared Content per digest)."""
+        from memfs.reconcile.rule import text_content
+
+        digest_now = self._digest_now
+        return {p: text_content(digest_now(n)) for p, n in nodes.items()}
 
     # -- applying to the live tree (on the loop, no await) -----------------------------
     def _parent(self, mnode: Node | None, rel: str, create: bool,

@@ -205,6 +205,7 @@ class Backing:
         self.epoch = 0  # bumped when the tree is replaced (undo, restore, branch switch)
         self._digests: dict[tuple[str, int], str] = {}
         self._draft_digests: dict[int, tuple[int, str]] = {}  # node id -> (ver, digest)
+        self._nodes_memo: tuple[tuple, dict[str, Node]] | None = None  # see _store_nodes
         self._locks: dict[str, trio.Lock] = {}
         self.conflict_dir = Path(self.store.root) / "conflicts"
         # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
@@ -314,9 +315,9 @@ class Backing:
         or was refused is still a draft, so it still counts."""
         nodes, _ = self._store_nodes(mount)
         view = self._store_view(nodes)
-        evidence = {p: (ABSENT if r.digest is None else r.digest)
-                    for p, r in self.journal.evidence_under(mount, "").items()}
-        pending = pending_from_journal(self.journal.pending_intents(mount), self.ws.branch)
+        got = self.journal.pass_inputs(mount)  # remembered while the journal is unchanged
+        evidence = {p: (ABSENT if d is None else d) for p, d in got.evidence.items()}
+        pending = pending_from_journal(got.pending, self.ws.branch)
         c = count_owed(view, evidence, self.intents.get(mount, IntentTable()), pending)
         return {"changes": c.pending_changes, "workspace_deletions": c.pending_workspace_deletions,
                 "conflicts": c.conflicts}
@@ -992,24 +993,43 @@ class Backing:
     def _store_nodes(self, mount: str, scope: str = "",
                      ) -> tuple[dict[str, Node], dict[tuple[str, int], None]]:
         """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),
-        and the committed refs whose digest is not cached yet."""
-        nodes: dict[str, Node] = {}
-        refs: dict[tuple[str, int], None] = {}
+        and the committed refs whose digest is not cached yet.
+
+        A pass asks twice (gathering, then deciding); the walk is remembered while nothing in
+        the tree moved: every create, unlink, rename and write bumps `ws.mutation_seq`, and a
+        replaced tree bumps `epoch`. The refs are always recomputed (a commit makes drafts
+        committed without a mutation)."""
         top = self._mount_node(mount)
+        key = (mount, scope, self.epoch, self.ws.mutation_seq, top)
+        memo = self._nodes_memo
+        if memo is not None and memo[0] == key:
+            nodes = dict(memo[1])
+        else:
+            nodes = self._walk_store(top, scope)
+            self._nodes_memo = (key, nodes)
+            nodes = dict(nodes)
+        refs: dict[tuple[str, int], None] = {}
+        digests = self._digests
+        for node in nodes.values():
+            if not node.dirty and node.ref is not None:
+                ref = (node.ref, node.data.size if node.data is not None else 0)  # node.size()
+                if ref not in digests:
+                    refs[ref] = None
+        return nodes, refs
+
+    def _walk_store(self, top: Node | None, scope: str) -> dict[str, Node]:
+        nodes: dict[str, Node] = {}
         for part in components(scope):
             if top is None or top.kind != DIR:
-                return nodes, refs
+                return nodes
             top = self.ws.children(top).get(name_to_bytes(part))
         if top is None or top.id in self.ws.disk_only:
-            return nodes, refs
+            return nodes
         if top.kind == FILE:
             nodes[scope] = top
-            if not top.dirty and top.ref is not None and (top.ref, top.size()) not in \
-                    self._digests:
-                refs[(top.ref, top.size())] = None
-            return nodes, refs
-        # Once per file per pass: locals instead of attribute lookups.
-        children, disk_only, digests = self.ws.children, self.ws.disk_only, self._digests
+            return nodes
+        # Once per file: locals instead of attribute lookups.
+        children, disk_only = self.ws.children, self.ws.disk_only
         stack: list[tuple[Node, str]] = [(top, scope + "/" if scope else "")]
         while stack:
             d, prefix = stack.pop()
@@ -1019,13 +1039,9 @@ class Backing:
                 kind = child.kind
                 if kind == FILE:
                     nodes[prefix + name.decode("utf-8", "surrogateescape")] = child
-                    if not child.dirty and child.ref is not None:
-                        key = (child.ref, child.data.size if child.data is not None else 0)
-                        if key not in digests:
-                            refs[key] = None
                 elif kind == DIR:
                     stack.append((child, prefix + name.decode("utf-8", "surrogateescape") + "/"))
-        return nodes, refs
+        return nodes
 
     def _digest_now(self, node: Node) -> str:
         """The store side's digest. A committed file's by its immutable (ref, size); a draft's
@@ -1056,8 +1072,13 @@ class Backing:
         """The rule's S for each store file (`_digest_now`, one shared Content per digest)."""
         from memfs.reconcile.rule import text_content
 
-        digest_now = self._digest_now
-        return {p: text_content(digest_now(n)) for p, n in nodes.items()}
+        digests, out = self._digests, {}
+        for p, n in nodes.items():
+            # The committed, already-hashed case inline: nearly every file of a quiet tree.
+            digest = None if n.dirty or n.ref is None or n.data is None else \
+                digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
+            out[p] = text_content(digest if digest is not None else self._digest_now(n))
+        return out
 
     # -- applying to the live tree (on the loop, no await) -----------------------------
     def _parent(self, mnode: Node | None, rel: str, create: bool,

@@ -30,6 +30,7 @@ import fnmatch
 import os
 import posixpath
 import stat
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -217,6 +218,7 @@ class _Walk:
     seen: int = 0
     root_fd: int = -1
     root_dev: int = -1
+    reuse: Mapping[str, FileFact] = field(default_factory=dict)
 
     def ignored(self, rel: str, name: str) -> str | None:
         if name.startswith(TEMP_PREFIX):
@@ -285,16 +287,20 @@ class _Walk:
 
         The hot loop of a pass: one fstatat per entry, and for a regular file whose cached
         fingerprint vouches for its bytes (the rule in `vouches`), the fact straight from the
-        cache, with no call and no allocation beyond the fact itself. Everything else goes
+        cache, with no call. If an earlier observation's fact for the path (`reuse`) is the very
+        fact this one would build — vouched, same fingerprint, digest and kind — that object is
+        kept: a FileFact is a tuple subclass the collector never untracks, and 100k new ones
+        per pass set off full collections of the daemon's whole heap. Everything else goes
         through `file`, `symlink` or a region, as before.
         """
         subdirs: list[tuple[str, str, os.stat_result]] = []
         prefix = rel + "/" if rel else ""
         check_names = bool(self.ignore)
         cache_get = self.cache.get if self.trust else _no_cache
+        reuse_get = self.reuse.get
         files = self.obs.files
         root_dev, racy_ns = self.root_dev, self.racy_ns
-        stat_, isreg, isdir = os.stat, stat.S_ISREG, stat.S_ISDIR
+        stat_, isreg, isdir, intern = os.stat, stat.S_ISREG, stat.S_ISDIR, sys.intern
         for name in names:
             child = prefix + name
             if check_names or name[0] == "." or name in VCS_DIRS:
@@ -321,6 +327,16 @@ class _Walk:
                             and mtime < cached.hashed_at_ns - racy_ns
                             and ctime < cached.hashed_at_ns - racy_ns):
                         kind = cached.kind
+                        prev = reuse_get(child)
+                        if (prev is not None and not prev[6] and prev[3] == cached.digest
+                                and prev[4] == kind and prev[2][1] == mtime
+                                and prev[2][2] == ctime and prev[2][0] == st.st_size
+                                and prev[2][3] == st.st_ino and prev[2][4] == st.st_dev):
+                            # Equal in every field to the fact built below; keyed by its own
+                            # (interned) path, so later lookups compare one object.
+                            files[prev[0]] = prev
+                            continue
+                        child = intern(child)
                         files[child] = _new(FileFact, (
                             child, st.st_size,
                             _new(Fingerprint, (st.st_size, mtime, ctime, st.st_ino, st.st_dev)),
@@ -440,7 +456,7 @@ class _Walk:
         if oversize:
             kind = "oversize"
         fp = Fingerprint.of(last)
-        digest = h.hexdigest()
+        digest = sys.intern(h.hexdigest())
         self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True)
         self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev,
                                           digest, kind, started)
@@ -461,6 +477,7 @@ def observe(
     racy_ns: int = RACY_NS,
     clock: Callable[[], int] = time.time_ns,
     limit: int | None = None,
+    reuse: Mapping[str, FileFact] | None = None,
 ) -> Observation:
     """Observe `scope` (a mount-relative directory or file; '' for everything) under the root.
 
@@ -468,6 +485,8 @@ def observe(
     back in `Observation.hashed` for the caller to store. `tracked`: paths the store or the
     evidence knows; an untracked file over `max_file_size` gets a head read, never a hash.
     `limit` bounds the number of entries visited; what it leaves is reported as a region.
+    `reuse`: an earlier observation's files; a fact equal in every field to the one this walk
+    would build is reused instead of rebuilt (fewer objects for the collector, same facts).
     Raises RootUnavailable for a missing or replaced root.
     """
     root_fd, rid = open_root(root_path, expected_root)
@@ -477,7 +496,7 @@ def observe(
         w = _Walk(
             Observation(rid, scope), os.fspath(root_path), cache or {}, is_tracked,
             max_file_size, tuple(ignore), ignore_vcs, magic in trusted_fs, racy_ns, clock,
-            follow_symlinks, limit, root_fd=root_fd, root_dev=rid.dev,
+            follow_symlinks, limit, root_fd=root_fd, root_dev=rid.dev, reuse=reuse or {},
         )
         parts = components(scope)
         try:

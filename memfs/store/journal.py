@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from sys import intern
 from typing import Literal, NamedTuple, TypeVar
 
 from memfs.errors import MemfsError
@@ -398,8 +399,10 @@ class Journal:
         else:
             rows = c.execute(cols + " AND (path=? OR (path >= ? AND path < ?))",
                              (mount, prefix, prefix + "/", prefix + "0"))
-        # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file.
-        return {r[0]: _new(FingerprintRow, r[1:]) for r in rows}
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file. Paths and
+        # digests interned: see pass_inputs.
+        return {intern(r[0]): _new(FingerprintRow, (r[1], r[2], r[3], r[4], r[5], intern(r[6]),
+                                                    r[7], r[8])) for r in rows}
 
     # -- one pass's reads --------------------------------------------------------------------
 
@@ -412,7 +415,9 @@ class Journal:
         the store's own connection) commits to the file; any write through this journal
         forgets them too. So a remembered snapshot is served only while the file cannot have
         changed under it, and a quiet tree's pass skips rebuilding a row per file. Callers get
-        their own dicts."""
+        their own dicts. Paths and digests are interned (so are the workspace's paths and
+        digests): a pass compares each path's digest on three sides and looks the path up in
+        several maps, and one object per value makes those comparisons pointer checks."""
         def q(c: sqlite3.Connection) -> PassInputs:
             c.execute("BEGIN")
             try:
@@ -422,7 +427,8 @@ class Journal:
                     _, evidence, fps = hit
                 else:
                     # Read after the version: a commit in between only makes the memo miss.
-                    evidence = dict(self._evidence_rows(c, mount, prefix))
+                    evidence = {intern(p): d if d is None else intern(d)
+                                for p, d in self._evidence_rows(c, mount, prefix)}
                     fps = self._fingerprint_rows(c, mount, prefix)
                     if len(self._memo) >= _MEMO_KEYS:
                         self._memo.clear()

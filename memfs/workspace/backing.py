@@ -27,10 +27,12 @@ import errno
 import json
 import logging
 import os
+import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import trio
@@ -205,7 +207,8 @@ class Backing:
         self.epoch = 0  # bumped when the tree is replaced (undo, restore, branch switch)
         self._digests: dict[tuple[str, int], str] = {}
         self._draft_digests: dict[int, tuple[int, str]] = {}  # node id -> (ver, digest)
-        self._nodes_memo: tuple[tuple, dict[str, Node]] | None = None  # see _store_nodes
+        self._store_memo: list | None = None  # [key, nodes, refs, view]: see _store_nodes
+        self._facts: dict[str, dict] = {}  # mount -> the last full pass's files (see _gather)
         self._locks: dict[str, trio.Lock] = {}
         self.conflict_dir = Path(self.store.root) / "conflicts"
         # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
@@ -911,10 +914,12 @@ class Backing:
         obs = observe(b.dir, expected_root=expected, scope=scope, cache=got.fingerprints,
                       tracked=lambda p: p in nodes or p in evidence,
                       max_file_size=b.max_file_size, ignore=b.ignore,
-                      follow_symlinks=b.follow_symlinks)
+                      follow_symlinks=b.follow_symlinks, reuse=self._facts.get(b.mount))
+        if not scope:
+            self._facts[b.mount] = obs.files  # unchanged facts are reused, not rebuilt
         for key in refs:
             if key not in self._digests:
-                self._digests[key] = ref_digest(self.store, *key)
+                self._digests[key] = sys.intern(ref_digest(self.store, *key))
         return obs, evidence, pend
 
     def _prepare(self, b: Binding, obs: Observation, sp: SyncPlan, plan) -> None:
@@ -991,31 +996,32 @@ class Backing:
         return node
 
     def _store_nodes(self, mount: str, scope: str = "",
-                     ) -> tuple[dict[str, Node], dict[tuple[str, int], None]]:
+                     ) -> tuple[Mapping[str, Node], dict[tuple[str, int], None]]:
         """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),
-        and the committed refs whose digest is not cached yet.
+        read-only, and the committed refs whose digest is not cached yet.
 
-        A pass asks twice (gathering, then deciding); the walk is remembered while nothing in
-        the tree moved: every create, unlink, rename and write bumps `ws.mutation_seq`, and a
-        replaced tree bumps `epoch`. The refs are always recomputed (a commit makes drafts
-        committed without a mutation)."""
-        top = self._mount_node(mount)
-        key = (mount, scope, self.epoch, self.ws.mutation_seq, top)
-        memo = self._nodes_memo
-        if memo is not None and memo[0] == key:
-            nodes = dict(memo[1])
-        else:
-            nodes = self._walk_store(top, scope)
-            self._nodes_memo = (key, nodes)
-            nodes = dict(nodes)
-        refs: dict[tuple[str, int], None] = {}
-        digests = self._digests
-        for node in nodes.values():
-            if not node.dirty and node.ref is not None:
-                ref = (node.ref, node.data.size if node.data is not None else 0)  # node.size()
-                if ref not in digests:
-                    refs[ref] = None
-        return nodes, refs
+        Remembered, with the view built from it (`_store_view`), while nothing it depends on
+        moved: every create, unlink, rename, write and truncate bumps `ws.mutation_seq`, a
+        commit that marks drafts committed moves `ws.head` in the same loop turn, and a replaced
+        tree bumps `epoch`. A pass asks twice, and a quiet tree's next pass asks the same
+        question again; at 100k files the walk and the view cost more than the decisions."""
+        key = self._store_key(mount, scope)
+        memo = self._store_memo
+        if memo is None or memo[0] != key:
+            nodes = self._walk_store(key[-1], scope)
+            refs = {}
+            for node in nodes.values():
+                if not node.dirty and node.ref is not None:
+                    refs[(node.ref, node.data.size if node.data is not None else 0)] = None
+            memo = self._store_memo = [key, MappingProxyType(nodes), refs, None]
+        digests = self._digests  # only grows: a ref digested since is no longer wanted
+        if memo[2]:
+            memo[2] = {ref: None for ref in memo[2] if ref not in digests}
+        return memo[1], dict(memo[2])
+
+    def _store_key(self, mount: str, scope: str) -> tuple:
+        ws = self.ws
+        return (mount, scope, self.epoch, ws.mutation_seq, ws.head, self._mount_node(mount))
 
     def _walk_store(self, top: Node | None, scope: str) -> dict[str, Node]:
         nodes: dict[str, Node] = {}
@@ -1028,8 +1034,11 @@ class Backing:
         if top.kind == FILE:
             nodes[scope] = top
             return nodes
-        # Once per file: locals instead of attribute lookups.
-        children, disk_only = self.ws.children, self.ws.disk_only
+        # Once per file: locals instead of attribute lookups. Paths are interned, as the
+        # journal's and the walk's are: a pass looks each one up in five maps, and equal keys
+        # that are one object compare without touching their bytes (at 100k files that is
+        # memory traffic the pass waits on).
+        children, disk_only, intern = self.ws.children, self.ws.disk_only, sys.intern
         stack: list[tuple[Node, str]] = [(top, scope + "/" if scope else "")]
         while stack:
             d, prefix = stack.pop()
@@ -1038,7 +1047,7 @@ class Backing:
                     continue
                 kind = child.kind
                 if kind == FILE:
-                    nodes[prefix + name.decode("utf-8", "surrogateescape")] = child
+                    nodes[intern(prefix + name.decode("utf-8", "surrogateescape"))] = child
                 elif kind == DIR:
                     stack.append((child, prefix + name.decode("utf-8", "surrogateescape") + "/"))
         return nodes
@@ -1052,7 +1061,7 @@ class Backing:
             key = (node.ref, node.size())
             digest = self._digests.get(key)
             if digest is None:
-                digest = self._digests[key] = ref_digest(self.store, *key)
+                digest = self._digests[key] = sys.intern(ref_digest(self.store, *key))
             return digest
         ver = node.ver  # read before the bytes: a write meanwhile leaves a ver never asked for
         hit = self._draft_digests.get(node.id)
@@ -1068,16 +1077,23 @@ class Backing:
         self._draft_digests[node.id] = (ver, digest)
         return digest
 
-    def _store_view(self, nodes: dict[str, Node]) -> dict[str, Content]:
+    def _store_view(self, nodes: Mapping[str, Node]) -> dict[str, Content]:
         """The rule's S for each store file (`_digest_now`, one shared Content per digest)."""
         from memfs.reconcile.rule import text_content
 
+        memo = self._store_memo
+        if memo is not None and memo[1] is nodes and memo[3] is not None and \
+                memo[0] == self._store_key(memo[0][0], memo[0][1]):
+            return dict(memo[3])  # the same nodes, nothing moved: the same digests
         digests, out = self._digests, {}
         for p, n in nodes.items():
             # The committed, already-hashed case inline: nearly every file of a quiet tree.
             digest = None if n.dirty or n.ref is None or n.data is None else \
                 digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
             out[p] = text_content(digest if digest is not None else self._digest_now(n))
+        if memo is not None and memo[1] is nodes and memo[0] == self._store_key(memo[0][0],
+                                                                                memo[0][1]):
+            memo[3] = dict(out)
         return out
 
     # -- applying to the live tree (on the loop, no await) -----------------------------

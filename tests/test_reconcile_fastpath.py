@@ -238,9 +238,12 @@ async def test_remembered_store_walk_follows_every_tree_change(tmp_path: Path):
         new = ws.create(work, b"n.txt", FILE, 0o644, 0, 0)
         assert set(b._store_nodes("work")[0]) == {"a.txt", "n.txt"}
         ws.write(new, 0, b"n\n")
-        await ws.commit()  # a commit changes refs, not paths: the refs are recomputed
+        view = b._store_view(b._store_nodes("work")[0])
+        assert view["n.txt"].digest == h(b"n\n")  # a draft: its live bytes, no ref yet
+        await ws.commit()  # a commit changes refs and drafts, not paths: noticed all the same
         nodes, refs = b._store_nodes("work")
         assert set(nodes) == {"a.txt", "n.txt"} and (new.ref, 2) in refs
+        assert b._store_view(nodes) == view
         ws.rename(work, b"n.txt", work, b"m.txt")
         assert set(b._store_nodes("work")[0]) == {"a.txt", "m.txt"}
         ws.unlink(work, b"a.txt")

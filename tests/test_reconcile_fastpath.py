@@ -23,6 +23,7 @@ from memfs.reconcile.intent import IntentTable
 from memfs.reconcile.observe import FileFact, Fingerprint, Observation, Region
 from memfs.reconcile.plan import (
     PassPlan,
+    count_owed,
     plan_materialize,
     plan_pass,
     plan_sync,
@@ -153,6 +154,26 @@ def test_plan_pass_fast_path_gives_the_rules_decision(world):
         assert plan_materialize(plan, obs, paths=paths, force=force,
                                 apply_deletions=deletions) == \
             plan_materialize(slow, obs, paths=paths, force=force, apply_deletions=deletions)
+    # count_owed skips the intent lookup for unmarked paths; the counts are those of a table
+    # asked about every path.
+    assert count_owed(view, evidence, table, pending) == count_owed(
+        view, evidence, _AskEveryPath(table), pending)
+
+
+class _AskEveryPath:
+    """An intent table that hides its entries, so count_owed asks `get` for every path."""
+
+    damaged = True  # count_owed then takes no shortcut
+
+    def __init__(self, table: IntentTable) -> None:
+        self.table = table
+        self.entries: dict = {}
+
+    def get(self, path: str) -> PathIntent:
+        return self.table.get(path)
+
+    def __iter__(self):
+        return iter(self.table)
 
 
 def test_fast_path_taken_only_without_intent():

@@ -3,9 +3,12 @@
 The tree (default 100k files in 1,000 directories) is generated once in the shared scratch
 directory and committed to git there, untimed. The native side times a warm `git status`; the
 memfs side attaches the tree to a fresh store (untimed: the first take-in), runs one pass to
-warm the fingerprint cache, then times a second pass over the unchanged tree — the work an
+warm the fingerprint cache, then times further passes over the unchanged tree — the work an
 on-access or `memfs sync` pass does when nothing changed. It runs the daemon's own code
 (memfs.workspace.backing) in-process, with no mount in the way.
+
+Each side is timed REPEAT times after its warm-up and the fastest run counts, on both sides
+alike: the machine is shared, and a slow outlier says more about the neighbours than the code.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import time
 from pathlib import Path
 
 from benchmarks.registry import Context, Measure, workload
+
+REPEAT = 3
 
 
 def _tree(ctx: Context) -> tuple[Path, int]:
@@ -54,9 +59,12 @@ def _memfs_pass(ctx: Context, tree: Path) -> float:
             await backing.attach(Binding(mount="proj", dir=str(tree)))
             await ws.commit("take-in")
             await backing.run_pass("proj")  # warms the fingerprint cache
-            start = time.perf_counter()
-            await backing.run_pass("proj")
-            return time.perf_counter() - start
+            best = float("inf")
+            for _ in range(REPEAT):
+                start = time.perf_counter()
+                await backing.run_pass("proj")
+                best = min(best, time.perf_counter() - start)
+            return best
         finally:
             backing.close()
             ws.store.close()
@@ -66,11 +74,14 @@ def _memfs_pass(ctx: Context, tree: Path) -> float:
 
 @workload("reconcile-unchanged", "reconcile", "files/s", min_ratio=0.5)
 def reconcile_unchanged(ctx: Context) -> Measure:
-    """Unchanged 100k-file tree: memfs pass (second) vs git status (warm)"""
+    """Unchanged 100k-file tree: memfs pass vs git status (warm, best of 3 each)"""
     tree, files = _tree(ctx)
     if ctx.side == "native":
         _git_status(tree)
-        start = time.perf_counter()
-        _git_status(tree)
-        return Measure(files, time.perf_counter() - start)
+        best = float("inf")
+        for _ in range(REPEAT):
+            start = time.perf_counter()
+            _git_status(tree)
+            best = min(best, time.perf_counter() - start)
+        return Measure(files, best)
     return Measure(files, _memfs_pass(ctx, tree))

@@ -73,6 +73,57 @@ def test_fingerprint_cache(tmp_path: Path):
     assert j.fingerprints("work") == {"a": row}
 
 
+def test_fingerprints_of_a_prefix(tmp_path: Path):
+    """A scoped pass reads the cache of its scope only: the scope itself and what lies below
+    it, never a sibling whose name merely starts the same."""
+    j = Journal(tmp_path / "store.db")
+    row = FingerprintRow(3, 10, 11, 12, 13, A, "text", 99)
+    j.put_fingerprints("work", {p: row for p in ("src", "src/a", "src/d/b", "srcx", "src-y/c",
+                                                  "top")})
+    j.put_fingerprints("other", {"src/a": row})
+    assert set(j.fingerprints("work", "src")) == {"src", "src/a", "src/d/b"}
+    assert set(j.fingerprints("work", "src/d")) == {"src/d/b"}
+    assert set(j.fingerprints("work")) == {"src", "src/a", "src/d/b", "srcx", "src-y/c", "top"}
+    got = j.pass_inputs("work", "src")
+    assert set(got.fingerprints) == {"src", "src/a", "src/d/b"}
+
+
+def test_pass_inputs_one_snapshot_never_stale(tmp_path: Path):
+    """pass_inputs remembers evidence and fingerprints between passes, but a change made
+    through this journal, or committed by another connection (another process, the store's own
+    connection), is seen by the very next call."""
+    db = tmp_path / "store.db"
+    j = Journal(db)
+    row = FingerprintRow(3, 10, 11, 12, 13, A, "text", 99)
+    j.record_evidence("work", [("a.txt", A), ("gone.txt", None)], root=(1, 2))
+    j.put_fingerprints("work", {"a.txt": row})
+    first = j.pass_inputs("work")
+    assert first.root == (1, 2) and first.pending == []
+    assert first.evidence == {"a.txt": A, "gone.txt": None}
+    assert first.fingerprints == {"a.txt": row}
+    first.evidence["a.txt"] = B  # callers get their own dicts
+    assert j.pass_inputs("work").evidence["a.txt"] == A
+    # Another connection commits: the remembered snapshot must not be served.
+    other = Journal(db)
+    newer = row._replace(size=4, digest=B)
+    other.record_evidence("work", [("a.txt", B)])
+    other.put_fingerprints("work", {"a.txt": newer, "b.txt": row})
+    got = j.pass_inputs("work")
+    assert got.evidence["a.txt"] == B and got.fingerprints == {"a.txt": newer, "b.txt": row}
+    # So must a plain SQLite connection (the store's is one) writing the same tables.
+    with sqlite3.connect(db) as raw:
+        raw.execute("DELETE FROM journal_fingerprints WHERE path='b.txt'")
+    assert set(j.pass_inputs("work").fingerprints) == {"a.txt"}
+    # And our own writes: an intent, evidence, a dropped fingerprint.
+    i = j.begin_intent("work", "c.txt", "write", old=None, new=A)
+    j.record_evidence("work", [("gone.txt", A)])
+    j.put_fingerprints("work", {"a.txt": None})
+    got = j.pass_inputs("work")
+    assert [it.id for it in got.pending] == [i]
+    assert got.evidence["gone.txt"] == A and got.fingerprints == {}
+    other.close()
+
+
 def test_intent_survives_sigkill(tmp_path: Path):
     """begin_intent returns only once the intent is committed (synchronous=FULL): a SIGKILL right
     after it leaves the intent pending for the next opener. (Proves ordering, not fsync.)"""
@@ -116,6 +167,7 @@ CHILD = textwrap.dedent("""
         ("pending", lambda: j.pending_intents("work")),
         ("fingerprints", lambda: j.fingerprints("work")),
         ("root", lambda: j.root("work")),
+        ("pass_inputs", lambda: j.pass_inputs("work")),
     ]:
         try:
             call()
@@ -148,7 +200,7 @@ def test_failed_append_poisons_until_reopen(tmp_path: Path, point: str, errno_va
     assert out["append"] == "needs-reopen"
     assert "reopen" in out["message"]
     assert out["refused"] == ["evidence", "evidence_under", "record", "intent", "pending",
-                              "fingerprints", "root"]
+                              "fingerprints", "root", "pass_inputs"]
     # After the reopen the journal reads what the file holds — the old or the new value,
     # whichever SQLite made durable — and agrees with an independent reader.
     fresh = sqlite3.connect(db).execute(

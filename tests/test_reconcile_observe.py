@@ -311,3 +311,29 @@ def test_odd_symlinks_with_following_on(tree: Path):
     for name in ("self", "up", "loop", "dangling", "to-dir", "chain"):
         assert isinstance(o.disk(name), DiskUnknown), name
     assert "a.txt" in o.files
+
+
+def test_unchanged_facts_are_reused_only_when_equal(tree: Path):
+    """`reuse` keeps an earlier observation's fact object only where the fact this walk would
+    build is the same in every field; a changed file, a fact with another digest or another
+    fingerprint, and a hashed (sniffed) fact are built afresh."""
+    first = observe(tree, clock=later)
+    cache = first.hashed
+    built = observe(tree, cache=cache)
+    again = observe(tree, cache=cache, reuse=built.files)
+    assert again.files == observe(tree, cache=cache).files
+    assert all(again.files[p] is built.files[p] for p in built.files)
+    assert all(again.files[p] is not first.files[p] for p in first.files)  # hashed: rebuilt
+
+    # A rewrite: its fingerprint no longer vouches, so it is hashed again, never reused.
+    (tree / "a.txt").write_text("ALPHA\n")
+    o = observe(tree, cache=cache, reuse=again.files)
+    assert o.files["a.txt"].rehashed and o.files["a.txt"].digest != again.files["a.txt"].digest
+
+    # Facts that differ from what the cache vouches for are never taken.
+    fact = built.files["src/b.md"]
+    wrong_digest = fact._replace(digest="0" * 32)
+    wrong_fp = fact._replace(fingerprint=fact.fingerprint._replace(mtime_ns=1))
+    for stale in (wrong_digest, wrong_fp, fact._replace(kind="binary")):
+        o = observe(tree, cache=cache, reuse={"src/b.md": stale})
+        assert o.files["src/b.md"] == fact and o.files["src/b.md"] is not stale

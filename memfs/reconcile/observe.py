@@ -30,6 +30,7 @@ import fnmatch
 import os
 import posixpath
 import stat
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -108,6 +109,13 @@ class Fingerprint(NamedTuple):
 
 
 _new = tuple.__new__
+_OCTET = "application/octet-stream"
+_MIME_OF_KIND = {"text": "text/plain"}  # a cached fact keeps its kind, not its sniffed MIME
+
+
+def _no_cache(path: str) -> None:
+    """The cache lookup where fingerprints are never trusted: every file is hashed."""
+    return None
 
 
 class CachedHash(Protocol):
@@ -210,6 +218,7 @@ class _Walk:
     seen: int = 0
     root_fd: int = -1
     root_dev: int = -1
+    reuse: Mapping[str, FileFact] = field(default_factory=dict)
 
     def ignored(self, rel: str, name: str) -> str | None:
         if name.startswith(TEMP_PREFIX):
@@ -239,35 +248,17 @@ class _Walk:
         if not still_linked(chain) or not root_unchanged(self.root_path, self.obs.root):
             self.region(rel, "swapped")
             return
-        subdirs: list[tuple[str, str, os.stat_result]] = []
-        for name in sorted(names):
-            child = f"{rel}/{name}" if rel else name
-            if self.limit is not None and self.seen >= self.limit:
-                # Reported, never silent: the whole directory proves nothing from here on.
-                self.region(rel, f"walk limit of {self.limit} entries reached")
-                return
-            self.seen += 1
-            if name[0] == "." or self.ignore or name in VCS_DIRS:
-                why = self.ignored(child, name)
-                if why:
-                    self.region(child, why)
-                    continue
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # gone since the listing: absent now, which the listing allows
-            except PermissionError:
-                self.region(child, "unreadable")
-                continue
-            mode = st.st_mode
-            if stat.S_ISDIR(mode):
-                subdirs.append((name, child, st))
-            elif stat.S_ISREG(mode):
-                self.file(fd, name, child, st)
-            elif stat.S_ISLNK(mode):
-                self.symlink(chain, name, child)
-            else:
-                self.region(child, "special file (FIFO, socket or device): not read")
+        names.sort()
+        cut = None
+        if self.limit is not None and len(names) > self.limit - self.seen:
+            cut = max(0, self.limit - self.seen)
+            names = names[:cut]
+        self.seen += len(names)
+        subdirs = self._entries(fd, rel, names, chain)
+        if cut is not None:
+            # Reported, never silent: the whole directory proves nothing from here on.
+            self.region(rel, f"walk limit of {self.limit} entries reached")
+            return
         self.obs.listed.add(rel)
         for name, child, st in subdirs:
             try:
@@ -289,6 +280,89 @@ class _Walk:
                     chain.pop()
             finally:
                 os.close(sub)
+
+    def _entries(self, fd: int, rel: str, names: list[str], chain: list[DirLink],
+                 ) -> list[tuple[str, str, os.stat_result]]:
+        """Stat each listed name; returns the subdirectories to descend into.
+
+        The hot loop of a pass: one fstatat per entry, and for a regular file whose cached
+        fingerprint vouches for its bytes (the rule in `vouches`), the fact straight from the
+        cache, with no call. If an earlier observation's fact for the path (`reuse`) is the very
+        fact this one would build — vouched, same fingerprint, digest and kind — that object is
+        kept: a FileFact is a tuple subclass the collector never untracks, and 100k new ones
+        per pass set off full collections of the daemon's whole heap. Everything else goes
+        through `file`, `symlink` or a region, as before.
+        """
+        subdirs: list[tuple[str, str, os.stat_result]] = []
+        prefix = rel + "/" if rel else ""
+        check_names = bool(self.ignore)
+        cache_get = self.cache.get if self.trust else _no_cache
+        reuse_get = self.reuse.get
+        files = self.obs.files
+        root_dev, racy_ns = self.root_dev, self.racy_ns
+        stat_, isreg, isdir, intern = os.stat, stat.S_ISREG, stat.S_ISDIR, sys.intern
+        for name in names:
+            child = prefix + name
+            if check_names or name[0] == "." or name in VCS_DIRS:
+                why = self.ignored(child, name)
+                if why:
+                    self.region(child, why)
+                    continue
+            try:
+                st = stat_(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone since the listing: absent now, which the listing allows
+            except PermissionError:
+                self.region(child, "unreadable")
+                continue
+            mode = st.st_mode
+            if isreg(mode):
+                cached = cache_get(child)
+                if cached is not None:
+                    mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
+                    # Inline copy of `vouches` (a call per file costs more than the test).
+                    if (mtime == cached.mtime_ns and ctime == cached.ctime_ns
+                            and st.st_size == cached.size and st.st_ino == cached.ino
+                            and st.st_dev == cached.dev and cached.dev == root_dev
+                            and mtime < cached.hashed_at_ns - racy_ns
+                            and ctime < cached.hashed_at_ns - racy_ns):
+                        kind = cached.kind
+                        prev = reuse_get(child)
+                        if (prev is not None and not prev[6] and prev[3] == cached.digest
+                                and prev[4] == kind and prev[2][1] == mtime
+                                and prev[2][2] == ctime and prev[2][0] == st.st_size
+                                and prev[2][3] == st.st_ino and prev[2][4] == st.st_dev):
+                            # Equal in every field to the fact built below; keyed by its own
+                            # (interned) path, so later lookups compare one object.
+                            files[prev[0]] = prev
+                            continue
+                        child = intern(child)
+                        files[child] = _new(FileFact, (
+                            child, st.st_size,
+                            _new(Fingerprint, (st.st_size, mtime, ctime, st.st_ino, st.st_dev)),
+                            cached.digest, kind, _MIME_OF_KIND.get(kind, _OCTET), False))
+                        continue
+                self.file(fd, name, child, st)
+            elif isdir(mode):
+                subdirs.append((name, child, st))
+            elif stat.S_ISLNK(mode):
+                self.symlink(chain, name, child)
+            else:
+                self.region(child, "special file (FIFO, socket or device): not read")
+        return subdirs
+
+    def vouches(self, fp: Fingerprint, cached: CachedHash | None) -> bool:
+        """Does the cached row vouch for the bytes of a file with fingerprint `fp`?
+
+        Equal by value, on a ctime-maintaining filesystem, on the root's device, and both
+        timestamps older than the racy window before the row was hashed (see the module doc)."""
+        return (
+            cached is not None and self.trust and fp.dev == self.root_dev
+            and fp.mtime_ns == cached.mtime_ns and fp.ctime_ns == cached.ctime_ns
+            and fp.size == cached.size and fp.ino == cached.ino and fp.dev == cached.dev
+            and fp.mtime_ns < cached.hashed_at_ns - self.racy_ns
+            and fp.ctime_ns < cached.hashed_at_ns - self.racy_ns
+        )
 
     def symlink(self, chain: list[DirLink], name: str, rel: str) -> None:
         if not self.follow_symlinks:
@@ -330,17 +404,10 @@ class _Walk:
         fp = _new(Fingerprint, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                                 st.st_dev))
         cached = self.cache.get(rel)
-        if (
-            cached is not None and self.trust and fp.dev == self.root_dev
-            and fp.mtime_ns == cached.mtime_ns and fp.ctime_ns == cached.ctime_ns
-            and fp.size == cached.size and fp.ino == cached.ino and fp.dev == cached.dev
-            and fp.mtime_ns < cached.hashed_at_ns - self.racy_ns
-            and fp.ctime_ns < cached.hashed_at_ns - self.racy_ns
-        ):
+        if cached is not None and self.vouches(fp, cached):
             kind: Kind = cached.kind  # type: ignore[assignment]
-            mime = "text/plain" if kind == "text" else "application/octet-stream"
-            self.obs.files[rel] = _new(FileFact, (rel, fp.size, fp, cached.digest, kind, mime,
-                                                  False))
+            self.obs.files[rel] = _new(FileFact, (rel, fp.size, fp, cached.digest, kind,
+                                                  _MIME_OF_KIND.get(kind, _OCTET), False))
             return
         try:
             fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
@@ -389,7 +456,7 @@ class _Walk:
         if oversize:
             kind = "oversize"
         fp = Fingerprint.of(last)
-        digest = h.hexdigest()
+        digest = sys.intern(h.hexdigest())
         self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True)
         self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev,
                                           digest, kind, started)
@@ -410,6 +477,7 @@ def observe(
     racy_ns: int = RACY_NS,
     clock: Callable[[], int] = time.time_ns,
     limit: int | None = None,
+    reuse: Mapping[str, FileFact] | None = None,
 ) -> Observation:
     """Observe `scope` (a mount-relative directory or file; '' for everything) under the root.
 
@@ -417,6 +485,8 @@ def observe(
     back in `Observation.hashed` for the caller to store. `tracked`: paths the store or the
     evidence knows; an untracked file over `max_file_size` gets a head read, never a hash.
     `limit` bounds the number of entries visited; what it leaves is reported as a region.
+    `reuse`: an earlier observation's files; a fact equal in every field to the one this walk
+    would build is reused instead of rebuilt (fewer objects for the collector, same facts).
     Raises RootUnavailable for a missing or replaced root.
     """
     root_fd, rid = open_root(root_path, expected_root)
@@ -426,7 +496,7 @@ def observe(
         w = _Walk(
             Observation(rid, scope), os.fspath(root_path), cache or {}, is_tracked,
             max_file_size, tuple(ignore), ignore_vcs, magic in trusted_fs, racy_ns, clock,
-            follow_symlinks, limit, root_fd=root_fd, root_dev=rid.dev,
+            follow_symlinks, limit, root_fd=root_fd, root_dev=rid.dev, reuse=reuse or {},
         )
         parts = components(scope)
         try:

@@ -18,6 +18,8 @@ from memfs.reconcile.intent import IntentTable
 from memfs.reconcile.rule import (
     ABSENT,
     NO_EVIDENCE,
+    NO_INTENT,
+    SYNCED_UNCHANGED,
     Action,
     Content,
     Decision,
@@ -29,16 +31,27 @@ from memfs.reconcile.rule import (
     State,
     _Absent,
     decide,
+    decide_unchanged,
 )
 
 EvidenceMap = Mapping[str, "str | _Absent"]  # a missing key is NO_EVIDENCE
 
 
+class ObservedFile(Protocol):
+    """What plan_pass needs of one observed file (memfs.reconcile.observe.FileFact)."""
+
+    @property
+    def digest(self) -> str | None: ...
+
+
 class Observed(Protocol):
-    """What plan_pass needs of an observation (memfs.reconcile.observe.Observation)."""
+    """What plan_pass needs of an observation (memfs.reconcile.observe.Observation).
+
+    A path in `files` reads as that file's content whatever the regions say: `disk(path)` is
+    then Content(fact.digest, fact.kind), which the unchanged fast path relies on."""
 
     scope: str
-    files: Mapping[str, object]
+    files: Mapping[str, ObservedFile]
     regions: Sequence[object]
 
     def disk(self, path: str) -> Disk: ...
@@ -60,6 +73,9 @@ def pending_from_journal(intents: Iterable[object], branch: str | None) -> dict[
     return out
 
 
+_SYNCED_ROW = (str(State.SYNCED), None)
+
+
 @dataclass
 class PassPlan:
     """One pass's decisions on one branch, and what applying it changes."""
@@ -69,9 +85,16 @@ class PassPlan:
     regions: list[object] = field(default_factory=list)
 
     def listing(self) -> dict[str, tuple[str, str | None]]:
-        """path -> (state, conflict kind) for every path that lists (absent-on-both excluded)."""
-        return {p: (str(d.state), str(d.conflict) if d.conflict else None)
-                for p, d in sorted(self.decisions.items()) if d.state is not None}
+        """path -> (state, conflict kind) for every path that lists (absent-on-both excluded),
+        in the order decided (plan_pass decides in path order). No sorted copy of the items:
+        at 100k paths those tuples alone set off a full collection of the daemon's heap."""
+        out: dict[str, tuple[str, str | None]] = {}
+        for p, d in self.decisions.items():
+            if d is SYNCED_UNCHANGED:
+                out[p] = _SYNCED_ROW
+            elif d.state is not None:
+                out[p] = (str(d.state), str(d.conflict) if d.conflict else None)
+        return out
 
     def adoptions(self) -> dict[str, Decision]:
         return {p: d for p, d in self.decisions.items() if d.action == Action.ADOPT_DISK}
@@ -93,22 +116,46 @@ def plan_pass(
     branch: str | None = None,
 ) -> PassPlan:
     """Decide every path the observation's scope covers: store entries, evidence, intent, pending
-    intents and files disk holds. Paths in incomplete regions come out unverified."""
+    intents and files disk holds. Paths in incomplete regions come out unverified.
+
+    The unchanged case (a file disk holds whose digest the store and P share, with no branch or
+    pending intent) takes `decide_unchanged`, the rule's own answer for it without building
+    the sides: on a quiet tree that is nearly every path."""
     pending = pending or {}
     scope = observation.scope
-    paths = {p for p in store_view if _under(p, scope)}
-    paths |= {p for p in evidence if _under(p, scope)}
-    paths |= {p for p in intent if _under(p, scope)}
-    paths |= {p for p in pending if _under(p, scope)}
-    paths |= set(observation.files)
+    files = observation.files
+    if scope:
+        paths = {p for p in store_view if _under(p, scope)}
+        paths.update(p for p in evidence if _under(p, scope))
+        paths.update(p for p in intent if _under(p, scope))
+        paths.update(p for p in pending if _under(p, scope))
+    else:
+        paths = set(store_view)
+        paths.update(evidence)
+        paths.update(intent)
+        paths.update(pending)
+    paths.update(files)
     plan = PassPlan(branch, regions=list(observation.regions))
+    decisions = plan.decisions
+    # A damaged table answers "unverified" for paths it has no entry for: no fast path then.
+    marked = None if intent.damaged else intent.entries
     for path in sorted(paths):
-        pi = intent.get(path)
-        if path in pending:
-            pi = PathIntent(pi.tombstone, pi.origin_store, pi.conflict, pending[path], pi.damaged)
-        s = store_view.get(path, ABSENT)
-        p = evidence.get(path, NO_EVIDENCE)
-        plan.decisions[path] = decide(observation.disk(path), s, p, pi)
+        if marked is not None and path not in marked and path not in pending:
+            fact = files.get(path)
+            s = store_view.get(path)
+            if fact is not None and s is not None:
+                fast = decide_unchanged(fact.digest, s.digest, evidence.get(path, NO_EVIDENCE))
+                if fast is not None:
+                    decisions[path] = fast
+                    continue
+            pi = NO_INTENT
+        else:
+            pi = intent.get(path)
+            if path in pending:
+                pi = PathIntent(pi.tombstone, pi.origin_store, pi.conflict, pending[path],
+                                pi.damaged)
+        decisions[path] = decide(observation.disk(path), store_view.get(path, ABSENT),
+                                 evidence.get(path, NO_EVIDENCE), pi)
     return plan
 
 
@@ -166,6 +213,8 @@ def plan_sync(
                        f"sync of {path!r} gathered; nothing was taken")
         return out
     for p, dec in plan.decisions.items():
+        if dec is SYNCED_UNCHANGED:
+            continue  # agreed, nothing to record, nothing to take: the same under a path sync
         if dec.state == State.UNVERIFIED:
             out.unverified.append(p)
             continue
@@ -266,8 +315,8 @@ def plan_materialize(
                        f"{plan.branch!r} diverges from it")
         return out
     for p, dec in sorted(plan.decisions.items()):
-        if paths and not _named(p, paths):
-            continue
+        if dec is SYNCED_UNCHANGED or (paths and not _named(p, paths)):
+            continue  # disk owes nothing where it agrees
         named = _named(p, paths)
         if dec.state == State.UNVERIFIED:
             out.skipped.append(Skipped(p, "unverified", dec.reason,
@@ -342,8 +391,13 @@ def count_owed(
     until a listing or a materialize checks it."""
     pending = pending or {}
     changes = deletions = conflicts = 0
-    for path in set(store_view) | set(evidence) | set(intent) | set(pending):
-        pi = intent.get(path)
+    marked = None if intent.damaged else intent.entries
+    paths = set(store_view)
+    paths.update(evidence)
+    paths.update(intent)
+    paths.update(pending)
+    for path in paths:
+        pi = NO_INTENT if marked is not None and path not in marked else intent.get(path)
         if pi.conflict is not None or pi.damaged:
             conflicts += int(pi.conflict is not None)
             continue

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from sys import intern
+from typing import Literal, NamedTuple, TypeVar
 
 from memfs.errors import MemfsError
 
@@ -131,8 +132,9 @@ class Intent:
     state: str
 
 
-@dataclass(frozen=True)
-class FingerprintRow:
+class FingerprintRow(NamedTuple):
+    """One cached fingerprint; a NamedTuple because a pass reads one per file."""
+
     size: int
     mtime_ns: int
     ctime_ns: int
@@ -157,6 +159,24 @@ def _fault_point() -> None:
     raise exc
 
 
+@dataclass(frozen=True)
+class PassInputs:
+    """What a reconcile pass reads from the journal, from one snapshot.
+
+    `evidence`: path -> the digest P holds, None where P is agreed absence (a missing path has
+    no evidence); `fingerprints` and `evidence` cover the pass's prefix; `pending` holds every
+    pending intent of the mount (a pending intent is resolved wherever it is observed)."""
+
+    root: tuple[int, int] | None
+    evidence: dict[str, str | None]
+    pending: list[Intent]
+    fingerprints: dict[str, FingerprintRow]
+
+
+_MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
+_new = tuple.__new__
+
+
 def _is_poison(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is None:
@@ -177,6 +197,8 @@ class Journal:
         self._busy_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._failure: BaseException | None = None
+        # (mount, prefix) -> (data_version, evidence, fingerprints): see pass_inputs.
+        self._memo: dict[tuple[str, str], tuple[int, dict, dict]] = {}
         self._conn = self._connect()
 
     # -- connection --------------------------------------------------------------------------
@@ -198,6 +220,7 @@ class Journal:
                 pass
             self._conn = self._connect()
             self._failure = None
+            self._memo.clear()  # data_version numbers belong to the old connection
 
     def close(self) -> None:
         with self._lock:
@@ -230,6 +253,7 @@ class Journal:
         """One IMMEDIATE transaction; an I/O-class failure anywhere in it poisons the journal."""
         with self._lock:
             self._check()
+            self._memo.clear()  # our own commits do not move our data_version
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -325,17 +349,17 @@ class Journal:
 
     def evidence_under(self, mount: str, prefix: str = "") -> dict[str, EvidenceRecord]:
         """Every P of a mount at or below `prefix` ('' for the whole mount)."""
-        def q(c: sqlite3.Connection) -> dict[str, EvidenceRecord]:
-            if not prefix:
-                rows = c.execute("SELECT path, digest FROM journal_evidence WHERE mount=?",
-                                 (mount,))
-            else:
-                rows = c.execute(
-                    "SELECT path, digest FROM journal_evidence WHERE mount=? AND "
-                    "(path=? OR (path >= ? AND path < ?))",
-                    (mount, prefix, prefix + "/", prefix + "0"))  # '0' sorts right after '/'
-            return {p: EvidenceRecord(d) for p, d in rows}
-        return self._read(q)
+        return self._read(lambda c: {p: EvidenceRecord(d)
+                                     for p, d in self._evidence_rows(c, mount, prefix)})
+
+    @staticmethod
+    def _evidence_rows(c: sqlite3.Connection, mount: str, prefix: str) -> sqlite3.Cursor:
+        if not prefix:
+            return c.execute("SELECT path, digest FROM journal_evidence WHERE mount=?", (mount,))
+        return c.execute(
+            "SELECT path, digest FROM journal_evidence WHERE mount=? AND "
+            "(path=? OR (path >= ? AND path < ?))",
+            (mount, prefix, prefix + "/", prefix + "0"))  # '0' sorts right after '/'
 
     def record_evidence(
         self, mount: str, items: Iterable[tuple[str, str | None]], *,
@@ -400,26 +424,78 @@ class Journal:
                       "WHERE id=? AND state='pending'", (time.time(), intent_id))
 
     def pending_intents(self, mount: str, path: str | None = None) -> list[Intent]:
-        def q(c: sqlite3.Connection) -> list[Intent]:
-            sql = ("SELECT id, mount, path, op, branch, old, new, state FROM journal_intents "
-                   "WHERE state='pending' AND mount=?")
-            args: tuple[str, ...] = (mount,)
-            if path is not None:
-                sql += " AND path=?"
-                args += (path,)
-            return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7])
-                    for r in c.execute(sql + " ORDER BY id", args)]
-        return self._read(q)
+        return self._read(lambda c: self._pending(c, mount, path))
+
+    @staticmethod
+    def _pending(c: sqlite3.Connection, mount: str, path: str | None) -> list[Intent]:
+        sql = ("SELECT id, mount, path, op, branch, old, new, state FROM journal_intents "
+               "WHERE state='pending' AND mount=?")
+        args: tuple[str, ...] = (mount,)
+        if path is not None:
+            sql += " AND path=?"
+            args += (path,)
+        return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7])
+                for r in c.execute(sql + " ORDER BY id", args)]
 
     # -- fingerprint cache -------------------------------------------------------------------
 
-    def fingerprints(self, mount: str) -> dict[str, FingerprintRow]:
-        """The observer's cache; read through the same poison gate, since a stale cache could
-        vouch for bytes that changed."""
-        return self._read(lambda c: {
-            r[0]: FingerprintRow(*r[1:]) for r in c.execute(
-                "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns "
-                "FROM journal_fingerprints WHERE mount=?", (mount,))})
+    def fingerprints(self, mount: str, prefix: str = "") -> dict[str, FingerprintRow]:
+        """The observer's cache at or below `prefix` ('' for the whole mount); read through the
+        same poison gate, since a stale cache could vouch for bytes that changed."""
+        return self._read(lambda c: self._fingerprint_rows(c, mount, prefix))
+
+    @staticmethod
+    def _fingerprint_rows(c: sqlite3.Connection, mount: str, prefix: str,
+                          ) -> dict[str, FingerprintRow]:
+        cols = "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns " \
+               "FROM journal_fingerprints WHERE mount=?"
+        if not prefix:
+            rows = c.execute(cols, (mount,))
+        else:
+            rows = c.execute(cols + " AND (path=? OR (path >= ? AND path < ?))",
+                             (mount, prefix, prefix + "/", prefix + "0"))
+        # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file. Paths and
+        # digests interned: see pass_inputs.
+        return {intern(r[0]): _new(FingerprintRow, (r[1], r[2], r[3], r[4], r[5], intern(r[6]),
+                                                    r[7], r[8])) for r in rows}
+
+    # -- one pass's reads --------------------------------------------------------------------
+
+    def pass_inputs(self, mount: str, prefix: str = "") -> PassInputs:
+        """Root, evidence, pending intents and fingerprints for a pass, in one read transaction
+        (one consistent snapshot, one lock round).
+
+        Evidence and fingerprints are remembered per (mount, prefix) with SQLite's
+        `PRAGMA data_version`, which changes whenever another connection (another process, or
+        the store's own connection) commits to the file; any write through this journal
+        forgets them too. So a remembered snapshot is served only while the file cannot have
+        changed under it, and a quiet tree's pass skips rebuilding a row per file. Callers get
+        their own dicts. Paths and digests are interned (so are the workspace's paths and
+        digests): a pass compares each path's digest on three sides and looks the path up in
+        several maps, and one object per value makes those comparisons pointer checks."""
+        def q(c: sqlite3.Connection) -> PassInputs:
+            c.execute("BEGIN")
+            try:
+                version = c.execute("PRAGMA data_version").fetchone()[0]
+                hit = self._memo.get((mount, prefix))
+                if hit is not None and hit[0] == version:
+                    _, evidence, fps = hit
+                else:
+                    # Read after the version: a commit in between only makes the memo miss.
+                    evidence = {intern(p): d if d is None else intern(d)
+                                for p, d in self._evidence_rows(c, mount, prefix)}
+                    fps = self._fingerprint_rows(c, mount, prefix)
+                    if len(self._memo) >= _MEMO_KEYS:
+                        self._memo.clear()
+                    self._memo[(mount, prefix)] = (version, evidence, fps)
+                row = c.execute("SELECT dev, ino FROM journal_roots WHERE mount=?",
+                                (mount,)).fetchone()
+                pending = self._pending(c, mount, None)
+            finally:
+                c.execute("COMMIT")
+            return PassInputs((row[0], row[1]) if row else None, dict(evidence), pending,
+                              dict(fps))
+        return self._read(q)
 
     def put_fingerprints(self, mount: str, rows: dict[str, FingerprintRow | None]) -> None:
         """Store (or with None, drop) cached fingerprints."""

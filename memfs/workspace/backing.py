@@ -29,10 +29,12 @@ import json
 import logging
 import os
 import sqlite3
+import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import trio
@@ -211,6 +213,9 @@ class Backing:
         self.overlay: dict[tuple[str, str], Node] = {}  # live disk-only nodes
         self.epoch = 0  # bumped when the tree is replaced (undo, restore, branch switch)
         self._digests: dict[tuple[str, int], str] = {}
+        self._draft_digests: dict[int, tuple[int, str]] = {}  # node id -> (ver, digest)
+        self._store_memo: list | None = None  # [key, nodes, refs, view]: see _store_nodes
+        self._facts: dict[str, dict] = {}  # mount -> the last full pass's files (see _gather)
         self._locks: dict[str, trio.Lock] = {}
         self.conflict_dir = Path(self.store.root) / "conflicts"
         # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
@@ -363,10 +368,10 @@ class Backing:
         status stays cheap and answers while a root is unavailable; a draft whose write failed
         or was refused is still a draft, so it still counts."""
         nodes, _ = self._store_nodes(mount)
-        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
-        evidence = {p: (ABSENT if r.digest is None else r.digest)
-                    for p, r in self.journal.evidence_under(mount, "").items()}
-        pending = pending_from_journal(self.journal.pending_intents(mount), self.ws.branch)
+        view = self._store_view(nodes)
+        got = self.journal.pass_inputs(mount)  # remembered while the journal is unchanged
+        evidence = {p: (ABSENT if d is None else d) for p, d in got.evidence.items()}
+        pending = pending_from_journal(got.pending, self.ws.branch)
         c = count_owed(view, evidence, self.intents.get(mount, IntentTable()), pending)
         return {"changes": c.pending_changes, "workspace_deletions": c.pending_workspace_deletions,
                 "conflicts": c.conflicts}
@@ -713,7 +718,7 @@ class Backing:
         epoch, branch, obs, evidence, pend = gathered
         # On the loop from here to the plan: one branch, one tree.
         nodes, _ = self._store_nodes(mount, scope)
-        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
+        view = self._store_view(nodes)
         table = self.intents.get(mount, IntentTable())
         if path_sync and table.damaged:
             # A path sync names the paths whose intent it replaces: with disk taken there,
@@ -865,7 +870,7 @@ class Backing:
         # gathered branch to the plan.
         pinned = self.pins.get(mount)
         nodes, _ = self._store_nodes(mount)
-        view = {p: Content(self._digest_now(n), "text") for p, n in nodes.items()}
+        view = self._store_view(nodes)
         plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
                          pending_from_journal(pend, branch), branch=branch)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
@@ -1152,20 +1157,20 @@ class Backing:
     # -- gathering (worker thread) -----------------------------------------------------
     def _gather(self, b: Binding, scope: str, nodes: dict[str, Node],
                 refs: dict[tuple[str, int], None]):
-        root = self.journal.root(b.mount)
-        expected = RootId(*root) if root else None
-        ev = self.journal.evidence_under(b.mount, scope)
-        evidence = {p: (ABSENT if r.digest is None else r.digest) for p, r in ev.items()}
-        pend = self.journal.pending_intents(b.mount)
-        cache = self.journal.fingerprints(b.mount)
-        store_paths = set(nodes)
-        obs = observe(b.dir, expected_root=expected, scope=scope, cache=cache,
-                      tracked=lambda p: p in store_paths or p in evidence,
+        # One snapshot of the journal; fingerprints of the scope only.
+        got = self.journal.pass_inputs(b.mount, scope)
+        expected = RootId(*got.root) if got.root else None
+        evidence = {p: (ABSENT if d is None else d) for p, d in got.evidence.items()}
+        pend = got.pending
+        obs = observe(b.dir, expected_root=expected, scope=scope, cache=got.fingerprints,
+                      tracked=lambda p: p in nodes or p in evidence,
                       max_file_size=b.max_file_size, ignore=b.ignore,
-                      follow_symlinks=b.follow_symlinks)
+                      follow_symlinks=b.follow_symlinks, reuse=self._facts.get(b.mount))
+        if not scope:
+            self._facts[b.mount] = obs.files  # unchanged facts are reused, not rebuilt
         for key in refs:
             if key not in self._digests:
-                self._digests[key] = ref_digest(self.store, *key)
+                self._digests[key] = sys.intern(ref_digest(self.store, *key))
         return obs, evidence, pend
 
     def _prepare(self, b: Binding, obs: Observation, sp: SyncPlan, plan) -> None:
@@ -1245,53 +1250,105 @@ class Backing:
         return node
 
     def _store_nodes(self, mount: str, scope: str = "",
-                     ) -> tuple[dict[str, Node], dict[tuple[str, int], None]]:
+                     ) -> tuple[Mapping[str, Node], dict[tuple[str, int], None]]:
         """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),
-        and the committed refs whose digest is not cached yet."""
+        read-only, and the committed refs whose digest is not cached yet.
+
+        Remembered, with the view built from it (`_store_view`), while nothing it depends on
+        moved: every create, unlink, rename, write and truncate bumps `ws.mutation_seq`, a
+        commit that marks drafts committed moves `ws.head` in the same loop turn, and a replaced
+        tree bumps `epoch`. A pass asks twice, and a quiet tree's next pass asks the same
+        question again; at 100k files the walk and the view cost more than the decisions."""
+        key = self._store_key(mount, scope)
+        memo = self._store_memo
+        if memo is None or memo[0] != key:
+            nodes = self._walk_store(key[-1], scope)
+            refs = {}
+            for node in nodes.values():
+                if not node.dirty and node.ref is not None:
+                    refs[(node.ref, node.data.size if node.data is not None else 0)] = None
+            memo = self._store_memo = [key, MappingProxyType(nodes), refs, None]
+        digests = self._digests  # only grows: a ref digested since is no longer wanted
+        if memo[2]:
+            memo[2] = {ref: None for ref in memo[2] if ref not in digests}
+        return memo[1], dict(memo[2])
+
+    def _store_key(self, mount: str, scope: str) -> tuple:
+        ws = self.ws
+        return (mount, scope, self.epoch, ws.mutation_seq, ws.head, self._mount_node(mount))
+
+    def _walk_store(self, top: Node | None, scope: str) -> dict[str, Node]:
         nodes: dict[str, Node] = {}
-        refs: dict[tuple[str, int], None] = {}
-        top = self._mount_node(mount)
         for part in components(scope):
             if top is None or top.kind != DIR:
-                return nodes, refs
+                return nodes
             top = self.ws.children(top).get(name_to_bytes(part))
         if top is None or top.id in self.ws.disk_only:
-            return nodes, refs
+            return nodes
         if top.kind == FILE:
             nodes[scope] = top
-            if not top.dirty and top.ref is not None and (top.ref, top.size()) not in \
-                    self._digests:
-                refs[(top.ref, top.size())] = None
-            return nodes, refs
+            return nodes
+        # Once per file: locals instead of attribute lookups. Paths are interned, as the
+        # journal's and the walk's are: a pass looks each one up in five maps, and equal keys
+        # that are one object compare without touching their bytes (at 100k files that is
+        # memory traffic the pass waits on).
+        children, disk_only, intern = self.ws.children, self.ws.disk_only, sys.intern
         stack: list[tuple[Node, str]] = [(top, scope + "/" if scope else "")]
         while stack:
             d, prefix = stack.pop()
-            for name, child in self.ws.children(d).items():
-                rel = prefix + name_to_str(name)
-                if child.id in self.ws.disk_only:
+            for name, child in children(d).items():
+                if child.id in disk_only:
                     continue
-                if child.kind == DIR:
-                    stack.append((child, rel + "/"))
-                elif child.kind == FILE:
-                    nodes[rel] = child
-                    if not child.dirty and child.ref is not None:
-                        key = (child.ref, child.size())
-                        if key not in self._digests:
-                            refs[key] = None
-        return nodes, refs
+                kind = child.kind
+                if kind == FILE:
+                    nodes[intern(prefix + name.decode("utf-8", "surrogateescape"))] = child
+                elif kind == DIR:
+                    stack.append((child, prefix + name.decode("utf-8", "surrogateescape") + "/"))
+        return nodes
 
     def _digest_now(self, node: Node) -> str:
+        """The store side's digest. A committed file's by its immutable (ref, size); a draft's
+        from its live bytes, remembered by (node id, ver) — ver moves on every write and
+        truncate, so a draft is rehashed only after it changed, and a remembered digest is never
+        served for other bytes (a stale one could read a draft as agreed and lose it)."""
         if not node.dirty and node.ref is not None:
             key = (node.ref, node.size())
             digest = self._digests.get(key)
             if digest is None:
-                digest = self._digests[key] = ref_digest(self.store, *key)
+                digest = self._digests[key] = sys.intern(ref_digest(self.store, *key))
             return digest
+        ver = node.ver  # read before the bytes: a write meanwhile leaves a ver never asked for
+        hit = self._draft_digests.get(node.id)
+        if hit is not None and hit[0] == ver:
+            return hit[1]
         h = xxhash.xxh3_128()
         size = node.size()
         for off in range(0, size, CHUNK_SIZE):
             h.update(self.ws.read(node, off, CHUNK_SIZE))
-        return h.hexdigest() if size else EMPTY_DIGEST
+        digest = h.hexdigest() if size else EMPTY_DIGEST
+        if len(self._draft_digests) >= 4096:  # committed or deleted drafts would linger
+            self._draft_digests.clear()
+        self._draft_digests[node.id] = (ver, digest)
+        return digest
+
+    def _store_view(self, nodes: Mapping[str, Node]) -> dict[str, Content]:
+        """The rule's S for each store file (`_digest_now`, one shared Content per digest)."""
+        from memfs.reconcile.rule import text_content
+
+        memo = self._store_memo
+        if memo is not None and memo[1] is nodes and memo[3] is not None and \
+                memo[0] == self._store_key(memo[0][0], memo[0][1]):
+            return dict(memo[3])  # the same nodes, nothing moved: the same digests
+        digests, out = self._digests, {}
+        for p, n in nodes.items():
+            # The committed, already-hashed case inline: nearly every file of a quiet tree.
+            digest = None if n.dirty or n.ref is None or n.data is None else \
+                digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
+            out[p] = text_content(digest if digest is not None else self._digest_now(n))
+        if memo is not None and memo[1] is nodes and memo[0] == self._store_key(memo[0][0],
+                                                                                memo[0][1]):
+            memo[3] = dict(out)
+        return out
 
     # -- applying to the live tree (on the loop, no await) -----------------------------
     def _parent(self, mnode: Node | None, rel: str, create: bool,

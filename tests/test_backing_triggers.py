@@ -228,3 +228,29 @@ def test_root_identity_survives_a_restart(mount_factory, tmp_path: Path):
     st = m.status()["backing"]["work"]
     assert st["available"] is False and "--accept-root" in st["unavailable"]["remedy"]
     assert (m.work / "a.txt").read_text() == "a1\n"  # nothing left the store
+
+
+def test_on_access_open_skips_the_pass_while_disk_holds_what_was_seen(mounted, tmp_path: Path):
+    """An open whose file still has the fingerprint the last pass saw (under the walk's trust
+    rule) runs no pass; a change on disk, even a same-size rewrite moments after a pass, is
+    still seen at the next open."""
+    m = mounted
+    _real(m)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    (disk / "b.txt").write_text("b1\n")
+    time.sleep(2.2)  # older than the racy window when the attach pass looks
+    m.cli("attach", "work", str(disk))
+    last = _quiet_last_pass(m)
+    assert sh(f"cat {m.work}/a.txt {m.work}/b.txt") == "a1\nb1\n"
+    time.sleep(ACCESS)
+    assert sh(f"cat {m.work}/a.txt {m.work}/b.txt") == "a1\nb1\n"
+    assert m.status()["backing"]["work"]["last_pass"] == last  # no pass: disk as seen
+    (disk / "a.txt").write_text("a2\n")  # same size
+    time.sleep(ACCESS)
+    assert sh(f"cat {m.work}/a.txt") == "a2\n"
+    (disk / "a.txt").write_text("a3\n")  # same size again, moments after that pass looked
+    time.sleep(ACCESS)
+    assert sh(f"cat {m.work}/a.txt") == "a3\n"
+    assert m.status()["backing"]["work"]["last_pass"] != last

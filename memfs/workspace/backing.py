@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -44,15 +45,23 @@ from memfs.errors import MemfsError
 from memfs.reconcile import intent as intent_mod
 from memfs.reconcile.afterbatch import ScanCoordinator, ScanOutcome
 from memfs.reconcile.contained import (
+    CTIME_TRUSTED,
     Refused,
     RootId,
     RootUnavailable,
     components,
     crash_point,
+    fs_magic,
     open_contained_file,
 )
 from memfs.reconcile.intent import IntentTable
-from memfs.reconcile.observe import DEFAULT_MAX_FILE_SIZE, Observation, observe
+from memfs.reconcile.observe import (
+    DEFAULT_MAX_FILE_SIZE,
+    RACY_NS,
+    Fingerprint,
+    Observation,
+    observe,
+)
 from memfs.reconcile.plan import (
     SyncPlan,
     count_owed,
@@ -90,6 +99,8 @@ WATCH_COALESCE = 0.05  # events arriving together make one pass
 WATCH_MAX_SCOPES = 16  # more dirty scopes than this: their parents, then a full pass
 BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
 BATCH_FILES = 4096
+SEEN_PATHS_PER_PASS = 64  # a scoped pass this small records its files for on-access
+SEEN_PATHS_KEPT = 8192
 EMPTY_DIGEST = xxhash.xxh3_128_hexdigest(b"")
 ACCEPT_ROOT_REMEDY = ("bring the original directory back (an unplugged drive?), or take this "
                       "one on purpose with `memfs sync --accept-root`")
@@ -216,6 +227,9 @@ class Backing:
         self._draft_digests: dict[int, tuple[int, str]] = {}  # node id -> (ver, digest)
         self._store_memo: list | None = None  # [key, nodes, refs, view]: see _store_nodes
         self._facts: dict[str, dict] = {}  # mount -> the last full pass's files (see _gather)
+        # When and how those were seen, and single files seen since: on-access's fast path.
+        self._facts_seen: dict[str, tuple[int, bool, int]] = {}  # (at ns, trusted fs, dev)
+        self._seen_paths: dict[tuple[str, str], tuple[Fingerprint, int, bool, int]] = {}
         self._locks: dict[str, trio.Lock] = {}
         self.conflict_dir = Path(self.store.root) / "conflicts"
         # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
@@ -653,6 +667,11 @@ class Backing:
         for scope, at in st.observed.items():
             if now - at < ACCESS_INTERVAL and (scope == rel if missing else _under(rel, scope)):
                 return False
+        target = node if name is None else self.ws.children(node).get(name)
+        if target is not None and target.kind == FILE and \
+                await trio.to_thread.run_sync(self._as_seen, b, rel):
+            st.observed[rel] = time.monotonic()
+            return False  # disk holds what the last pass saw there: nothing to decide again
         try:
             await self.run_pass(mount, rel)
         except Exception as exc:  # noqa: BLE001 - a failed observation never fails a lookup
@@ -664,6 +683,31 @@ class Backing:
             # another (the kernel's retry of an open answered ESTALE relies on this).
             st.observed[rel] = time.monotonic()
         return True
+
+    def _as_seen(self, b: Binding, rel: str) -> bool:
+        """Does disk still hold, at rel, the file the last pass over it saw? One lstat by
+        path, compared with that pass's fingerprint under the walk's trust rule (a
+        ctime-keeping filesystem, the root's device, both timestamps older than the racy
+        window before the pass looked). Yes means a pass would decide nothing new from disk,
+        so an open or a lookup skips it (~5 ms at 2,000 files); anything else runs the pass.
+        A path reached through a swapped-in symlink cannot match: its inode, device and
+        ctime would all have to be the same file's."""
+        seen = self._seen_paths.get((b.mount, rel))
+        if seen is None:
+            fact = (self._facts.get(b.mount) or {}).get(rel)
+            full = self._facts_seen.get(b.mount)
+            if fact is None or full is None:
+                return False
+            seen = (fact.fingerprint, *full)
+        fp, at, trusted, dev = seen
+        if not trusted:
+            return False
+        try:
+            now = os.stat(os.path.join(b.dir, rel), follow_symlinks=False)
+        except (OSError, ValueError):
+            return False
+        return (stat.S_ISREG(now.st_mode) and now.st_dev == dev and Fingerprint.of(now) == fp
+                and now.st_mtime_ns < at - RACY_NS and now.st_ctime_ns < at - RACY_NS)
 
     def _live(self, node: Node) -> bool:
         """Is the node in the live tree (not a history or branch view, not unlinked)?"""
@@ -1162,12 +1206,20 @@ class Backing:
         expected = RootId(*got.root) if got.root else None
         evidence = {p: (ABSENT if d is None else d) for p, d in got.evidence.items()}
         pend = got.pending
+        seen_at = time.time_ns()
         obs = observe(b.dir, expected_root=expected, scope=scope, cache=got.fingerprints,
                       tracked=lambda p: p in nodes or p in evidence,
                       max_file_size=b.max_file_size, ignore=b.ignore,
                       follow_symlinks=b.follow_symlinks, reuse=self._facts.get(b.mount))
+        seen = (seen_at, _ctime_trusted(b.dir), obs.root.dev)
         if not scope:
             self._facts[b.mount] = obs.files  # unchanged facts are reused, not rebuilt
+            self._facts_seen[b.mount] = seen
+        elif len(obs.files) <= SEEN_PATHS_PER_PASS:  # an open's or a lookup's own pass
+            if len(self._seen_paths) > SEEN_PATHS_KEPT:
+                self._seen_paths.clear()
+            for path, fact in obs.files.items():
+                self._seen_paths[(b.mount, path)] = (fact.fingerprint, *seen)
         for key in refs:
             if key not in self._digests:
                 self._digests[key] = sys.intern(ref_digest(self.store, *key))
@@ -1493,6 +1545,18 @@ class Backing:
         root = self.journal.root(mount)
         return await trio.to_thread.run_sync(_pread_contained, b.dir,
                                              RootId(*root) if root else None, rel, off, size)
+
+
+def _ctime_trusted(root_dir: str) -> bool:
+    """Does the backing root's filesystem keep ctime (the walk's allowlist)?"""
+    try:
+        fd = os.open(root_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return fs_magic(fd) in CTIME_TRUSTED
+    finally:
+        os.close(fd)
 
 
 def _outcome_json(o: ScanOutcome) -> dict:

@@ -409,7 +409,9 @@ class MemfsOperations(pyfuse3.Operations):
             self._ctx(ctx)
             self.ws.truncate(node, 0)
         fh = self._open_handle(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
-        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+        # A disk-only file is read from disk, which changes without memfs (a same-size rewrite
+        # with its mtime kept leaves the same node): the kernel drops its pages at each open.
+        return pyfuse3.FileInfo(fh=fh, keep_cache=node.id not in self.ws.disk_only)
 
     @_guard
     async def read(self, fh, off, size):

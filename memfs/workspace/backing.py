@@ -233,6 +233,7 @@ class Backing:
         self._load_intents()
         # Adoptions a crash left pending on this branch: settled before any change to them.
         self.pending_adopts: dict[tuple[str, str], Intent] = {}
+        self.settles = 0  # adoptions settled by a change: a pass gathering meanwhile re-reads
         self._load_pending_adopts()
         ws.backing = self
 
@@ -310,10 +311,23 @@ class Backing:
                 continue  # a pass settled it already
             node = self._node_at(*key)
             now = None if node is None else self._digest_now(node)
-            if now == intent.new:
+            if now in (intent.new, intent.old):
+                self._settle_adoption(intent, done=now == intent.new)
+
+    def _settle_adoption(self, intent: Intent, *, done: bool) -> None:
+        """Settle on the loop; a pass's thread may settle the same intent first (the same way,
+        from the same tree), which is no failure of the change that asked."""
+        try:
+            if done:
                 self.journal.complete_intent(intent.id)
-            elif now == intent.old:
+            else:
                 self.journal.abandon_intent(intent.id)
+        except MemfsError:
+            if any(p.id == intent.id for p in self.journal.pending_intents(intent.mount,
+                                                                           intent.path)):
+                raise
+            return
+        self.settles += 1
 
     def note_removed(self, node: Node, path: bytes) -> None:
         """A file (or the files of a directory) removed through the mount: tombstones."""
@@ -809,7 +823,10 @@ class Backing:
         """(epoch, branch, observation, evidence, pending) gathered while one branch and one
         tree stayed selected, or a dict saying why there is nothing to decide on."""
         for _ in range(GATHER_TRIES):
-            epoch, branch = self.epoch, self.ws.branch
+            # A change settling a pending adoption while the thread reads (settle_before_change
+            # on the loop) leaves the intents and P read stale: the user's edit would read as
+            # an interrupted conflict. So that counts as a change of view too.
+            epoch, branch, settles = self.epoch, self.ws.branch, self.settles
             nodes, refs = self._store_nodes(b.mount, scope)
             try:
                 obs, evidence, pend = await trio.to_thread.run_sync(self._gather, b, scope,
@@ -822,7 +839,7 @@ class Backing:
                 st.last_pass = time.time()
                 return {"mount": b.mount, "unavailable": exc.message,
                         "remedy": ACCEPT_ROOT_REMEDY}
-            if epoch == self.epoch and branch == self.ws.branch:
+            if epoch == self.epoch and branch == self.ws.branch and settles == self.settles:
                 st.unavailable = None
                 st.incomplete = None
                 return epoch, branch, obs, evidence, pend

@@ -13,7 +13,7 @@ import pytest
 import trio
 import xxhash
 from helpers.png import make_png
-from test_backing_mount import ACCESS
+from test_backing_mount import ACCESS, states
 
 from memfs.errors import MemfsError
 from memfs.store import Store
@@ -52,16 +52,14 @@ def test_disk_only_file_rewritten_in_place_with_its_mtime_kept_reads_new_bytes(
     assert (m.work / "pic.png").read_bytes() == old
 
 
-@pytest.mark.xfail(strict=True, reason="a pass replaces a node an open descriptor writes to: the "
-                   "fix needs the FUSE layer to tell the workspace about open writers and the "
-                   "rule to read them (a design change, reported)")
 def test_a_write_through_a_descriptor_held_across_a_disk_adoption_is_not_lost(
         mounted, tmp_path: Path):
     """An agent holds a file open for writing; the user edits the same file on disk; a pass
     takes disk's bytes in (a new node, so the kernel shows them); then the agent writes. Its
     write lands on the replaced (unlinked) node: nothing in the tree, no draft, no conflict,
     and the write returned success. Both sides changed the file, so the rule's answer is a
-    conflict with both kept; a held writer must keep the node (or make the conflict)."""
+    conflict with both kept: a pass leaves a node open for writing in place. Failed before
+    (the tree showed only disk's bytes, no conflict)."""
     m = mounted
     m.require_real()
     disk = tmp_path / "disk"
@@ -76,9 +74,10 @@ def test_a_write_through_a_descriptor_held_across_a_disk_adoption_is_not_lost(
         held.flush()
         os.fsync(held.fileno())
     m.cli("sync")
-    text = (m.work / "a.txt").read_text()
-    conflicts = [e for e in m.cli_json("events")["events"] if e["event"] == "conflict-recorded"]
-    assert "agent's line" in text or conflicts, (text, conflicts)
+    # Both sides changed the file: the agent's bytes in the tree, disk's on disk, a conflict.
+    assert (m.work / "a.txt").read_text() == "one\nagent's line\n"
+    assert (disk / "a.txt").read_text() == "two, from the user on disk\n"
+    assert states(m, "work/a.txt")["work/a.txt"][0] == "conflict"
 
 
 FILES = 2000  # enough that a full pass's gather (in its thread) takes a while

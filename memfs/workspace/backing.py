@@ -234,6 +234,10 @@ class Backing:
         # Adoptions a crash left pending on this branch: settled before any change to them.
         self.pending_adopts: dict[tuple[str, str], Intent] = {}
         self.settles = 0  # adoptions settled by a change: a pass gathering meanwhile re-reads
+        # Nodes with a writable descriptor open through the mount (the FUSE layer counts them):
+        # a pass never replaces or removes one, or the writes to come would land on a node
+        # no longer in the tree. Taken by a pass after the last one closes.
+        self.held_writers: collections.Counter[int] = collections.Counter()
         self._load_pending_adopts()
         ws.backing = self
 
@@ -328,6 +332,11 @@ class Backing:
                 raise
             return
         self.settles += 1
+
+    def release_writer(self, node: Node) -> None:
+        self.held_writers[node.id] -= 1
+        if self.held_writers[node.id] <= 0:
+            del self.held_writers[node.id]
 
     def note_removed(self, node: Node, path: bytes) -> None:
         """A file (or the files of a directory) removed through the mount: tombstones."""
@@ -765,9 +774,10 @@ class Backing:
             for path in batch:
                 take = sp.take[path]
                 if self._node_at(mount, path) is not nodes.get(path) or (
-                        path in nodes and nodes[path].ver != versions[path]):
-                    skipped.append(path)  # changed in the workspace since it was decided
-                    continue
+                        path in nodes and (nodes[path].ver != versions[path]
+                                           or nodes[path].id in self.held_writers)):
+                    skipped.append(path)  # changed in the workspace since it was decided,
+                    continue  # or open for writing: the writes to come must reach the tree
                 if isinstance(take, Content):
                     data = contents.get(path)
                     if data is None:

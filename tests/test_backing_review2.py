@@ -78,6 +78,13 @@ def test_a_write_through_a_descriptor_held_across_a_disk_adoption_is_not_lost(
     assert (m.work / "a.txt").read_text() == "one\nagent's line\n"
     assert (disk / "a.txt").read_text() == "two, from the user on disk\n"
     assert states(m, "work/a.txt")["work/a.txt"][0] == "conflict"
+    # Closed again (opened, and made by create, both released): disk's next edit is taken.
+    with open(m.work / "a.txt", "a"), open(m.work / "n.txt", "w") as n:
+        n.write("new\n")
+    m.cli("sync", "work/a.txt")  # the conflict resolved toward disk
+    (disk / "a.txt").write_text("three\n")
+    m.cli("sync")
+    assert (m.work / "a.txt").read_text() == "three\n"
 
 
 FILES = 2000  # enough that a full pass's gather (in its thread) takes a while

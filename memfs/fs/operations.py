@@ -320,6 +320,8 @@ class MemfsOperations(pyfuse3.Operations):
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._counted(f)
         node = self._new(parent_inode, name, FILE, mode, ctx)
         fh = self._open_handle(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
+        if self.ws.backing is not None:
+            self.ws.backing.held_writers[node.id] += 1  # released like any writable handle
         return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._counted(node)
 
     @_guard

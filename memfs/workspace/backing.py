@@ -334,8 +334,11 @@ class Backing:
         self.settles += 1
 
     def release_writer(self, node: Node) -> None:
-        self.held_writers[node.id] -= 1
-        if self.held_writers[node.id] <= 0:
+        """The FUSE layer closed a writable descriptor on node (counted at open and create)."""
+        left = self.held_writers[node.id] - 1
+        if left > 0:
+            self.held_writers[node.id] = left
+        else:
             del self.held_writers[node.id]
 
     def note_removed(self, node: Node, path: bytes) -> None:

@@ -162,3 +162,33 @@ async def test_a_user_edit_while_a_pass_gathers_settles_the_adoption_once(tmp_pa
     finally:
         b.close()
         ws.store.close()
+
+
+def _wait(pred, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
+
+
+def test_auto_materialize_writes_a_draft_once_the_root_is_back(mounted, tmp_path: Path):
+    """A draft made while the backing root is away (an unplugged drive) gets an auto round
+    that finds the root unavailable. When the root comes back with nothing else changing,
+    the draft must still reach disk: before the fix the round counted the tree as covered
+    and nothing ran again until the next change."""
+    m = mounted
+    m.require_real()
+    disk, away = tmp_path / "disk", tmp_path / "away"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m.cli("attach", "work", str(disk), "--auto-materialize", "--watch", "off")
+    disk.rename(away)
+    t0 = time.time()
+    (m.work / "a.txt").write_text("draft while away\n")
+    assert _wait(lambda: (m.status()["backing"]["work"]["auto_materialize"]["last"] or
+                          {"time": 0})["time"] > t0)
+    assert m.status()["backing"]["work"]["auto_materialize"]["last"]["refused"]
+    away.rename(disk)
+    assert _wait(lambda: (disk / "a.txt").read_text() == "draft while away\n")

@@ -83,6 +83,7 @@ PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps bef
 PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
               "to write {branch!r} over it (the mount is then pinned to {branch!r})")
 GATHER_TRIES = 3
+AUTO_RETRY = 2.0  # seconds before an auto round that found the root away is tried again
 WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
 WATCH_COALESCE = 0.05  # events arriving together make one pass
 WATCH_MAX_SCOPES = 16  # more dirty scopes than this: their parents, then a full pass
@@ -229,6 +230,7 @@ class Backing:
         self._auto_seen: dict[str, tuple[int, int]] = {}
         self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
         self.auto_running: set[str] = set()
+        self._auto_retry: set[str] = set()  # mounts whose last round found no root to write to
         self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
         # Adoptions a crash left pending on this branch: settled before any change to them.
@@ -1037,7 +1039,11 @@ class Backing:
         seen = -1
         while True:
             if seen >= 0:
-                await self.ws.wait_for_commit(seen)
+                # A round that found the root away is tried again without waiting for a
+                # change: the drive coming back makes no commit.
+                self._auto_retry &= set(self.bindings)  # a detached mount is owed nothing
+                with trio.move_on_after(AUTO_RETRY if self._auto_retry else float("inf")):
+                    await self.ws.wait_for_commit(seen)
             seen = self.ws.commit_count
             ran = False
             for mount, b in list(self.bindings.items()):
@@ -1071,6 +1077,11 @@ class Backing:
             self.record_event("write-failed", mount=mount, path=None, reason=str(exc))
         finally:
             self.auto_running.discard(mount)
+        if res.get("unavailable") or res.get("incomplete"):
+            self._auto_seen.pop(mount, None)  # nothing was written: this tree is still owed
+            self._auto_retry.add(mount)
+        else:
+            self._auto_retry.discard(mount)
         self.auto_last[mount] = {
             "time": time.time(), "branch": res.get("branch"), "written": res.get("written", []),
             "skipped": len(res.get("skipped", [])), "failed": len(res.get("failed", [])),

@@ -105,8 +105,9 @@ async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:
 async def _stop(ws: Workspace) -> None:
     """The mount has ended. Backing work first: watchers stopped, queued work drained, new work
     refused (backing.stop). Then the workspace refuses changes, and what is pending is
-    committed. A drain that outlasts STOP_DRAIN_LIMIT (a pass stuck on a hung disk) is cut:
-    the write-ahead intents make that no worse than a crash."""
+    committed. A drain that outlasts STOP_DRAIN_LIMIT (a pass stuck on a hung disk) is no
+    longer waited for before the commit (the write-ahead intents make that no worse than a
+    crash); work already in a thread or a shielded scope still holds the process's exit."""
     if ws.backing is not None:
         log.info("mount ended; stopping backing work")
         with trio.move_on_after(STOP_DRAIN_LIMIT) as limit:

@@ -189,7 +189,8 @@ class MemfsOperations(pyfuse3.Operations):
         new node (new inode); the kernel resolved the path to the old one before this open, so
         the open answers ESTALE and the kernel walks the path once more, revalidating every name
         (LOOKUP_REVAL), and opens the new inode (or finds the name gone). A descriptor opened
-        before keeps the old bytes, as with a file replaced by rename on a local filesystem."""
+        before for reading keeps the old bytes, as with a file replaced by rename on a local
+        filesystem; one open for writing keeps the node in place (Backing.held_writers)."""
         if node.parent is None:
             return  # already unlinked (an open through /proc/PID/fd): no path to observe
         if not await self.ws.backing.on_access(node):
@@ -319,6 +320,8 @@ class MemfsOperations(pyfuse3.Operations):
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._counted(f)
         node = self._new(parent_inode, name, FILE, mode, ctx)
         fh = self._open_handle(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
+        if self.ws.backing is not None:
+            self.ws.backing.held_writers[node.id] += 1  # released like any writable handle
         return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._counted(node)
 
     @_guard
@@ -409,7 +412,11 @@ class MemfsOperations(pyfuse3.Operations):
             self._ctx(ctx)
             self.ws.truncate(node, 0)
         fh = self._open_handle(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
-        return pyfuse3.FileInfo(fh=fh, keep_cache=True)
+        if writing and self.ws.backing is not None:
+            self.ws.backing.held_writers[node.id] += 1  # a pass leaves this node in place
+        # A disk-only file is read from disk, which changes without memfs (a same-size rewrite
+        # with its mtime kept leaves the same node): the kernel drops its pages at each open.
+        return pyfuse3.FileInfo(fh=fh, keep_cache=node.id not in self.ws.disk_only)
 
     @_guard
     async def read(self, fh, off, size):
@@ -444,6 +451,8 @@ class MemfsOperations(pyfuse3.Operations):
     @_guard
     async def release(self, fh):
         h = self.handles.pop(fh, None)
+        if h is not None and h.node is not None and h.writable and self.ws.backing is not None:
+            self.ws.backing.release_writer(h.node)
         if h is not None and h.node is not None and h.node.parent is None \
                 and not self.lookups.get(h.node.id):
             self.ws.forget(h.node.id)

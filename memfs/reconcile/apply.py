@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from memfs.errors import MemfsError
 from memfs.reconcile.contained import Refused, RootId, crash_point
 from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
 from memfs.reconcile.plan import MaterializePlan
@@ -108,10 +109,17 @@ def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision]) -> 
         if dec.resolve_pending is None or path not in pending:
             continue
         intent = pending[path]
-        if dec.resolve_pending == "done":
-            journal.complete_intent(intent.id)
-        else:
-            journal.abandon_intent(intent.id)
+        try:
+            if dec.resolve_pending == "done":
+                journal.complete_intent(intent.id)
+            else:
+                journal.abandon_intent(intent.id)
+        except MemfsError:
+            # A change through the mount may settle an adoption on the loop meanwhile
+            # (Backing.settle_before_change), from the tree this decision saw: not a failure.
+            if any(p.id == intent.id for p in journal.pending_intents(mount, path)):
+                raise
+            continue
         settled[path] = dec.resolve_pending
     return settled
 

@@ -94,6 +94,7 @@ PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps bef
 PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
               "to write {branch!r} over it (the mount is then pinned to {branch!r})")
 GATHER_TRIES = 3
+AUTO_RETRY = 2.0  # seconds before an auto round that found the root away is tried again
 WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
 WATCH_COALESCE = 0.05  # events arriving together make one pass
 WATCH_MAX_SCOPES = 16  # more dirty scopes than this: their parents, then a full pass
@@ -248,10 +249,16 @@ class Backing:
         self._auto_seen: dict[str, tuple[int, int]] = {}
         self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
         self.auto_running: set[str] = set()
+        self._auto_retry: set[str] = set()  # mounts whose last round found no root to write to
         self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
         # Adoptions a crash left pending on this branch: settled before any change to them.
         self.pending_adopts: dict[tuple[str, str], Intent] = {}
+        self.settles = 0  # adoptions settled by a change: a pass gathering meanwhile re-reads
+        # Nodes with a writable descriptor open through the mount (the FUSE layer counts them):
+        # a pass never replaces or removes one, or the writes to come would land on a node
+        # no longer in the tree. Taken by a pass after the last one closes.
+        self.held_writers: collections.Counter[int] = collections.Counter()
         self._load_pending_adopts()
         ws.backing = self
 
@@ -329,10 +336,31 @@ class Backing:
                 continue  # a pass settled it already
             node = self._node_at(*key)
             now = None if node is None else self._digest_now(node)
-            if now == intent.new:
+            if now in (intent.new, intent.old):
+                self._settle_adoption(intent, done=now == intent.new)
+
+    def _settle_adoption(self, intent: Intent, *, done: bool) -> None:
+        """Settle on the loop; a pass's thread may settle the same intent first (the same way,
+        from the same tree), which is no failure of the change that asked."""
+        try:
+            if done:
                 self.journal.complete_intent(intent.id)
-            elif now == intent.old:
+            else:
                 self.journal.abandon_intent(intent.id)
+        except MemfsError:
+            if any(p.id == intent.id for p in self.journal.pending_intents(intent.mount,
+                                                                           intent.path)):
+                raise
+            return
+        self.settles += 1
+
+    def release_writer(self, node: Node) -> None:
+        """The FUSE layer closed a writable descriptor on node (counted at open and create)."""
+        left = self.held_writers[node.id] - 1
+        if left > 0:
+            self.held_writers[node.id] = left
+        else:
+            del self.held_writers[node.id]
 
     def note_removed(self, node: Node, path: bytes) -> None:
         """A file (or the files of a directory) removed through the mount: tombstones."""
@@ -800,9 +828,10 @@ class Backing:
             for path in batch:
                 take = sp.take[path]
                 if self._node_at(mount, path) is not nodes.get(path) or (
-                        path in nodes and nodes[path].ver != versions[path]):
-                    skipped.append(path)  # changed in the workspace since it was decided
-                    continue
+                        path in nodes and (nodes[path].ver != versions[path]
+                                           or nodes[path].id in self.held_writers)):
+                    skipped.append(path)  # changed in the workspace since it was decided,
+                    continue  # or open for writing: the writes to come must reach the tree
                 if isinstance(take, Content):
                     data = contents.get(path)
                     if data is None:
@@ -858,7 +887,10 @@ class Backing:
         """(epoch, branch, observation, evidence, pending) gathered while one branch and one
         tree stayed selected, or a dict saying why there is nothing to decide on."""
         for _ in range(GATHER_TRIES):
-            epoch, branch = self.epoch, self.ws.branch
+            # A change settling a pending adoption while the thread reads (settle_before_change
+            # on the loop) leaves the intents and P read stale: the user's edit would read as
+            # an interrupted conflict. So that counts as a change of view too.
+            epoch, branch, settles = self.epoch, self.ws.branch, self.settles
             nodes, refs = self._store_nodes(b.mount, scope)
             try:
                 obs, evidence, pend = await trio.to_thread.run_sync(self._gather, b, scope,
@@ -871,7 +903,7 @@ class Backing:
                 st.last_pass = time.time()
                 return {"mount": b.mount, "unavailable": exc.message,
                         "remedy": ACCEPT_ROOT_REMEDY}
-            if epoch == self.epoch and branch == self.ws.branch:
+            if epoch == self.epoch and branch == self.ws.branch and settles == self.settles:
                 st.unavailable = None
                 st.incomplete = None
                 return epoch, branch, obs, evidence, pend
@@ -1056,7 +1088,11 @@ class Backing:
         seen = -1
         while True:
             if seen >= 0:
-                await self.ws.wait_for_commit(seen)
+                # A round that found the root away is tried again without waiting for a
+                # change: the drive coming back makes no commit.
+                self._auto_retry &= set(self.bindings)  # a detached mount is owed nothing
+                with trio.move_on_after(AUTO_RETRY if self._auto_retry else float("inf")):
+                    await self.ws.wait_for_commit(seen)
             seen = self.ws.commit_count
             ran = False
             for mount, b in list(self.bindings.items()):
@@ -1090,6 +1126,11 @@ class Backing:
             self.record_event("write-failed", mount=mount, path=None, reason=str(exc))
         finally:
             self.auto_running.discard(mount)
+        if res.get("unavailable") or res.get("incomplete"):
+            self._auto_seen.pop(mount, None)  # nothing was written: this tree is still owed
+            self._auto_retry.add(mount)
+        else:
+            self._auto_retry.discard(mount)
         self.auto_last[mount] = {
             "time": time.time(), "branch": res.get("branch"), "written": res.get("written", []),
             "skipped": len(res.get("skipped", [])), "failed": len(res.get("failed", [])),

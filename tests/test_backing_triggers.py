@@ -197,6 +197,8 @@ def test_kill_after_adoption_commit_completes_on_restart(mount_factory, tmp_path
     m.umount()
     monkeypatch.setenv("MEMFS_CRASH_AT", "backing:after-commit")
     m.remount()  # the start pass has nothing to adopt, so it never reaches the point
+    # ... as long as it is over before disk changes (it runs once the mount is up).
+    assert wait_for(lambda: m.status()["backing"]["work"]["last_pass"] is not None, 10)
     (disk / "a.txt").write_text("a2 on disk\n")
     res = m.cli("sync", check=False)
     assert res.returncode != 0  # the daemon died at the point, after the tree commit

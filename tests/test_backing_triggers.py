@@ -256,3 +256,33 @@ def test_on_access_open_skips_the_pass_while_disk_holds_what_was_seen(mounted, t
     time.sleep(ACCESS)
     assert sh(f"cat {m.work}/a.txt") == "a3\n"
     assert m.status()["backing"]["work"]["last_pass"] != last
+
+
+INOTIFY_LIMIT = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def test_a_refused_watcher_is_reported_and_retried_not_fatal(mounted, tmp_path: Path):
+    """inotify_init1 failing (EMFILE: the per-user instance limit, lowered here to 0 for a
+    moment) is shown on status and retried; before, the watcher's error ended the daemon."""
+    m = mounted
+    _real(m)
+    if os.geteuid() != 0 or not os.access(INOTIFY_LIMIT, os.W_OK):
+        pytest.skip("lowering fs.inotify.max_user_instances needs root")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    old = INOTIFY_LIMIT.read_text()
+    INOTIFY_LIMIT.write_text("0\n")
+    try:
+        m.cli("attach", "work", str(disk), "--watch", "fs-events")
+        assert wait_for(lambda: m.status()["backing"]["work"]["watch_error"] is not None, 10)
+    finally:
+        INOTIFY_LIMIT.write_text(old)
+    assert m.proc is not None and m.proc.poll() is None  # the daemon lives
+    assert "inotify" in m.status()["backing"]["work"]["watch_error"]["remedy"]
+    events = [e["event"] for e in m.cli_json("events")["events"]]
+    assert "watch-failed" in events
+    # Once the kernel allows it again, the watcher starts and events drive passes again.
+    assert wait_for(lambda: m.status()["backing"]["work"]["watch_error"] is None, 15)
+    (disk / "b.txt").write_text("b1\n")
+    assert wait_for(lambda: (m.work / "b.txt").exists(), 10)

@@ -97,6 +97,9 @@ GATHER_TRIES = 3
 AUTO_RETRY = 2.0  # seconds before an auto round that found the root away is tried again
 WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
 WATCH_COALESCE = 0.05  # events arriving together make one pass
+WATCH_RETRY = 5.0  # seconds before a watcher the kernel refused is tried again
+WATCH_REMEDY = ("raise fs.inotify.max_user_instances (sysctl), or attach with --watch "
+                "on-access; memfs tries again every 5 s")
 WATCH_MAX_SCOPES = 16  # more dirty scopes than this: their parents, then a full pass
 BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
 BATCH_FILES = 4096
@@ -144,6 +147,7 @@ class MountState:
     last_error: str | None = None
     incomplete: str | None = None
     observed: dict[str, float] = field(default_factory=dict)  # scope -> monotonic time
+    watch_error: str | None = None  # fs-events: why no watcher runs now
 
 
 def _under(path: str, scope: str) -> bool:
@@ -437,6 +441,8 @@ class Backing:
                 "unavailable": None if st.unavailable is None else
                 {"error": st.unavailable[0], "remedy": st.unavailable[1]},
                 "last_pass": st.last_pass, "last_error": st.last_error,
+                "watch_error": None if st.watch_error is None else
+                {"error": st.watch_error, "remedy": WATCH_REMEDY},
                 "incomplete": st.incomplete,
                 "states": counts,
                 "conflicts": sorted(p for p, (s, _) in st.states.items() if s == "conflict"),
@@ -1204,7 +1210,10 @@ class Backing:
         with trio.CancelScope() as scope:
             task_status.started(scope)
             while True:
-                watcher = await trio.to_thread.run_sync(Watcher, b.dir)
+                watcher = await self._start_watcher(b)
+                if watcher is None:
+                    await trio.sleep(WATCH_RETRY)
+                    continue
                 try:
                     while True:
                         with trio.move_on_after(WATCH_POLL * 5) as idle:
@@ -1227,6 +1236,24 @@ class Backing:
                 finally:
                     watcher.close()
                 await self._passes(b.mount, [""], after_change)
+
+    async def _start_watcher(self, b: Binding) -> Watcher | None:
+        """A new inotify watcher, or None when the kernel refuses one (EMFILE: the instance
+        limit; ENOMEM): that is shown on status (`watch_error`) and as an event, and tried
+        again, never an error that ends the daemon."""
+        st = self.mounts.setdefault(b.mount, MountState())
+        try:
+            watcher = await trio.to_thread.run_sync(Watcher, b.dir)
+        except OSError as exc:
+            error = f"fs-events watcher could not start: {exc.strerror or exc}"
+            if st.watch_error != error:
+                log.warning("mount %s: %s", b.mount, error)
+                self.record_event("watch-failed", mount=b.mount, error=error,
+                                  remedy=WATCH_REMEDY)
+            st.watch_error = error
+            return None
+        st.watch_error = None
+        return watcher
 
     async def _passes(self, mount: str, scopes: list[str],
                       after_change: Callable[[], Awaitable[None]]) -> None:

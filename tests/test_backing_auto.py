@@ -84,3 +84,30 @@ def test_a_change_made_while_a_round_runs_gets_its_own_round(mount_factory, tmp_
     (m.work / "n2.txt").write_text("made during the first round\n")  # while it pushes n1
     assert wait_for(lambda: _read(disk / "n1.txt") == "first\n", 20)
     assert wait_for(lambda: _read(disk / "n2.txt") == "made during the first round\n", 20)
+
+
+def test_a_file_open_for_writing_is_written_when_closed(mounted, tmp_path: Path):
+    """Close-to-open: a group commit in the middle of a long write never puts half a file on
+    disk; the writer's close starts the round that writes it whole."""
+    m = mounted
+    m.require_real()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    m.cli("attach", "work", str(disk), "--auto-materialize", "--watch", "off")
+    (m.work / "other.txt").write_text("x\n")
+    assert wait_for(lambda: _read(disk / "other.txt") == "x\n")
+    with open(m.work / "long.txt", "w") as f:
+        f.write("first half\n")
+        f.flush()
+        t0 = time.time()
+        assert wait_for(lambda: _last(m)["time"] > t0)  # a round ran while it is open
+        (m.work / "other.txt").write_text("y\n")  # and another, for good measure
+        assert wait_for(lambda: _read(disk / "other.txt") == "y\n")
+        assert not (disk / "long.txt").exists()
+        f.write("second half\n")
+        f.flush()
+        t1 = time.time()
+        assert wait_for(lambda: _last(m)["time"] > t1)  # its commit's round held it back too
+        assert not (disk / "long.txt").exists()
+    # No commit follows the close: the close itself starts the round.
+    assert wait_for(lambda: _read(disk / "long.txt") == "first half\nsecond half\n")

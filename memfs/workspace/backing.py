@@ -253,6 +253,8 @@ class Backing:
         self._auto_seen: dict[str, tuple[int, int]] = {}
         self.auto_last: dict[str, dict] = {}  # mount -> the last auto-materialize's outcome
         self.auto_running: set[str] = set()
+        self._auto_held: set[int] = set()  # nodes an auto round left for their writer's close
+        self._auto_wake = trio.Event()
         self._auto_retry: set[str] = set()  # mounts whose last round found no root to write to
         self.pins = {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
         self._load_intents()
@@ -363,8 +365,14 @@ class Backing:
         left = self.held_writers[node.id] - 1
         if left > 0:
             self.held_writers[node.id] = left
-        else:
-            del self.held_writers[node.id]
+            return
+        del self.held_writers[node.id]
+        if node.id in self._auto_held:  # an auto round left it for this close
+            self._auto_held.discard(node.id)
+            mount, _ = self._backed(node.path())
+            if mount is not None:
+                self._auto_seen.pop(mount, None)
+            self._auto_wake.set()
 
     def note_removed(self, node: Node, path: bytes) -> None:
         """A file (or the files of a directory) removed through the mount: tombstones."""
@@ -969,6 +977,16 @@ class Backing:
             mplan.writes.remove(w)
             mplan.skipped.append(Skipped(w.path, "refused", "the store holds no file to write",
                                          f"`memfs sync {mount}/{w.path}` takes disk's side"))
+        if auto:
+            # Close-to-open: a file still open for writing through the mount may be half
+            # written; its writer's close starts the round that writes it.
+            held = [w for w in mplan.writes if nodes[w.path].id in self.held_writers]
+            for w in held:
+                mplan.writes.remove(w)
+                self._auto_held.add(nodes[w.path].id)
+                mplan.skipped.append(Skipped(w.path, "open-for-writing",
+                                             "still open for writing through the mount",
+                                             "it is written when the last writer closes it"))
         for w in mplan.writes:
             node = nodes[w.path]
             if node.dirty or node.ref is None:
@@ -1097,8 +1115,7 @@ class Backing:
                 # A round that found the root away is tried again without waiting for a
                 # change: the drive coming back makes no commit.
                 self._auto_retry &= set(self.bindings)  # a detached mount is owed nothing
-                with trio.move_on_after(AUTO_RETRY if self._auto_retry else float("inf")):
-                    await self.ws.wait_for_commit(seen)
+                await self._auto_wait(seen, AUTO_RETRY if self._auto_retry else float("inf"))
             seen = self.ws.commit_count
             ran = False
             for mount, b in list(self.bindings.items()):
@@ -1108,6 +1125,19 @@ class Backing:
                         await self._auto_materialize_one(mount)
             if ran:
                 await after_change()
+
+    async def _auto_wait(self, seen: int, timeout: float) -> None:
+        """Until a commit beyond `seen`, a writer closing a file a round held back, or the
+        timeout."""
+        with trio.move_on_after(timeout):
+            async with trio.open_nursery() as nursery:
+                async def first(wait: Callable[[], Awaitable[object]]) -> None:
+                    await wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(first, lambda: self.ws.wait_for_commit(seen))
+                nursery.start_soon(first, self._auto_wake.wait)
+        self._auto_wake = trio.Event()
 
     def _changed_since_auto(self, mount: str) -> bool:
         node = self._mount_node(mount)

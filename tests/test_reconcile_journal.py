@@ -209,3 +209,26 @@ def test_failed_append_poisons_until_reopen(tmp_path: Path, point: str, errno_va
     assert out["after_reopen"] == fresh
     assert out["b_recorded"] is False  # nothing was written while poisoned
     assert out["writable"] is True
+
+
+def test_a_reopen_that_fails_refuses_until_one_succeeds(tmp_path: Path):
+    """A reopen whose new connection cannot open leaves the journal refusing (naming the
+    reopen), never holding a closed connection that fails every call another way."""
+    db = tmp_path / "store.db"
+    j = Journal(db)
+    j.record_evidence("m", [("a.txt", "A" * 32)], root=(1, 2))
+    j.close()  # (a second close inside reopen is harmless)
+    j = Journal(db)
+    aside = tmp_path / "aside.db"
+    db.rename(aside)
+    db.mkdir()  # no database can open here
+    with pytest.raises(sqlite3.Error):
+        j.reopen()
+    assert j.needs_reopen
+    with pytest.raises(MemfsError, match="reopen"):
+        j.evidence("m", "a.txt")
+    db.rmdir()
+    aside.rename(db)
+    j.reopen()
+    assert j.evidence("m", "a.txt") == EvidenceRecord("A" * 32)
+    j.close()

@@ -218,9 +218,15 @@ class Journal:
                 self._conn.close()
             except sqlite3.Error:
                 pass
-            self._conn = self._connect()
-            self._failure = None
             self._memo.clear()  # data_version numbers belong to the old connection
+            try:
+                self._conn = self._connect()
+            except sqlite3.Error as exc:
+                # The old connection is gone and no new one opened: refuse (naming the
+                # reopen) rather than fail later on a closed connection.
+                self._failure = exc
+                raise
+            self._failure = None
 
     def close(self) -> None:
         with self._lock:

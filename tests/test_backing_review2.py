@@ -14,6 +14,7 @@ import trio
 import xxhash
 from helpers.png import make_png
 from test_backing_mount import ACCESS, states
+from test_backing_triggers import wait_for
 
 from memfs.errors import MemfsError
 from memfs.store import Store
@@ -164,13 +165,6 @@ async def test_a_user_edit_while_a_pass_gathers_settles_the_adoption_once(tmp_pa
         ws.store.close()
 
 
-def _wait(pred, timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return pred()
 
 
 def test_auto_materialize_writes_a_draft_once_the_root_is_back(mounted, tmp_path: Path):
@@ -187,8 +181,8 @@ def test_auto_materialize_writes_a_draft_once_the_root_is_back(mounted, tmp_path
     disk.rename(away)
     t0 = time.time()
     (m.work / "a.txt").write_text("draft while away\n")
-    assert _wait(lambda: (m.status()["backing"]["work"]["auto_materialize"]["last"] or
-                          {"time": 0})["time"] > t0)
+    assert wait_for(lambda: (m.status()["backing"]["work"]["auto_materialize"]["last"] or
+                          {"time": 0})["time"] > t0, 15)
     assert m.status()["backing"]["work"]["auto_materialize"]["last"]["refused"]
     away.rename(disk)
-    assert _wait(lambda: (disk / "a.txt").read_text() == "draft while away\n")
+    assert wait_for(lambda: (disk / "a.txt").read_text() == "draft while away\n", 15)

@@ -43,7 +43,7 @@ import xxhash
 
 from memfs.errors import MemfsError
 from memfs.reconcile import intent as intent_mod
-from memfs.reconcile.afterbatch import ScanCoordinator, ScanOutcome
+from memfs.reconcile.afterbatch import ScanCoordinator
 from memfs.reconcile.contained import (
     CTIME_TRUSTED,
     Refused,
@@ -70,10 +70,16 @@ from memfs.reconcile.plan import (
     plan_sync,
 )
 from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
-from memfs.reconcile.watch import Watcher, narrow
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Intent, Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
+from memfs.workspace.backing_tasks import (
+    AGENT_WATCH,
+    DEFAULT_SCAN_DEADLINE,
+    SCAN_DELAY_ENV,  # noqa: F401 - the tests' shim, named where the rest of backing is
+    WATCH_REMEDY,
+    DaemonTasks,
+)
 from memfs.workspace.nodes import FileData, Node, WorkspaceError
 
 if TYPE_CHECKING:
@@ -86,21 +92,11 @@ ACCESS_INTERVAL = 1.0  # an on-access pass observes a scope at most once a secon
 # Modes observed on access. on-agent-action is observed by `memfs after-batch` (the scan
 # coordinator); fs-events relies on its events; off only on sync.
 ACCESS_WATCH = ("on-access",)
-AGENT_WATCH = "on-agent-action"
-DEFAULT_SCAN_DEADLINE = 20.0  # seconds an after-batch call waits for its scan
 EVENTS_KEPT = 1000  # the in-memory event ring `memfs events` reads
-SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"  # fault-injection shim: seconds each scan sleeps first
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps before each effect
 PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
               "to write {branch!r} over it (the mount is then pinned to {branch!r})")
 GATHER_TRIES = 3
-AUTO_RETRY = 2.0  # seconds before an auto round that found the root away is tried again
-WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
-WATCH_COALESCE = 0.05  # events arriving together make one pass
-WATCH_RETRY = 5.0  # seconds before a watcher the kernel refused is tried again
-WATCH_REMEDY = ("raise fs.inotify.max_user_instances (sysctl), or attach with --watch "
-                "on-access; memfs tries again every 5 s")
-WATCH_MAX_SCOPES = 16  # more dirty scopes than this: their parents, then a full pass
 BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
 BATCH_FILES = 4096
 SEEN_PATHS_PER_PASS = 64  # a scoped pass this small records its files for on-access
@@ -216,7 +212,7 @@ def _batches(take: dict, obs: Observation) -> list[list[str]]:
     return out if out[-1] else []
 
 
-class Backing:
+class Backing(DaemonTasks):
     """Every backing binding of one workspace; installs itself as `ws.backing`."""
 
     def __init__(self, ws: Workspace) -> None:
@@ -662,6 +658,9 @@ class Backing:
         return {"mounts": out}
 
     # -- passes ------------------------------------------------------------------------
+    def _state(self, mount: str) -> MountState:
+        return self.mounts.setdefault(mount, MountState())
+
     def _lock(self, mount: str) -> trio.Lock:
         return self._locks.setdefault(mount, trio.Lock())
 
@@ -702,7 +701,7 @@ class Backing:
         b = self.bindings[mount]
         if b.watch not in ACCESS_WATCH or self._lock(mount).locked():
             return False
-        st = self.mounts.setdefault(mount, MountState())
+        st = self._state(mount)
         now = time.monotonic()
         if len(st.observed) > 4096:
             st.observed = {k: t for k, t in st.observed.items() if now - t < ACCESS_INTERVAL}
@@ -775,13 +774,13 @@ class Backing:
             try:
                 return await self._pass_locked(mount, scope, path_sync, accept_root, asked_on)
             except MemfsError as exc:  # e.g. the journal refusing after a failed append
-                self.mounts.setdefault(mount, MountState()).last_error = str(exc)
+                self._state(mount).last_error = str(exc)
                 raise
 
     async def _pass_locked(self, mount: str, scope: str, path_sync: bool,
                            accept_root: bool, asked_on: str | None = None) -> dict:
         b = self.bindings[mount]
-        st = self.mounts.setdefault(mount, MountState())
+        st = self._state(mount)
         st.observed[scope] = time.monotonic()
         if accept_root:
             try:
@@ -950,7 +949,7 @@ class Backing:
         from memfs.reconcile.plan import Skipped, plan_materialize
 
         b = self.bindings[mount]
-        st = self.mounts.setdefault(mount, MountState())
+        st = self._state(mount)
         await self.ws.sync()  # what is written is what the store durably holds
         gathered = await self._gather_on_one_branch(b, st, "")
         if isinstance(gathered, dict):
@@ -1037,264 +1036,6 @@ class Backing:
                 "remedy": PIN_REMEDY.format(pinned=pinned, branch=branch)
                 if result.refused and pinned is not None else None,
                 "interrupted": result.interrupted}
-
-    # -- fs-events -------------------------------------------------------------------------
-    async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
-        """The daemon's background work: one inotify watcher per `watch=fs-events` binding
-        (started and stopped as bindings come and go), the auto-materialize loop and the one
-        after-batch coordinator. Runs until cancelled; `stop()` ends the watchers first.
-        `after_change` tells the kernel."""
-        async with trio.open_nursery() as nursery:
-            # The coordinator's scans run in this nursery, outside the watchers' scope, so
-            # stopping the watchers never cuts a scan an agent is waiting for.
-            self._after_change = after_change
-            self.coordinator = ScanCoordinator(nursery, self._agent_scan,
-                                               deadline=DEFAULT_SCAN_DEADLINE,
-                                               on_event=self._coordinator_event)
-            try:
-                with self._watch_scope:
-                    async with trio.open_nursery() as watchers:
-                        watchers.start_soon(self._auto_materialize_loop, after_change)
-                        watchers.start_soon(self._supervise_watchers, after_change)
-                self._watchers_done.set()
-                await trio.sleep_forever()
-            finally:
-                self._watchers_done.set()
-                self.coordinator = None
-
-    async def _supervise_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
-        running: dict[str, trio.CancelScope] = {}
-        async with trio.open_nursery() as nursery:
-            while True:
-                for mount, b in self.bindings.items():
-                    if b.watch == "fs-events" and mount not in running:
-                        running[mount] = await nursery.start(self._watch, b, after_change)
-                for mount in list(running):
-                    b = self.bindings.get(mount)
-                    if b is None or b.watch != "fs-events":
-                        running.pop(mount).cancel()
-                await trio.sleep(WATCH_POLL)
-
-    # -- clean stop ----------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _admitted(self) -> Iterator[None]:
-        """Count a piece of backing work in, so `stop()` can drain it; refused once stopped."""
-        if self.stopped:
-            raise MemfsError("memfs has stopped", "mount the store again (`memfs mount`)")
-        self._active += 1
-        try:
-            yield
-        finally:
-            self._active -= 1
-            if self._active == 0:
-                self._idle.set()
-
-    async def stop(self) -> None:
-        """Stop cleanly (seed 002's stop): watchers first, so no new work is generated; then
-        the after-batch scans queued and running; then every admitted piece of work, until
-        nothing new was admitted while draining; then refuse new work ("memfs has stopped")
-        — with no await between the last empty check and the flag, so nothing slips in after
-        the drain and before the caller saves its state."""
-        self._watch_scope.cancel()
-        if self.coordinator is not None:
-            await self._watchers_done.wait()
-            await self.coordinator.stop()
-        while self._active:
-            self._idle = trio.Event()
-            await self._idle.wait()
-        self.stopped = True
-
-    # -- auto-materialize ---------------------------------------------------------------
-    async def _auto_materialize_loop(self, after_change: Callable[[], Awaitable[None]]) -> None:
-        """`--auto-materialize`: a bare materialize of each such mount after each group commit
-        that changed it (and once at start, for drafts a stop or crash left owed). Commits
-        that come while one runs are taken together by the next round."""
-        seen = -1
-        while True:
-            if seen >= 0:
-                # A round that found the root away is tried again without waiting for a
-                # change: the drive coming back makes no commit.
-                self._auto_retry &= set(self.bindings)  # a detached mount is owed nothing
-                await self._auto_wait(seen, AUTO_RETRY if self._auto_retry else float("inf"))
-            seen = self.ws.commit_count
-            ran = False
-            for mount, b in list(self.bindings.items()):
-                if b.auto_materialize and self._changed_since_auto(mount):
-                    ran = True
-                    with trio.CancelScope(shield=True):  # stop never cuts a push in half
-                        await self._auto_materialize_one(mount)
-            if ran:
-                await after_change()
-
-    async def _auto_wait(self, seen: int, timeout: float) -> None:
-        """Until a commit beyond `seen`, a writer closing a file a round held back, or the
-        timeout."""
-        with trio.move_on_after(timeout):
-            async with trio.open_nursery() as nursery:
-                async def first(wait: Callable[[], Awaitable[object]]) -> None:
-                    await wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(first, lambda: self.ws.wait_for_commit(seen))
-                nursery.start_soon(first, self._auto_wake.wait)
-        self._auto_wake = trio.Event()
-
-    def _changed_since_auto(self, mount: str) -> bool:
-        node = self._mount_node(mount)
-        key = None if node is None else (node.id, node.ver)
-        return key is not None and self._auto_seen.get(mount) != key
-
-    async def _auto_materialize_one(self, mount: str) -> None:
-        # What this round covers is the tree as it is now: a change made while the round runs
-        # has a newer version and starts the next round (this round's own adoptions start one
-        # too, which then finds nothing owed).
-        node = self._mount_node(mount)
-        if node is not None:
-            self._auto_seen[mount] = (node.id, node.ver)
-        self.auto_running.add(mount)
-        try:
-            with self._admitted():
-                async with self._lock(mount):
-                    res = await self._materialize_locked(mount, None, False, False, auto=True)
-        except Exception as exc:  # noqa: BLE001 - the loop goes on; status and events say why
-            log.warning("auto-materialize of %s failed: %s", mount, exc)
-            res = {"error": str(exc)}
-            self.record_event("write-failed", mount=mount, path=None, reason=str(exc))
-        finally:
-            self.auto_running.discard(mount)
-        if res.get("unavailable") or res.get("incomplete"):
-            self._auto_seen.pop(mount, None)  # nothing was written: this tree is still owed
-            self._auto_retry.add(mount)
-        else:
-            self._auto_retry.discard(mount)
-        self.auto_last[mount] = {
-            "time": time.time(), "branch": res.get("branch"), "written": res.get("written", []),
-            "skipped": len(res.get("skipped", [])), "failed": len(res.get("failed", [])),
-            "refused": res.get("refused") or res.get("unavailable") or res.get("error")}
-
-    # -- after-batch scans -----------------------------------------------------------------
-    def _agent_mounts(self) -> list[str]:
-        return sorted(m for m, b in self.bindings.items() if b.watch == AGENT_WATCH)
-
-    async def after_batch(self, agent: str | None = None) -> dict:
-        """`memfs after-batch`: scan every on-agent-action mount before the agent goes on,
-        through the coordinator (shared, deadline-bounded); without one, one scan directly."""
-        mounts = self._agent_mounts()
-        reply: dict[str, object] = {"agent": agent, "mounts": mounts, "scan": None,
-                                    "missed": False, "miss": None, "outcome": None}
-        if not mounts:
-            return reply
-        coord = self.coordinator
-        if coord is None:
-            self.record_event("scan-started", scan=None, mounts=mounts, agent=agent)
-            outcome = await self._agent_scan()
-            self._last_direct_scan = {"scan": None, **_outcome_json(outcome), "late": False}
-            self.record_event("scan-finished", scan=None, mounts=mounts,
-                              finished=outcome.finished, late=False)
-            if outcome.incomplete:
-                self.record_event("scan-incomplete", scan=None, mounts=mounts,
-                                  regions=[list(r) for r in outcome.incomplete])
-            reply["outcome"] = _outcome_json(outcome)
-            return reply
-        # One coordinator serves every such mount: a batch waits only as long as the
-        # smallest of their deadlines allows.
-        coord.deadline = min(self.bindings[m].scan_deadline for m in mounts)
-        res = await coord.after_batch()
-        reply.update(scan=res.scan_id, missed=res.missed,
-                     miss=coord.status["last_miss"] if res.missed else None,
-                     outcome=None if res.outcome is None else _outcome_json(res.outcome))
-        return reply
-
-    async def _agent_scan(self) -> ScanOutcome:
-        """One scan: a full pass of each on-agent-action mount, its regions as incomplete."""
-        self.scans_run += 1
-        delay = float(os.environ.get(SCAN_DELAY_ENV) or 0)
-        if delay > 0:
-            await trio.sleep(delay)
-        incomplete: list[tuple[str, str]] = []
-        errors: list[str] = []
-        for mount in self._agent_mounts():
-            try:
-                r = await self.run_pass(mount)
-            except Exception as exc:  # noqa: BLE001 - one mount's failure is the scan's outcome
-                errors.append(f"{mount}: {exc}")
-                continue
-            if r.get("unavailable"):
-                errors.append(f"{mount}: {r['unavailable']}")
-            if r.get("incomplete") or r.get("refused"):
-                errors.append(f"{mount}: {r.get('incomplete') or r.get('refused')}")
-            incomplete += [(f"{mount}/{g['path']}", g["reason"]) for g in r.get("regions", [])]
-        if self._after_change is not None:
-            await self._after_change()  # a late scan's changes reach the kernel too
-        return ScanOutcome(finished=not errors, incomplete=tuple(incomplete),
-                           error="; ".join(errors) or None)
-
-    def _coordinator_event(self, ev: dict[str, object]) -> None:
-        fields = {k: v for k, v in ev.items() if k not in ("event", "at")}
-        self.record_event(str(ev["event"]), mounts=self._agent_mounts(), **fields)
-
-    async def _watch(self, b: Binding, after_change: Callable[[], Awaitable[None]],
-                     task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Events only choose what to observe again; an overflow, a moved root or a full
-        watch table means a full pass (and a new watcher, for a root that came back)."""
-        with trio.CancelScope() as scope:
-            task_status.started(scope)
-            while True:
-                watcher = await self._start_watcher(b)
-                if watcher is None:
-                    await trio.sleep(WATCH_RETRY)
-                    continue
-                try:
-                    while True:
-                        with trio.move_on_after(WATCH_POLL * 5) as idle:
-                            await trio.lowlevel.wait_readable(watcher.fileno())
-                        if idle.cancelled_caught:
-                            st = self.mounts.get(b.mount)
-                            if st is not None and st.unavailable is not None:
-                                break  # the root may be back: watch it afresh, observe it
-                            continue
-                        await trio.sleep(WATCH_COALESCE)
-                        dirty = watcher.read()
-                        scopes = [""] if dirty.full else narrow(dirty.paths)
-                        if len(scopes) > WATCH_MAX_SCOPES:
-                            scopes = narrow({p.rpartition("/")[0] for p in scopes})
-                            if len(scopes) > WATCH_MAX_SCOPES:
-                                scopes = [""]
-                        await self._passes(b.mount, scopes, after_change)
-                        if dirty.full:
-                            break
-                finally:
-                    watcher.close()
-                await self._passes(b.mount, [""], after_change)
-
-    async def _start_watcher(self, b: Binding) -> Watcher | None:
-        """A new inotify watcher, or None when the kernel refuses one (EMFILE: the instance
-        limit; ENOMEM): that is shown on status (`watch_error`) and as an event, and tried
-        again, never an error that ends the daemon."""
-        st = self.mounts.setdefault(b.mount, MountState())
-        try:
-            watcher = await trio.to_thread.run_sync(Watcher, b.dir)
-        except OSError as exc:
-            error = f"fs-events watcher could not start: {exc.strerror or exc}"
-            if st.watch_error != error:
-                log.warning("mount %s: %s", b.mount, error)
-                self.record_event("watch-failed", mount=b.mount, error=error,
-                                  remedy=WATCH_REMEDY)
-            st.watch_error = error
-            return None
-        st.watch_error = None
-        return watcher
-
-    async def _passes(self, mount: str, scopes: list[str],
-                      after_change: Callable[[], Awaitable[None]]) -> None:
-        for scope in scopes:
-            try:
-                with trio.CancelScope(shield=True):  # stopping the watcher never cuts a pass
-                    await self.run_pass(mount, scope)
-            except Exception as exc:  # noqa: BLE001 - the watcher goes on; status says why
-                log.warning("fs-events pass of %s/%s failed: %s", mount, scope, exc)
-                self.mounts.setdefault(mount, MountState()).last_error = str(exc)
-        await after_change()
 
     # -- gathering (worker thread) -----------------------------------------------------
     def _gather(self, b: Binding, scope: str, nodes: dict[str, Node],
@@ -1655,11 +1396,6 @@ def _ctime_trusted(root_dir: str) -> bool:
         return fs_magic(fd) in CTIME_TRUSTED
     finally:
         os.close(fd)
-
-
-def _outcome_json(o: ScanOutcome) -> dict:
-    return {"finished": o.finished, "incomplete": [list(r) for r in o.incomplete],
-            "error": o.error}
 
 
 def _pread_contained(root_dir: str, expected: RootId | None, rel: str, off: int,

@@ -38,6 +38,15 @@ def _quiet_last_pass(m, mount: str = "work") -> float:
     raise AssertionError("passes kept running")
 
 
+def _disk(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
+    """A backing directory holding `files` (name -> text or bytes)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    for name, data in files.items():
+        (disk / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    return disk
+
+
 def _real(m) -> None:
     if m.native:
         pytest.skip("needs a real memfs daemon")
@@ -64,9 +73,7 @@ def test_fs_events_observe_without_access(mounted, tmp_path: Path):
 def test_watch_off_sees_disk_only_on_sync(mounted, tmp_path: Path):
     m = mounted
     _real(m)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
+    disk = _disk(tmp_path, {"a.txt": "a1\n"})
     m.cli("attach", "work", str(disk), "--watch", "off")
     assert sh(f"cat {m.work}/a.txt") == "a1\n"
     (disk / "late.txt").write_text("late\n")
@@ -94,11 +101,7 @@ def test_on_access_lookup_takes_a_new_file_in(mounted, tmp_path: Path):
 def test_on_access_open_shows_a_disk_edit_without_a_listing(mounted, tmp_path: Path):
     m = mounted
     _real(m)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("old\n")
-    (disk / "b.txt").write_text("b1\n")
-    (disk / "gone.txt").write_text("bye\n")
+    disk = _disk(tmp_path, {"a.txt": "old\n", "b.txt": "b1\n", "gone.txt": "bye\n"})
     (disk / "pic.png").write_bytes(make_png(8, 8))  # disk-only: read from disk, sized by attr
     m.cli("attach", "work", str(disk))
     assert (m.work / "pic.png").read_bytes() == make_png(8, 8)
@@ -129,10 +132,7 @@ def test_on_access_open_shows_a_disk_edit_without_a_listing(mounted, tmp_path: P
 def test_on_access_open_keeps_drafts(mounted, tmp_path: Path):
     m = mounted
     _real(m)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
-    (disk / "b.txt").write_text("b1\n")
+    disk = _disk(tmp_path, {"a.txt": "a1\n", "b.txt": "b1\n"})
     m.cli("attach", "work", str(disk))
     sh(f"echo draft > {m.work}/a.txt")  # only the store changed
     sh(f"echo 'draft b' > {m.work}/b.txt && echo 'disk b' > {disk}/b.txt")  # both changed
@@ -154,9 +154,7 @@ def test_on_access_open_keeps_drafts(mounted, tmp_path: Path):
 def test_on_access_open_leaves_fs_events_mounts_to_their_events(mounted, tmp_path: Path):
     m = mounted
     _real(m)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
+    disk = _disk(tmp_path, {"a.txt": "a1\n"})
     m.cli("attach", "work", str(disk), "--watch", "fs-events")
 
     def edited_and_shown() -> bool:  # the watcher starts within a poll of the attach
@@ -173,10 +171,7 @@ def test_on_access_open_leaves_fs_events_mounts_to_their_events(mounted, tmp_pat
 def test_daemon_start_observes_changes_made_while_down(mount_factory, tmp_path: Path):
     m = mount_factory()
     _real(m)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
-    (disk / "gone.txt").write_text("bye\n")
+    disk = _disk(tmp_path, {"a.txt": "a1\n", "gone.txt": "bye\n"})
     m.cli("attach", "work", str(disk), "--watch", "off")
     m.umount()
     (disk / "a.txt").write_text("a2 while down\n")
@@ -188,9 +183,7 @@ def test_daemon_start_observes_changes_made_while_down(mount_factory, tmp_path: 
 
 def test_kill_after_adoption_commit_completes_on_restart(mount_factory, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
+    disk = _disk(tmp_path, {"a.txt": "a1\n"})
     m = mount_factory()
     _real(m)
     m.cli("attach", "work", str(disk), "--watch", "off")
@@ -218,9 +211,7 @@ def test_kill_after_adoption_commit_completes_on_restart(mount_factory, tmp_path
 def test_root_identity_survives_a_restart(mount_factory, tmp_path: Path):
     m = mount_factory()
     _real(m)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
+    disk = _disk(tmp_path, {"a.txt": "a1\n"})
     m.cli("attach", "work", str(disk), "--watch", "off")
     m.umount()
     disk.rename(tmp_path / "unplugged")
@@ -238,10 +229,7 @@ def test_on_access_open_skips_the_pass_while_disk_holds_what_was_seen(mounted, t
     still seen at the next open."""
     m = mounted
     _real(m)
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
-    (disk / "b.txt").write_text("b1\n")
+    disk = _disk(tmp_path, {"a.txt": "a1\n", "b.txt": "b1\n"})
     time.sleep(2.2)  # older than the racy window when the attach pass looks
     m.cli("attach", "work", str(disk))
     last = _quiet_last_pass(m)
@@ -268,9 +256,7 @@ def test_a_refused_watcher_is_reported_and_retried_not_fatal(mounted, tmp_path: 
     _real(m)
     if os.geteuid() != 0 or not os.access(INOTIFY_LIMIT, os.W_OK):
         pytest.skip("lowering fs.inotify.max_user_instances needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
+    disk = _disk(tmp_path, {"a.txt": "a1\n"})
     old = INOTIFY_LIMIT.read_text()
     INOTIFY_LIMIT.write_text("0\n")
     try:

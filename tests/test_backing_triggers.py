@@ -272,3 +272,24 @@ def test_a_refused_watcher_is_reported_and_retried_not_fatal(mounted, tmp_path: 
     assert wait_for(lambda: m.status()["backing"]["work"]["watch_error"] is None, 15)
     (disk / "b.txt").write_text("b1\n")
     assert wait_for(lambda: (m.work / "b.txt").exists(), 10)
+
+
+def test_a_pass_that_vouches_for_nothing_new_does_not_wait_for_other_writes(mount_factory,
+                                                                          tmp_path: Path):
+    """An on-access pass that takes nothing and records no new evidence leaves a draft
+    elsewhere to its group commit; one that records evidence still waits for durability."""
+    m = mount_factory(extra_args=("--commit-interval", "60000"))  # a minute: commits on demand
+    _real(m)
+    disk = _disk(tmp_path, {"a.txt": "a1\n", "b.txt": "b1\n"})
+    m.cli("attach", "work", str(disk))
+    (m.work / "b.txt").write_text("draft\n")  # pending: the group commit is a minute away
+    assert m.status()["pending"] > 0
+    time.sleep(ACCESS)
+    before = m.status()["backing"]["work"]["last_pass"]
+    assert sh(f"cat {m.work}/a.txt") == "a1\n"  # its file is newer than the racy window: a pass
+    assert m.status()["backing"]["work"]["last_pass"] != before
+    assert m.status()["pending"] > 0  # the draft was not committed for it
+    (disk / "a.txt").write_text("a2 on disk\n")
+    time.sleep(ACCESS)
+    assert sh(f"cat {m.work}/a.txt") == "a2 on disk\n"  # an adoption: evidence, so durable
+    assert m.status()["pending"] == 0

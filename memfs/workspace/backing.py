@@ -873,8 +873,12 @@ class Backing(DaemonTasks):
                     self.record_event("conflict-recorded", mount=mount, path=path,
                                       kind=str(getattr(c, "kind", c)))
         self.ws.invalidate(entries, inodes)
-        # Evidence only once the tree it agrees with is durable.
-        await self.ws.sync()
+        # Evidence only once the tree it agrees with is durable. A pass that changed nothing
+        # and vouches for nothing new (the steady state of on-access) does not wait for
+        # other pending writes to commit: nothing it records depends on them.
+        skipped_set = set(skipped)
+        if intent_ids or entries or inodes or any(p not in skipped_set for p in sp.record):
+            await self.ws.sync()
         if intent_ids:
             crash_point("backing:after-commit")  # tree durable, adoption intents pending
         still = await trio.to_thread.run_sync(self._record, mount, obs, sp, intent_ids,

@@ -18,9 +18,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_backing_unit import _open
 
-from memfs.store import Store
-from memfs.workspace.backing import Backing, Binding
+from memfs.workspace.backing import Binding
 from memfs.workspace.workspace import Workspace
 
 CHILD = textwrap.dedent("""
@@ -32,11 +32,6 @@ CHILD = textwrap.dedent("""
     b = Backing(ws)
     trio.run(b.run_pass, "work")
 """)
-
-
-def _open(root: Path) -> tuple[Workspace, Backing]:
-    ws = Workspace(Store.open(root), 0.0)
-    return ws, Backing(ws)
 
 
 def _file(ws: Workspace, name: bytes):

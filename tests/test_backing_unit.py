@@ -24,6 +24,17 @@ def _open(root: Path) -> tuple[Workspace, Backing]:
     return ws, Backing(ws)
 
 
+async def _attached(tmp_path: Path, files: dict[str, str]) -> tuple[Workspace, Backing, Path]:
+    """A store at tmp_path/root with `work` attached to tmp_path/disk holding `files`."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    for name, text in files.items():
+        (disk / name).write_text(text)
+    ws, b = _open(tmp_path / "root")
+    await b.attach(Binding("work", str(disk)))
+    return ws, b, disk
+
+
 def _close(ws: Workspace, b: Backing) -> None:
     b.close()
     ws.store.close()
@@ -52,24 +63,19 @@ async def test_store_digest_streams_chunks_and_holes(tmp_path: Path):
 
 @pytest.mark.trio
 async def test_damaged_intent_reads_unverified_until_a_path_sync(tmp_path: Path):
-    root, disk = tmp_path / "root", tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
-    (disk / "b.txt").write_text("b1\n")
-    ws, b = _open(root)
-    await b.attach(Binding("work", str(disk)))
+    ws, b, disk = await _attached(tmp_path, {"a.txt": "a1\n", "b.txt": "b1\n"})
     await ws.commit()
     head = ws.head
     _close(ws, b)
     # The intent object of the head commit goes missing: damaged, never "no intent".
-    store = Store.open(root)
+    store = Store.open(tmp_path / "root")
     with store.transaction() as tx:
         tx.conn.execute("UPDATE commit_intents SET data = ? WHERE commit_id = ?",
                         (json.dumps({"work": "0" * 40}), head))
     store.close()
     (disk / "a.txt").write_text("a2 on disk\n")
     os.unlink(disk / "b.txt")
-    ws, b = _open(root)
+    ws, b = _open(tmp_path / "root")
     assert b.intents["work"].damaged
     res = await b.run_pass("work")
     assert res["taken"] == [] and res["removed"] == []
@@ -89,11 +95,7 @@ async def test_damaged_intent_reads_unverified_until_a_path_sync(tmp_path: Path)
 
 @pytest.mark.trio
 async def test_intent_is_kept_with_each_commit_and_rewinds(tmp_path: Path):
-    root, disk = tmp_path / "root", tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
-    ws, b = _open(root)
-    await b.attach(Binding("work", str(disk)))
+    ws, b, disk = await _attached(tmp_path, {"a.txt": "a1\n"})
     await ws.commit()
     before = ws.head
     work = ws.children(ws.root)[b"work"]
@@ -144,11 +146,7 @@ async def test_attach_refuses_the_store_root(tmp_path: Path):
 
 @pytest.mark.trio
 async def test_path_sync_takes_nothing_when_another_branch_is_selected(tmp_path: Path):
-    root, disk = tmp_path / "root", tmp_path / "disk"
-    disk.mkdir()
-    (disk / "a.txt").write_text("a1\n")
-    ws, b = _open(root)
-    await b.attach(Binding("work", str(disk)))
+    ws, b, disk = await _attached(tmp_path, {"a.txt": "a1\n"})
     await ws.create_branch("other", None)
     work = ws.children(ws.root)[b"work"]
     ws.write(ws.children(work)[b"a.txt"], 0, b"a-draft\n")

@@ -26,7 +26,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 extras="${MEMFS_EXTRAS:-}"
 stamp=".venv/.memfs-installed${extras:+-$extras}"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# pyproject.toml, setup.py or the C source changed since: install again (the editable install
+# builds memfs/reconcile/_lstat.c in place).
+stale=0
+for f in pyproject.toml setup.py memfs/reconcile/_lstat.c; do
+    [ -f "$stamp" ] && [ ! "$f" -nt "$stamp" ] || stale=1
+done
+if [ "$stale" = 1 ]; then
     echo "memfs: installing memfs into .venv" >&2
     .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
     .venv/bin/pip install -q -e ".${extras:+[$extras]}"

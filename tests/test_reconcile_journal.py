@@ -101,8 +101,13 @@ def test_pass_inputs_one_snapshot_never_stale(tmp_path: Path):
     assert first.root == (1, 2) and first.pending == []
     assert first.evidence == {"a.txt": A, "gone.txt": None}
     assert first.fingerprints == {"a.txt": row}
-    first.evidence["a.txt"] = B  # callers get their own dicts
-    assert j.pass_inputs("work").evidence["a.txt"] == A
+    with pytest.raises(TypeError):  # shared between passes, so read-only
+        first.evidence["a.txt"] = B  # type: ignore[index]
+    with pytest.raises(TypeError):
+        first.fingerprints["a.txt"] = row  # type: ignore[index]
+    again = j.pass_inputs("work")  # unchanged: the very same objects
+    assert again.evidence is first.evidence and again.fingerprints is first.fingerprints
+    assert again.evidence["a.txt"] == A
     # Another connection commits: the remembered snapshot must not be served.
     other = Journal(db)
     newer = row._replace(size=4, digest=B)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from memfs.reconcile.contained import RootId, RootUnavailable
-from memfs.reconcile.observe import HEAD, observe
+from memfs.reconcile.observe import HEAD, HashRecord, WalkMemo, observe
 from memfs.reconcile.rule import ABSENT, Content, DiskUnknown
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -313,27 +313,44 @@ def test_odd_symlinks_with_following_on(tree: Path):
     assert "a.txt" in o.files
 
 
-def test_unchanged_facts_are_reused_only_when_equal(tree: Path):
-    """`reuse` keeps an earlier observation's fact object only where the fact this walk would
-    build is the same in every field; a changed file, a fact with another digest or another
-    fingerprint, and a hashed (sniffed) fact are built afresh."""
-    first = observe(tree, clock=later)
-    cache = first.hashed
-    built = observe(tree, cache=cache)
-    again = observe(tree, cache=cache, reuse=built.files)
-    assert again.files == observe(tree, cache=cache).files
+def test_directory_memos_are_taken_only_while_unchanged(tree: Path):
+    """A walk with the mount's memo (observe.DirMemo) takes a quiet directory's facts as they
+    are, and a whole quiet walk hands out the very same files dict; a rewrite (same size,
+    mtime put back), a new or removed name, and a cached row that changed are each seen."""
+    cache = observe(tree, clock=later).hashed
+    memo = WalkMemo()
+    built = observe(tree, cache=cache, memo=memo)
+    again = observe(tree, cache=cache, memo=memo)
+    plain = observe(tree, cache=cache)
+    assert again.files == plain.files and again.regions == plain.regions
+    assert again.listed == plain.listed
     assert all(again.files[p] is built.files[p] for p in built.files)
-    assert all(again.files[p] is not first.files[p] for p in first.files)  # hashed: rebuilt
+    assert observe(tree, cache=cache, memo=memo).files is again.files  # a whole quiet walk
 
-    # A rewrite: its fingerprint no longer vouches, so it is hashed again, never reused.
-    (tree / "a.txt").write_text("ALPHA\n")
-    o = observe(tree, cache=cache, reuse=again.files)
-    assert o.files["a.txt"].rehashed and o.files["a.txt"].digest != again.files["a.txt"].digest
+    # A rewrite at the same size with the mtime put back: ctime moved, so it is hashed again.
+    st = os.stat(tree / "src" / "b.md")
+    (tree / "src" / "b.md").write_text("# B\n")
+    os.utime(tree / "src" / "b.md", ns=(st.st_atime_ns, st.st_mtime_ns))
+    o = observe(tree, cache=cache, memo=memo)
+    assert o.files["src/b.md"].rehashed
+    assert o.files["src/b.md"].digest != built.files["src/b.md"].digest
+    assert o.files == observe(tree, cache=cache).files
 
-    # Facts that differ from what the cache vouches for are never taken.
-    fact = built.files["src/b.md"]
-    wrong_digest = fact._replace(digest="0" * 32)
-    wrong_fp = fact._replace(fingerprint=fact.fingerprint._replace(mtime_ns=1))
-    for stale in (wrong_digest, wrong_fp, fact._replace(kind="binary")):
-        o = observe(tree, cache=cache, reuse={"src/b.md": stale})
-        assert o.files["src/b.md"] == fact and o.files["src/b.md"] is not stale
+    # A name added and one removed in a quiet directory.
+    (tree / "src" / "deep" / "new.txt").write_text("new\n")
+    (tree / "a.txt").unlink()
+    o = observe(tree, cache=cache, memo=memo)
+    assert "src/deep/new.txt" in o.files and o.disk("a.txt") is ABSENT
+
+    # The cache row that vouched changed (another digest for the same fingerprint): the
+    # memo no longer stands, the row is what the fact says.
+    cache = {**cache, **observe(tree, cache=cache, clock=later).hashed}
+    observe(tree, cache=cache, memo=memo)
+    assert observe(tree, cache=cache, memo=memo).files is observe(tree, cache=cache,
+                                                                   memo=memo).files
+    row = cache["src/deep/c.txt"]
+    cache2 = dict(cache)
+    cache2["src/deep/c.txt"] = HashRecord(**{**row.__dict__, "digest": "f" * 32})
+    o = observe(tree, cache=cache2, memo=memo)
+    assert o.files["src/deep/c.txt"].digest == "f" * 32
+    assert o.files == observe(tree, cache=cache2).files

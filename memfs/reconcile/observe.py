@@ -56,6 +56,8 @@ from memfs.reconcile.contained import (
     root_unchanged,
     still_linked,
 )
+from memfs.reconcile.lstat import LStat, unpack
+from memfs.reconcile.lstat import records as lstat_records
 from memfs.reconcile.rule import ABSENT, Content, Disk, DiskUnknown, Kind
 
 VCS_DIRS = frozenset({".git", ".hg", ".svn", ".jj", "_darcs", ".bzr", "CVS"})
@@ -196,9 +198,57 @@ class Observation:
     def complete(self) -> bool:
         return not self.regions
 
+    def same_disk(self, other: Observation) -> bool:
+        """Does `other` show the rule the same disk (root, scope, facts, listings, regions)?"""
+        return (self.root == other.root and self.scope == other.scope
+                and self.regions == other.regions and self.listed == other.listed
+                and (self.files is other.files or self.files == other.files))
+
 
 def _under(path: str, scope: str) -> bool:
     return scope == "" or path == scope or path.startswith(scope + "/")
+
+
+@dataclass
+class DirMemo:
+    """One directory as the last walk saw it, kept only when every entry's outcome followed
+    from its name, its lstat record and (for a file) the cache row that vouched for it: no
+    file was hashed, no link followed, no call failed. While the listing, the records (one
+    `==` on bytes) and those rows are unchanged, a walk would build exactly these facts,
+    regions and subdirectories again, so it takes them as they are."""
+
+    names: list[str]  # the sorted listing
+    statted: list[str]  # the names not ignored, in the order of `records`
+    ignored: list[Region]
+    records: bytes
+    facts: list[tuple[str, FileFact]]
+    rows: list[tuple[str, CachedHash]]  # the cache row that vouched for each fact
+    regions: list[Region]  # after the ignored ones: symlinks (following off), special files
+    subdirs: list[tuple[str, str, LStat]]
+    cache: object = None  # the cache mapping the rows were last found equal in
+
+    def vouched_by(self, cache: Mapping[str, CachedHash]) -> bool:
+        """Does `cache` still hold the rows (by value; the same mapping object: at once)?"""
+        if self.cache is cache:
+            return True
+        get = cache.get
+        if all(get(p) == row for p, row in self.rows):
+            self.cache = cache
+            return True
+        return False
+
+
+@dataclass
+class WalkMemo:
+    """A mount's DirMemos, for the walk settings (root, trust, ignores...) they were made
+    under; the caller keeps one per mount and passes it to every observe of that mount."""
+
+    key: tuple = ()
+    dirs: dict[str, DirMemo] = field(default_factory=dict)
+    # The last whole walk that took every directory from its memo: the memos in walk order
+    # and the files they gave. A whole walk taking the very same memos again gives the very
+    # same files, so it hands out that dict (read-only) instead of building 100k entries.
+    last: tuple[list[DirMemo], dict[str, FileFact]] | None = None
 
 
 @dataclass
@@ -218,7 +268,9 @@ class _Walk:
     seen: int = 0
     root_fd: int = -1
     root_dev: int = -1
-    reuse: Mapping[str, FileFact] = field(default_factory=dict)
+    memo: dict[str, DirMemo] | None = None  # read per directory (None: off)
+    memo_out: dict[str, DirMemo] | None = None  # where this walk's memos go
+    hits: list[DirMemo] | None = None  # memos taken, files not yet added (see WalkMemo.last)
 
     def ignored(self, rel: str, name: str) -> str | None:
         if name.startswith(TEMP_PREFIX):
@@ -270,10 +322,10 @@ class _Walk:
                 self.region(child, "swapped")  # became a symlink, a file, or vanished
                 continue
             try:
-                if ident(os.fstat(sub)) != ident(st):
+                if ident(os.fstat(sub)) != ident(st):  # type: ignore[arg-type]
                     self.region(child, "swapped")
                     continue
-                chain.append(DirLink(sub, name, ident(st)))
+                chain.append(DirLink(sub, name, ident(st)))  # type: ignore[arg-type]
                 try:
                     self.walk_dir(chain, child)
                 finally:
@@ -282,38 +334,92 @@ class _Walk:
                 os.close(sub)
 
     def _entries(self, fd: int, rel: str, names: list[str], chain: list[DirLink],
-                 ) -> list[tuple[str, str, os.stat_result]]:
+                 ) -> list[tuple[str, str, LStat]]:
         """Stat each listed name; returns the subdirectories to descend into.
 
-        The hot loop of a pass: one fstatat per entry, and for a regular file whose cached
-        fingerprint vouches for its bytes (the rule in `vouches`), the fact straight from the
-        cache, with no call. If an earlier observation's fact for the path (`reuse`) is the very
-        fact this one would build — vouched, same fingerprint, digest and kind — that object is
-        kept: a FileFact is a tuple subclass the collector never untracks, and 100k new ones
-        per pass set off full collections of the daemon's whole heap. Everything else goes
-        through `file`, `symlink` or a region, as before.
-        """
-        subdirs: list[tuple[str, str, os.stat_result]] = []
+        The hot loop of a pass. The names are stat'ed in one call (`lstat.records`); if the
+        listing, the records and the vouching cache rows are those of the directory's memo,
+        its facts are taken as they are (a quiet directory costs one `==` on bytes).
+        Otherwise each name is decided (`_decide`) and, where every outcome is one the memo
+        can stand for, the directory's memo is made afresh."""
+        regions = self.obs.regions
+        old = self.memo.get(rel) if self.memo is not None else None
+        if old is not None and old.names == names:
+            statted = old.statted
+            ignored = old.ignored
+            regions.extend(ignored)
+        else:
+            old = None
+            mark = len(regions)
+            statted = self._not_ignored(rel, names)
+            ignored = regions[mark:]
+        recs = lstat_records(fd, statted)
+        if old is not None and recs == old.records and old.vouched_by(self.cache):
+            regions.extend(old.regions)
+            if self.hits is not None:
+                self.hits.append(old)
+            else:
+                self.obs.files.update(old.facts)
+            self.memo_out[rel] = old  # type: ignore[index]
+            return old.subdirs
+        self.flush()
+        mark = len(regions)
+        memo = DirMemo(names, statted, ignored, recs, [], [], [], [], self.cache)
+        keep = self._decide(fd, rel, statted, recs, chain, memo)
+        if self.memo_out is not None:
+            if keep:
+                memo.regions = regions[mark:]
+                self.memo_out[rel] = memo
+            else:
+                self.memo_out.pop(rel, None)
+        return memo.subdirs
+
+    def flush(self) -> None:
+        """Add the facts of the memos taken so far, in walk order; no deferring after."""
+        if self.hits is not None:
+            for memo in self.hits:
+                self.obs.files.update(memo.facts)
+            self.hits = None
+
+    def _not_ignored(self, rel: str, names: list[str]) -> list[str]:
+        """The names to stat; the ignored ones become regions."""
         prefix = rel + "/" if rel else ""
-        check_names = bool(self.ignore)
-        cache_get = self.cache.get if self.trust else _no_cache
-        reuse_get = self.reuse.get
-        files = self.obs.files
-        root_dev, racy_ns = self.root_dev, self.racy_ns
-        stat_, isreg, isdir, intern = os.stat, stat.S_ISREG, stat.S_ISDIR, sys.intern
+        if not self.ignore and not any(n[0] == "." or n in VCS_DIRS for n in names):
+            return names  # TEMP_PREFIX starts with a dot too
+        out = []
         for name in names:
-            child = prefix + name
-            if check_names or name[0] == "." or name in VCS_DIRS:
-                why = self.ignored(child, name)
+            if self.ignore or name[0] == "." or name in VCS_DIRS:
+                why = self.ignored(prefix + name, name)
                 if why:
-                    self.region(child, why)
+                    self.region(prefix + name, why)
                     continue
-            try:
-                st = stat_(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # gone since the listing: absent now, which the listing allows
-            except PermissionError:
-                self.region(child, "unreadable")
+            out.append(name)
+        return out
+
+    def _decide(self, fd: int, rel: str, names: list[str], recs: bytes,
+                chain: list[DirLink], memo: DirMemo) -> bool:
+        """Each name's outcome from its lstat record, into `memo` (facts, rows, subdirs) and
+        the observation; True if the memo may stand for this directory next time.
+
+        A regular file whose cached fingerprint vouches for its bytes (the rule in `vouches`)
+        is taken from the cache with no call; everything else goes through `file`,
+        `symlink` or a region."""
+        prefix = rel + "/" if rel else ""
+        cache_get = self.cache.get if self.trust else _no_cache
+        files, facts, rows, subdirs = self.obs.files, memo.facts, memo.rows, memo.subdirs
+        root_dev, racy_ns, intern = self.root_dev, self.racy_ns, sys.intern
+        isreg, isdir, islnk = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
+        keep = True
+        for name, st in zip(names, unpack(recs), strict=True):
+            child = prefix + name
+            if type(st) is int:  # the call failed: errno
+                keep = False
+                if st == errno.ENOENT:
+                    continue  # gone since the listing: absent now, which the listing allows
+                if st in (errno.EACCES, errno.EPERM):
+                    self.region(child, "unreadable")
+                else:
+                    self.region(child, f"unreadable ({errno.errorcode.get(st, st)})")
                 continue
             mode = st.st_mode
             if isreg(mode):
@@ -327,29 +433,24 @@ class _Walk:
                             and mtime < cached.hashed_at_ns - racy_ns
                             and ctime < cached.hashed_at_ns - racy_ns):
                         kind = cached.kind
-                        prev = reuse_get(child)
-                        if (prev is not None and not prev[6] and prev[3] == cached.digest
-                                and prev[4] == kind and prev[2][1] == mtime
-                                and prev[2][2] == ctime and prev[2][0] == st.st_size
-                                and prev[2][3] == st.st_ino and prev[2][4] == st.st_dev):
-                            # Equal in every field to the fact built below; keyed by its own
-                            # (interned) path, so later lookups compare one object.
-                            files[prev[0]] = prev
-                            continue
                         child = intern(child)
-                        files[child] = _new(FileFact, (
+                        fact = files[child] = _new(FileFact, (
                             child, st.st_size,
                             _new(Fingerprint, (st.st_size, mtime, ctime, st.st_ino, st.st_dev)),
                             cached.digest, kind, _MIME_OF_KIND.get(kind, _OCTET), False))
+                        facts.append((child, fact))
+                        rows.append((child, cached))
                         continue
+                keep = False
                 self.file(fd, name, child, st)
             elif isdir(mode):
                 subdirs.append((name, child, st))
-            elif stat.S_ISLNK(mode):
+            elif islnk(mode):
+                keep = keep and not self.follow_symlinks
                 self.symlink(chain, name, child)
             else:
                 self.region(child, "special file (FIFO, socket or device): not read")
-        return subdirs
+        return keep
 
     def vouches(self, fp: Fingerprint, cached: CachedHash | None) -> bool:
         """Does the cached row vouch for the bytes of a file with fingerprint `fp`?
@@ -399,7 +500,7 @@ class _Walk:
         finally:
             close_chain(sub)
 
-    def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result) -> None:
+    def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result | LStat) -> None:
         # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs once per file.
         fp = _new(Fingerprint, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                                 st.st_dev))
@@ -477,7 +578,7 @@ def observe(
     racy_ns: int = RACY_NS,
     clock: Callable[[], int] = time.time_ns,
     limit: int | None = None,
-    reuse: Mapping[str, FileFact] | None = None,
+    memo: WalkMemo | None = None,
 ) -> Observation:
     """Observe `scope` (a mount-relative directory or file; '' for everything) under the root.
 
@@ -485,8 +586,11 @@ def observe(
     back in `Observation.hashed` for the caller to store. `tracked`: paths the store or the
     evidence knows; an untracked file over `max_file_size` gets a head read, never a hash.
     `limit` bounds the number of entries visited; what it leaves is reported as a region.
-    `reuse`: an earlier observation's files; a fact equal in every field to the one this walk
-    would build is reused instead of rebuilt (fewer objects for the collector, same facts).
+    `memo`: the mount's directory memos (see DirMemo), read and refreshed by this walk; a
+    quiet directory's facts are then the very objects of the last walk (no rebuilding, and
+    100k new facts per pass would set off full collections of the daemon's heap). Unused
+    with `limit`. With a memo, `cache` must be a snapshot: never changed in place once walked
+    with (the journal's is read-only); a changed cache is a new object, checked row by row.
     Raises RootUnavailable for a missing or replaced root.
     """
     root_fd, rid = open_root(root_path, expected_root)
@@ -496,8 +600,17 @@ def observe(
         w = _Walk(
             Observation(rid, scope), os.fspath(root_path), cache or {}, is_tracked,
             max_file_size, tuple(ignore), ignore_vcs, magic in trusted_fs, racy_ns, clock,
-            follow_symlinks, limit, root_fd=root_fd, root_dev=rid.dev, reuse=reuse or {},
+            follow_symlinks, limit, root_fd=root_fd, root_dev=rid.dev,
         )
+        if memo is not None and limit is None:
+            key = (rid, w.trust, racy_ns, w.ignore, ignore_vcs, follow_symlinks, max_file_size)
+            if memo.key != key:
+                memo.key, memo.dirs, memo.last = key, {}, None
+            # A whole walk starts the memos afresh (a removed directory's goes with it); a
+            # scoped one refreshes those of its directories.
+            w.memo = memo.dirs
+            w.memo_out = {} if scope == "" else memo.dirs
+            w.hits = [] if scope == "" else None
         parts = components(scope)
         try:
             chain = open_chain(root_fd, parts[:-1])
@@ -516,6 +629,15 @@ def observe(
                 _observe_scope(w, chain, parts)
             finally:
                 close_chain(chain)
+        if w.memo_out is not None and scope == "" and memo is not None:
+            memo.dirs = w.memo_out
+            hits, last = w.hits, memo.last
+            if hits is not None and last is not None and len(hits) == len(last[0]) and all(
+                    a is b for a, b in zip(hits, last[0], strict=True)):
+                w.obs.files = last[1]
+            else:
+                w.flush()
+                memo.last = (hits, w.obs.files) if hits is not None else None
         if not root_unchanged(root_path, rid):
             raise RootUnavailable(
                 f"backing root {os.fspath(root_path)!r} was replaced during observation",

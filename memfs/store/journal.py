@@ -26,11 +26,12 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from sys import intern
+from types import MappingProxyType
 from typing import Literal, NamedTuple, TypeVar
 
 from memfs.errors import MemfsError
@@ -165,12 +166,15 @@ class PassInputs:
 
     `evidence`: path -> the digest P holds, None where P is agreed absence (a missing path has
     no evidence); `fingerprints` and `evidence` cover the pass's prefix; `pending` holds every
-    pending intent of the mount (a pending intent is resolved wherever it is observed)."""
+    pending intent of the mount (a pending intent is resolved wherever it is observed).
+    `evidence` and `fingerprints` are read-only: while the journal is unchanged they are the
+    same objects from pass to pass, which lets a pass tell at once that they did not change
+    (observe.DirMemo, Backing._plan)."""
 
     root: tuple[int, int] | None
-    evidence: dict[str, str | None]
+    evidence: Mapping[str, str | None]
     pending: list[Intent]
-    fingerprints: dict[str, FingerprintRow]
+    fingerprints: Mapping[str, FingerprintRow]
 
 
 _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
@@ -475,8 +479,8 @@ class Journal:
         `PRAGMA data_version`, which changes whenever another connection (another process, or
         the store's own connection) commits to the file; any write through this journal
         forgets them too. So a remembered snapshot is served only while the file cannot have
-        changed under it, and a quiet tree's pass skips rebuilding a row per file. Callers get
-        their own dicts. Paths and digests are interned (so are the workspace's paths and
+        changed under it, and a quiet tree's pass skips rebuilding a row per file. Both are
+        shared and read-only. Paths and digests are interned (so are the workspace's paths and
         digests): a pass compares each path's digest on three sides and looks the path up in
         several maps, and one object per value makes those comparisons pointer checks."""
         def q(c: sqlite3.Connection) -> PassInputs:
@@ -488,9 +492,10 @@ class Journal:
                     _, evidence, fps = hit
                 else:
                     # Read after the version: a commit in between only makes the memo miss.
-                    evidence = {intern(p): d if d is None else intern(d)
-                                for p, d in self._evidence_rows(c, mount, prefix)}
-                    fps = self._fingerprint_rows(c, mount, prefix)
+                    evidence = MappingProxyType({
+                        intern(p): d if d is None else intern(d)
+                        for p, d in self._evidence_rows(c, mount, prefix)})
+                    fps = MappingProxyType(self._fingerprint_rows(c, mount, prefix))
                     if len(self._memo) >= _MEMO_KEYS:
                         self._memo.clear()
                     self._memo[(mount, prefix)] = (version, evidence, fps)
@@ -499,8 +504,7 @@ class Journal:
                 pending = self._pending(c, mount, None)
             finally:
                 c.execute("COMMIT")
-            return PassInputs((row[0], row[1]) if row else None, dict(evidence), pending,
-                              dict(fps))
+            return PassInputs((row[0], row[1]) if row else None, evidence, pending, fps)
         return self._read(q)
 
     def put_fingerprints(self, mount: str, rows: dict[str, FingerprintRow | None]) -> None:

@@ -84,4 +84,8 @@ def reconcile_unchanged(ctx: Context) -> Measure:
             _git_status(tree)
             best = min(best, time.perf_counter() - start)
         return Measure(files, best)
+    from memfs.reconcile import lstat
+
+    print("  memfs walk stats names with", "the native helper (memfs/reconcile/_lstat.c)"
+          if lstat.NATIVE else "the Python fallback: _lstat is not built (pip install -e .)")
     return Measure(files, _memfs_pass(ctx, tree))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal, Protocol
 
 from memfs.reconcile.intent import IntentTable
@@ -95,6 +96,16 @@ class PassPlan:
             elif d.state is not None:
                 out[p] = (str(d.state), str(d.conflict) if d.conflict else None)
         return out
+
+    @cached_property
+    def settling(self) -> dict[str, Decision]:
+        """The decisions that settle a pending intent."""
+        return {p: d for p, d in self.decisions.items() if d.resolve_pending is not None}
+
+    @cached_property
+    def disk_only(self) -> frozenset[str]:
+        """The paths decided disk-only."""
+        return frozenset(p for p, d in self.decisions.items() if d.state == State.DISK_ONLY)
 
     def adoptions(self) -> dict[str, Decision]:
         return {p: d for p, d in self.decisions.items() if d.action == Action.ADOPT_DISK}

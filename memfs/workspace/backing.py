@@ -60,16 +60,18 @@ from memfs.reconcile.observe import (
     RACY_NS,
     Fingerprint,
     Observation,
+    WalkMemo,
     observe,
 )
 from memfs.reconcile.plan import (
+    PassPlan,
     SyncPlan,
     count_owed,
     pending_from_journal,
     plan_pass,
     plan_sync,
 )
-from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
+from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Intent, Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
@@ -101,6 +103,7 @@ BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most 
 BATCH_FILES = 4096
 SEEN_PATHS_PER_PASS = 64  # a scoped pass this small records its files for on-access
 SEEN_PATHS_KEPT = 8192
+PLANS_KEPT = 32  # scopes per mount whose last plans are kept (Backing._plan)
 EMPTY_DIGEST = xxhash.xxh3_128_hexdigest(b"")
 ACCEPT_ROOT_REMEDY = ("bring the original directory back (an unplugged drive?), or take this "
                       "one on purpose with `memfs sync --accept-root`")
@@ -144,10 +147,35 @@ class MountState:
     incomplete: str | None = None
     observed: dict[str, float] = field(default_factory=dict)  # scope -> monotonic time
     watch_error: str | None = None  # fs-events: why no watcher runs now
+    applied: tuple | None = None  # (scope, plan, sync plan, nothing skipped) of the states
 
 
 def _under(path: str, scope: str) -> bool:
     return scope == "" or path == scope or path.startswith(scope + "/")
+
+
+@dataclass
+class _PlanInputs:
+    """Everything plan_pass and plan_sync read, kept to tell whether a pass may reuse the
+    last pass's plans (Backing._plan)."""
+
+    scope: str
+    path_sync: bool
+    branch: str
+    branch_now: str
+    obs: Observation
+    view: dict[str, Content]
+    evidence: dict
+    table: IntentTable
+    pending: dict
+
+    def same(self, other: _PlanInputs) -> bool:
+        return (self.scope == other.scope and self.path_sync == other.path_sync
+                and self.branch == other.branch and self.branch_now == other.branch_now
+                and (self.table is other.table or self.table == other.table)
+                and self.pending == other.pending and self.obs.same_disk(other.obs)
+                and (self.view is other.view or self.view == other.view)
+                and (self.evidence is other.evidence or self.evidence == other.evidence))
 
 
 def split_path(path: str) -> tuple[str, str]:
@@ -228,6 +256,10 @@ class Backing(DaemonTasks):
         self._draft_digests: dict[int, tuple[int, str]] = {}  # node id -> (ver, digest)
         self._store_memo: list | None = None  # [key, nodes, refs, view]: see _store_nodes
         self._facts: dict[str, dict] = {}  # mount -> the last full pass's files (see _gather)
+        self._walk_memos: dict[str, WalkMemo] = {}  # mount -> its walk's directory memos
+        # mount -> scope -> the last pass's plan inputs and plans (see _plan)
+        self._plans: dict[str, dict[str, tuple[_PlanInputs, PassPlan, SyncPlan]]] = {}
+        self._evidence_memo: dict[tuple[str, str], tuple[Mapping, dict]] = {}  # _evidence
         # When and how those were seen, and single files seen since: on-access's fast path.
         self._facts_seen: dict[str, tuple[int, bool, int]] = {}  # (at ns, trusted fs, dev)
         self._seen_paths: dict[tuple[str, str], tuple[Fingerprint, int, bool, int]] = {}
@@ -420,7 +452,7 @@ class Backing(DaemonTasks):
         nodes, _ = self._store_nodes(mount)
         view = self._store_view(nodes)
         got = self.journal.pass_inputs(mount)  # remembered while the journal is unchanged
-        evidence = {p: (ABSENT if d is None else d) for p, d in got.evidence.items()}
+        evidence = self._evidence(mount, "", got.evidence)
         pending = pending_from_journal(got.pending, self.ws.branch)
         c = count_owed(view, evidence, self.intents.get(mount, IntentTable()), pending)
         return {"changes": c.pending_changes, "workspace_deletions": c.pending_workspace_deletions,
@@ -568,6 +600,8 @@ class Backing(DaemonTasks):
             del self.bindings[mount]
             self.mounts.pop(mount, None)
             self.intents.pop(mount, None)
+            for memo in (self._facts, self._facts_seen, self._walk_memos, self._plans):
+                memo.pop(mount, None)
             self.ws.invalidate(entries, inodes)
         return {"mount": mount, "detached": True}
 
@@ -813,14 +847,12 @@ class Backing(DaemonTasks):
             self.intents[mount] = table
             self.ws._touch(self.ws.root)
         pending = pending_from_journal(pend, branch)
-        plan = plan_pass(obs, view, evidence, table, pending, branch=branch)
-        # plan_sync refuses a path sync when the branch it gathered on (plan.branch) is not the
-        # one given here: the branch the sync was asked on.
-        sp = plan_sync(plan, obs, view, path=scope if path_sync else None,
-                       branch_now=asked_on if asked_on is not None else branch)
+        plan, sp = self._plan(mount, _PlanInputs(
+            scope, path_sync, branch, asked_on if asked_on is not None else branch, obs, view,
+            evidence, table, pending))
         if sp.refused:
             return {"mount": mount, "refused": sp.refused}
-        versions = {p: n.ver for p, n in nodes.items()}
+        versions = {p: nodes[p].ver for p in sp.take if p in nodes}
         await trio.to_thread.run_sync(self._prepare, b, obs, sp, plan)
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []
@@ -899,6 +931,26 @@ class Backing(DaemonTasks):
             "regions": [{"path": r.path, "reason": r.reason} for r in obs.regions],
             "incomplete": "the tree was replaced while the pass applied" if changed else None,
         }
+
+    def _plan(self, mount: str, given: _PlanInputs) -> tuple[PassPlan, SyncPlan]:
+        """plan_pass and plan_sync (which refuses a path sync when the branch it gathered on
+        is not the one it was asked on, `branch_now`). Both are pure, so inputs equal to the
+        mount's last pass's give that pass's plans: on a quiet tree, comparing the inputs
+        (dicts of shared objects) costs a few ms where deciding 100k paths again cost 0.4 s."""
+        plans = self._plans.setdefault(mount, {})
+        last = plans.get(given.scope)
+        if last is not None and last[0].same(given):
+            return last[1], last[2]
+        plan = plan_pass(given.obs, given.view, given.evidence, given.table, given.pending,
+                         branch=given.branch)
+        sp = plan_sync(plan, given.obs, given.view,
+                       path=given.scope if given.path_sync else None,
+                       branch_now=given.branch_now)
+        if len(plans) >= PLANS_KEPT:  # on-access passes each have a scope of their own;
+            for other in [k for k in plans if k]:  # the whole mount's plans stay
+                del plans[other]
+        plans[given.scope] = (given, plan, sp)
+        return plan, sp
 
     async def _gather_on_one_branch(self, b: Binding, st: MountState, scope: str):
         """(epoch, branch, observation, evidence, pending) gathered while one branch and one
@@ -1047,16 +1099,17 @@ class Backing(DaemonTasks):
         # One snapshot of the journal; fingerprints of the scope only.
         got = self.journal.pass_inputs(b.mount, scope)
         expected = RootId(*got.root) if got.root else None
-        evidence = {p: (ABSENT if d is None else d) for p, d in got.evidence.items()}
+        evidence = self._evidence(b.mount, scope, got.evidence)
         pend = got.pending
         seen_at = time.time_ns()
         obs = observe(b.dir, expected_root=expected, scope=scope, cache=got.fingerprints,
                       tracked=lambda p: p in nodes or p in evidence,
                       max_file_size=b.max_file_size, ignore=b.ignore,
-                      follow_symlinks=b.follow_symlinks, reuse=self._facts.get(b.mount))
+                      follow_symlinks=b.follow_symlinks,
+                      memo=self._walk_memos.setdefault(b.mount, WalkMemo()))
         seen = (seen_at, _ctime_trusted(b.dir), obs.root.dev)
         if not scope:
-            self._facts[b.mount] = obs.files  # unchanged facts are reused, not rebuilt
+            self._facts[b.mount] = obs.files
             self._facts_seen[b.mount] = seen
         elif len(obs.files) <= SEEN_PATHS_PER_PASS:  # an open's or a lookup's own pass
             if len(self._seen_paths) > SEEN_PATHS_KEPT:
@@ -1068,11 +1121,25 @@ class Backing(DaemonTasks):
                 self._digests[key] = sys.intern(ref_digest(self.store, *key))
         return obs, evidence, pend
 
+    def _evidence(self, mount: str, scope: str, rows: Mapping[str, str | None]) -> dict:
+        """P as the rule reads it (agreed absence as ABSENT), converted once per journal
+        snapshot: the journal hands out the same read-only rows while it is unchanged."""
+        last = self._evidence_memo.get((mount, scope))
+        if last is not None and last[0] is rows:
+            return last[1]
+        evidence = {p: (ABSENT if d is None else d) for p, d in rows.items()}
+        if len(self._evidence_memo) >= PLANS_KEPT:  # as in _plan: whole mounts' stay
+            for key in [k for k in self._evidence_memo if k[1]]:
+                del self._evidence_memo[key]
+        self._evidence_memo[(mount, scope)] = (rows, evidence)
+        return evidence
+
     def _prepare(self, b: Binding, obs: Observation, sp: SyncPlan, plan) -> None:
         """Settle the pending intents the plan resolved; keep new conflicts' disk sides."""
         from memfs.reconcile.apply import settle
 
-        settle(self.journal, b.mount, plan.decisions)
+        if plan.settling:
+            settle(self.journal, b.mount, plan.settling)
         root = RootId(obs.root.dev, obs.root.ino)
         for path, c in sp.record_conflicts.items():
             digest = getattr(c, "disk", None)
@@ -1233,7 +1300,7 @@ class Backing(DaemonTasks):
         memo = self._store_memo
         if memo is not None and memo[1] is nodes and memo[3] is not None and \
                 memo[0] == self._store_key(memo[0][0], memo[0][1]):
-            return dict(memo[3])  # the same nodes, nothing moved: the same digests
+            return memo[3]  # the same nodes, nothing moved: the same digests (read-only)
         digests, out = self._digests, {}
         for p, n in nodes.items():
             # The committed, already-hashed case inline: nearly every file of a quiet tree.
@@ -1242,7 +1309,7 @@ class Backing(DaemonTasks):
             out[p] = text_content(digest if digest is not None else self._digest_now(n))
         if memo is not None and memo[1] is nodes and memo[0] == self._store_key(memo[0][0],
                                                                                 memo[0][1]):
-            memo[3] = dict(out)
+            memo[3] = out  # shared from here on: nobody writes a view
         return out
 
     # -- applying to the live tree (on the loop, no await) -----------------------------
@@ -1317,8 +1384,7 @@ class Backing(DaemonTasks):
                        mnode: Node | None, entries: list[tuple[int, bytes]], inodes: list[int],
                        skipped: set[str]) -> None:
         """Disk-only files as read-only nodes with their real size; gone ones removed."""
-        want = {p for p, d in plan.decisions.items()
-                if d.state == State.DISK_ONLY and p in obs.files and p not in skipped}
+        want = {p for p in plan.disk_only if p in obs.files and p not in skipped}
         for (m, rel), node in list(self.overlay.items()):
             if m != mount or not _under(rel, scope) or rel in skipped:
                 continue
@@ -1360,6 +1426,13 @@ class Backing(DaemonTasks):
 
     def _apply_states(self, st: MountState, scope: str, obs: Observation, plan,
                       sp: SyncPlan, skipped: set[str]) -> None:
+        # The same plans (Backing._plan) applied over the same scope, nothing skipped either
+        # time: the states already hold what this would write. Only this method writes them.
+        applied = (scope, plan, sp, not skipped)
+        if st.applied is not None and st.applied[0] == scope and st.applied[1] is plan and \
+                st.applied[2] is sp and st.applied[3] and not skipped:
+            return
+        st.applied = applied
         for p in [p for p in st.states if _under(p, scope)]:
             del st.states[p]
         for p in [p for p in st.regions if _under(p, scope)]:

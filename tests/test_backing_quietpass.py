@@ -1,0 +1,109 @@
+"""The quiet pass: a pass whose inputs equal the last pass's reuses its plans (Backing._plan),
+and a change to any one input is decided afresh.
+
+Driven on a real store and a real backing directory inside trio, with no FUSE (as
+test_backing_unit): what they check is the bridge's bookkeeping, not the kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from memfs.reconcile.intent import IntentTable
+from memfs.reconcile.rule import Content, PathIntent
+from memfs.store.journal import Journal
+from memfs.workspace.backing import _PlanInputs
+from memfs.workspace.workspace import Workspace
+from tests.test_backing_unit import _attached, _close
+
+FILES = {"a.txt": "a1\n", "b.txt": "b1\n", "c.txt": "c1\n"}
+
+
+def _plans(b, scope: str = ""):
+    return b._plans["work"][scope][1:]
+
+
+def _node(ws: Workspace, rel: str):
+    mnode = ws.children(ws.root)[b"work"]
+    return ws.children(mnode)[rel.encode()]
+
+
+async def _quiet(tmp_path: Path):
+    ws, b, disk = await _attached(tmp_path, FILES)
+    await ws.commit()
+    old = 10**9  # files last changed long ago: fingerprints vouch at once
+    for name in FILES:
+        os.utime(disk / name, ns=(old, old))
+    await b.run_pass("work")  # hashes (the ctime is new: inside the racy window, so again)
+    return ws, b, disk
+
+
+@pytest.mark.trio
+async def test_a_quiet_pass_reuses_the_plans(tmp_path: Path):
+    ws, b, disk = await _quiet(tmp_path)
+    res = await b.run_pass("work")
+    first = _plans(b)
+    again = await b.run_pass("work")
+    assert _plans(b)[0] is first[0] and _plans(b)[1] is first[1]
+    assert again == res and again["taken"] == [] and again["conflicts"] == []
+    assert b.mounts["work"].states["a.txt"] == ("synced", None)
+    _close(ws, b)
+
+
+@pytest.mark.trio
+async def test_each_input_changed_alone_is_decided_afresh(tmp_path: Path):
+    ws, b, disk = await _quiet(tmp_path)
+    await b.run_pass("work")
+    await b.run_pass("work")
+    # Disk: an edit is taken.
+    (disk / "a.txt").write_text("a2 on disk\n")
+    res = await b.run_pass("work")
+    assert res["taken"] == ["a.txt"]
+    await b.run_pass("work")
+    # The store: a draft shows as one (disk unchanged).
+    ws.write(_node(ws, "b.txt"), 0, b"B")
+    await b.run_pass("work")
+    assert b.mounts["work"].states["b.txt"][0] == "workspace-draft"
+    await ws.commit()
+    # The evidence, changed by another connection (disk and store unchanged): P for c.txt
+    # is wrong now, and the pass records the agreed digest again.
+    await b.run_pass("work")
+    await b.run_pass("work")
+    agreed = b.journal.pass_inputs("work").evidence["c.txt"]
+    other = Journal(b.journal.db_path)
+    other.record_evidence("work", [("c.txt", "0" * 32)])
+    other.close()
+    await b.run_pass("work")
+    assert b.journal.pass_inputs("work").evidence["c.txt"] == agreed
+    await b.run_pass("work")  # quiet again: the last inputs are those of now
+    # A pending intent (a write-ahead that never reached disk): abandoned by the pass.
+    b.journal.begin_intent("work", "c.txt", "write", old=agreed, new="9" * 32)
+    await b.run_pass("work")
+    assert b.journal.pending_intents("work") == []
+    _close(ws, b)
+
+
+def test_plan_inputs_compare_every_input():
+    """`same` is what makes reusing a plan safe: each input, changed alone, makes it False."""
+    from memfs.reconcile.contained import RootId
+    from memfs.reconcile.observe import Observation, Region
+
+    obs = Observation(RootId(1, 2), "")
+    base = _PlanInputs("", False, "main", "main", obs, {"a": Content("1" * 32)}, {"a": "1" * 32},
+                       IntentTable(), {})
+    assert base.same(dataclasses.replace(base))
+    other_obs = Observation(RootId(1, 2), "")
+    other_obs.regions.append(Region("x", "vcs"))
+    changes = {
+        "scope": "src", "path_sync": True, "branch": "try", "branch_now": "try",
+        "obs": other_obs, "view": {"a": Content("2" * 32)}, "evidence": {"a": "2" * 32},
+        "table": IntentTable({"a": PathIntent(tombstone=True)}),
+        "pending": {"a": object()},
+    }
+    assert set(changes) == {f.name for f in dataclasses.fields(_PlanInputs)}
+    for name, value in changes.items():
+        assert not base.same(dataclasses.replace(base, **{name: value})), name

@@ -64,3 +64,22 @@ def test_records_refuse_anything_but_one_component(tmp_path: Path, bad: str):
                 fn(fd, ["ok", bad])
     finally:
         os.close(fd)
+
+
+def test_times_past_2262_are_packed_exactly(tmp_path: Path):
+    """A time past 2262 does not fit int64 nanoseconds (ext4 and tmpfs keep such times): the
+    records carry seconds and nanoseconds, so the helper and the fallback agree and are exact."""
+    f = tmp_path / "future"
+    f.write_bytes(b"x")
+    ns = 10_000_000_000 * 10**9 + 5  # 1e10 s after the epoch: the year 2286
+    os.utime(f, ns=(ns, ns))
+    if os.stat(f).st_mtime_ns != ns:
+        pytest.skip("this filesystem clamps the time")
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        native = lstat.records(fd, ["future"])
+        assert native == lstat.python_records(fd, ["future"])
+    finally:
+        os.close(fd)
+    (rec,) = lstat.unpack(native)
+    assert rec.st_mtime_ns == ns

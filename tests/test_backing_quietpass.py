@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,51 @@ def test_plan_inputs_compare_every_input():
     assert set(changes) == {f.name for f in dataclasses.fields(_PlanInputs)}
     for name, value in changes.items():
         assert not base.same(dataclasses.replace(base, **{name: value})), name
+
+
+@pytest.mark.trio
+async def test_a_file_dated_past_2262_is_hashed_every_pass(tmp_path: Path):
+    """Its fingerprint does not fit the journal's integers: it is never cached (so never
+    vouched for) instead of failing every pass of the mount."""
+    ws, b, disk = await _attached(tmp_path, {"a.txt": "a\n"})
+    (disk / "future.txt").write_text("from the future\n")
+    ns = 10_000_000_000 * 10**9
+    os.utime(disk / "future.txt", ns=(ns, ns))
+    if os.stat(disk / "future.txt").st_mtime_ns != ns:
+        pytest.skip("this filesystem clamps the time")
+    for _ in range(2):
+        res = await b.run_pass("work")
+        assert res.get("incomplete") is None and res["regions"] == []
+    assert b.mounts["work"].states["future.txt"] == ("synced", None)
+    assert "future.txt" not in b.journal.pass_inputs("work").fingerprints
+    _close(ws, b)
+
+
+@pytest.mark.trio
+async def test_evidence_memo_is_safe_from_two_worker_threads(tmp_path: Path):
+    """Backing._evidence runs in _gather, in a worker thread, and the pass lock is per mount:
+    two mounts' gathers (or a gather and `owed` on the loop) use the memo at once, and its
+    eviction must not race their inserts. (Found by review: KeyError without the lock.)"""
+    ws, b, disk = await _attached(tmp_path, {"a.txt": "a\n"})
+    rows = b.journal.pass_inputs("work").evidence
+    errors: list[BaseException] = []
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def hammer(mount: str) -> None:
+        try:
+            for i in range(20000):
+                b._evidence(mount, f"s{i % 97}", rows)
+        except BaseException as exc:  # noqa: BLE001 - any failure is the finding
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=hammer, args=(m,)) for m in ("work", "notes")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+        _close(ws, b)
+    assert errors == []

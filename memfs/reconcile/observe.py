@@ -65,6 +65,7 @@ DEFAULT_MAX_FILE_SIZE = 64 * 1024 * 1024
 RACY_NS = 2_000_000_000
 HEAD = 8192  # bytes read to tell text from binary and sniff a MIME type
 CHUNK = 1 << 20
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 _MAGIC_MIME = [
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -559,8 +560,11 @@ class _Walk:
         fp = Fingerprint.of(last)
         digest = sys.intern(h.hexdigest())
         self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True)
-        self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev,
-                                          digest, kind, started)
+        if all(_INT64_MIN <= v <= _INT64_MAX for v in fp):
+            self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino,
+                                              fp.dev, digest, kind, started)
+        # else: a time past 2262 or an inode number of 2**63 and up does not fit the journal's
+        # integers; such a file is hashed on every pass instead of vouched for.
 
 
 def observe(

@@ -31,6 +31,7 @@ import os
 import sqlite3
 import stat
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -260,6 +261,7 @@ class Backing(DaemonTasks):
         # mount -> scope -> the last pass's plan inputs and plans (see _plan)
         self._plans: dict[str, dict[str, tuple[_PlanInputs, PassPlan, SyncPlan]]] = {}
         self._evidence_memo: dict[tuple[str, str], tuple[Mapping, dict]] = {}  # _evidence
+        self._evidence_lock = threading.Lock()
         # When and how those were seen, and single files seen since: on-access's fast path.
         self._facts_seen: dict[str, tuple[int, bool, int]] = {}  # (at ns, trusted fs, dev)
         self._seen_paths: dict[tuple[str, str], tuple[Fingerprint, int, bool, int]] = {}
@@ -1124,14 +1126,16 @@ class Backing(DaemonTasks):
     def _evidence(self, mount: str, scope: str, rows: Mapping[str, str | None]) -> dict:
         """P as the rule reads it (agreed absence as ABSENT), converted once per journal
         snapshot: the journal hands out the same read-only rows while it is unchanged."""
-        last = self._evidence_memo.get((mount, scope))
+        with self._evidence_lock:  # gathers of two mounts run in two worker threads
+            last = self._evidence_memo.get((mount, scope))
         if last is not None and last[0] is rows:
             return last[1]
         evidence = {p: (ABSENT if d is None else d) for p, d in rows.items()}
-        if len(self._evidence_memo) >= PLANS_KEPT:  # as in _plan: whole mounts' stay
-            for key in [k for k in self._evidence_memo if k[1]]:
-                del self._evidence_memo[key]
-        self._evidence_memo[(mount, scope)] = (rows, evidence)
+        with self._evidence_lock:
+            if len(self._evidence_memo) >= PLANS_KEPT:  # as in _plan: whole mounts' stay
+                for key in [k for k in self._evidence_memo if k[1]]:
+                    del self._evidence_memo[key]
+            self._evidence_memo[(mount, scope)] = (rows, evidence)
         return evidence
 
     def _prepare(self, b: Binding, obs: Observation, sp: SyncPlan, plan) -> None:

@@ -237,3 +237,86 @@ def test_a_reopen_that_fails_refuses_until_one_succeeds(tmp_path: Path):
     j.reopen()
     assert j.evidence("m", "a.txt") == EvidenceRecord("A" * 32)
     j.close()
+
+
+def _fresh(db: Path, mount: str, prefix: str):
+    """pass_inputs from a journal with nothing remembered: the file's truth."""
+    j = Journal(db)
+    try:
+        got = j.pass_inputs(mount, prefix)
+        return dict(got.evidence), dict(got.fingerprints), got.pending
+    finally:
+        j.close()
+
+
+def test_remembered_snapshots_follow_every_write(tmp_path: Path):
+    """Writes through this journal patch its remembered snapshots (or forget them); writes by
+    another journal or a plain connection move the trigger-kept count. After each of a seeded
+    random run of writes, every prefix's pass_inputs equals a fresh read of the file."""
+    import random
+
+    rng = random.Random(3)
+    db = tmp_path / "store.db"
+    j, other = Journal(db), Journal(db)
+    paths = ["a.txt", "src/b.txt", "src/c.txt", "src/deep/d.txt", "srcx.txt"]
+    prefixes = ["", "src", "src/deep", "srcx.txt"]
+    digests = [A, B, "c" * 32, None]
+    j.record_evidence("work", [("a.txt", A)], root=(1, 2))
+    pending: list[int] = []
+    for step in range(300):
+        p, d = rng.choice(paths), rng.choice(digests)
+        row = FingerprintRow(rng.randrange(9), step, step, 5, 6, rng.choice([A, B]), "text", 7)
+        op = rng.randrange(9)
+        if op == 0:
+            j.record_evidence("work", [(p, d), (rng.choice(paths), rng.choice(digests))])
+        elif op == 1:
+            j.put_fingerprints("work", {p: row, rng.choice(paths): None})
+        elif op == 2:
+            pending.append(j.begin_intent("work", p, "write", old=None, new=d))
+        elif op == 3 and pending:
+            try:
+                j.complete_intent(pending.pop(rng.randrange(len(pending))))
+            except MemfsError:
+                pass  # superseded: a later intent of its path completed first
+        elif op == 4 and pending:
+            j.abandon_intent(pending.pop())
+        elif op == 5:
+            j.forget_evidence("work", [p])
+        elif op == 6:
+            other.record_evidence("work", [(p, d)])
+            other.put_fingerprints("work", {p: row})
+        elif op == 7:
+            with sqlite3.connect(db) as raw:
+                raw.execute("DELETE FROM journal_fingerprints WHERE path=?", (p,))
+        else:
+            with sqlite3.connect(db) as raw:  # the store's own tables: no journal change
+                raw.execute("CREATE TABLE IF NOT EXISTS other (x)")
+                raw.execute("INSERT INTO other VALUES (?)", (step,))
+        for prefix in rng.sample(prefixes, 2):
+            got = j.pass_inputs("work", prefix)
+            want = _fresh(db, "work", prefix)
+            assert (dict(got.evidence), dict(got.fingerprints), got.pending) == want, (step, op)
+    j.close()
+    other.close()
+
+
+def test_a_snapshot_outlives_commits_to_other_tables(tmp_path: Path):
+    """The store commits to its own tables on every group commit; that no longer makes a pass
+    read 100k rows again. A write through the journal patches only what it changed."""
+    db = tmp_path / "store.db"
+    j = Journal(db)
+    j.record_evidence("work", [("a.txt", A)], root=(1, 2))
+    j.put_fingerprints("work", {"a.txt": FingerprintRow(1, 2, 3, 4, 5, A, "text", 6)})
+    first = j.pass_inputs("work")
+    with sqlite3.connect(db) as raw:
+        raw.execute("CREATE TABLE other (x)")
+        raw.execute("INSERT INTO other VALUES (1)")
+    again = j.pass_inputs("work")
+    assert again.evidence is first.evidence and again.fingerprints is first.fingerprints
+    i = j.begin_intent("work", "b.txt", "write", old=None, new=B)  # no evidence moved
+    assert j.pass_inputs("work").evidence is first.evidence
+    j.complete_intent(i)  # P := B for b.txt, patched in
+    after = j.pass_inputs("work")
+    assert after.evidence == {"a.txt": A, "b.txt": B}
+    assert after.fingerprints is first.fingerprints
+    j.close()

@@ -101,7 +101,19 @@ CREATE TABLE IF NOT EXISTS journal_pins (
     branch TEXT NOT NULL,      -- the branch disk was last materialized from
     pinned_at REAL NOT NULL
 );
-"""
+-- A count of row changes to the tables pass_inputs remembers, kept by triggers, so by every
+-- connection that writes them (any process, any version of memfs): a remembered snapshot is
+-- good while the count is unchanged, whatever else commits to the file.
+CREATE TABLE IF NOT EXISTS journal_changes (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    n INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO journal_changes VALUES (0, 0);
+""" + "".join(
+    f"CREATE TRIGGER IF NOT EXISTS {table}_{what} AFTER {what} ON {table} "
+    "BEGIN UPDATE journal_changes SET n = n + 1 WHERE id = 0; END;\n"
+    for table in ("journal_evidence", "journal_fingerprints")
+    for what in ("INSERT", "UPDATE", "DELETE"))
 
 _ABSENT_COL = ""  # how an absent old/new value is stored in journal_intents
 FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"  # tests: a file whose existence fails the next write
@@ -181,6 +193,15 @@ _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
 _new = tuple.__new__
 
 
+def _change_count(c: sqlite3.Connection) -> int:
+    """journal_changes.n: moved by every row change to the evidence and fingerprint tables."""
+    return c.execute("SELECT n FROM journal_changes WHERE id = 0").fetchone()[0]
+
+
+def _under(path: str, prefix: str) -> bool:
+    return prefix == "" or path == prefix or path.startswith(prefix + "/")
+
+
 def _is_poison(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is None:
@@ -201,8 +222,10 @@ class Journal:
         self._busy_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._failure: BaseException | None = None
-        # (mount, prefix) -> (data_version, evidence, fingerprints): see pass_inputs.
-        self._memo: dict[tuple[str, str], tuple[int, dict, dict]] = {}
+        # (mount, prefix) -> (change count, evidence, fingerprints): see pass_inputs.
+        self._memo: dict[tuple[str, str], tuple[int, Mapping, Mapping]] = {}
+        self._stale: dict[tuple[str, str], tuple[int, Mapping, Mapping]] = {}  # see _write
+        self._count_before = -1  # the change count when this write began
         self._conn = self._connect()
 
     # -- connection --------------------------------------------------------------------------
@@ -222,7 +245,7 @@ class Journal:
                 self._conn.close()
             except sqlite3.Error:
                 pass
-            self._memo.clear()  # data_version numbers belong to the old connection
+            self._memo.clear()
             try:
                 self._conn = self._connect()
             except sqlite3.Error as exc:
@@ -263,10 +286,14 @@ class Journal:
         """One IMMEDIATE transaction; an I/O-class failure anywhere in it poisons the journal."""
         with self._lock:
             self._check()
-            self._memo.clear()  # our own commits do not move our data_version
+            # The remembered snapshots are set aside while the write runs: one that knows what
+            # it changed brings them up to date (_patch_memo); pass_inputs serves a snapshot
+            # only at the change count it was made for.
+            self._stale, self._memo = self._memo, {}
             conn = self._conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
+                self._count_before = _change_count(conn)
             except sqlite3.Error as exc:
                 if _is_poison(exc):
                     self._failure = exc
@@ -274,9 +301,14 @@ class Journal:
                 raise
             try:
                 yield conn
+                # A snapshot the write did not patch stays, under its count: still served if
+                # the write changed nothing it holds (an intent, a pin, a root).
+                for key, entry in self._stale.items():
+                    self._memo.setdefault(key, entry)
                 conn.execute("COMMIT")
                 _fault_point()
             except BaseException as exc:
+                self._memo.clear()  # patched for a transaction that did not commit
                 try:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
@@ -285,6 +317,38 @@ class Journal:
                     self._failure = exc
                     self._check()
                 raise
+
+    def _patch_memo(self, c: sqlite3.Connection, mount: str,
+                    evidence: Mapping[str, str | None] | None = None,
+                    fingerprints: Mapping[str, FingerprintRow | None] | None = None) -> None:
+        """Inside a write: bring the mount's remembered snapshots up to date with what this
+        write changed (paths -> new value; None drops a fingerprint), instead of reading 100k
+        rows again at the next pass. Only a snapshot that was current when the write began
+        (its count is the count then, and the write holds the file's write lock) is patched;
+        it is served only from the count after this write, and forgotten if it rolls back."""
+        after = _change_count(c)
+        for key, (count, ev, fps) in self._stale.items():
+            if key[0] != mount or count != self._count_before:
+                continue
+            prefix = key[1]
+            new_ev, new_fps = ev, fps
+            ev_items = [(p, v) for p, v in (evidence or {}).items() if _under(p, prefix)]
+            fp_items = [(p, v) for p, v in (fingerprints or {}).items() if _under(p, prefix)]
+            if ev_items:
+                d = dict(ev)
+                d.update((intern(p), v if v is None else intern(v)) for p, v in ev_items)
+                new_ev = MappingProxyType(d)
+            if fp_items:
+                d = dict(fps)
+                for p, row in fp_items:
+                    if row is None:
+                        d.pop(p, None)
+                    else:
+                        d[intern(p)] = _new(FingerprintRow, (
+                            row.size, row.mtime_ns, row.ctime_ns, row.ino, row.dev,
+                            intern(row.digest), row.kind, row.hashed_at_ns))
+                new_fps = MappingProxyType(d)
+            self._memo[key] = (after, new_ev, new_fps)
 
     # -- root identity -----------------------------------------------------------------------
 
@@ -380,9 +444,11 @@ class Journal:
         now = time.time()
         with self._write() as c:
             self._ensure_root(c, mount, root)
+            items = list(items)
             c.executemany(
                 "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
                 " VALUES (?, ?, ?, ?)", [(mount, p, d, now) for p, d in items])
+            self._patch_memo(c, mount, evidence=dict(items))
 
     def forget_evidence(self, mount: str, paths: Iterable[str]) -> None:
         """Drop P (the write-ahead rule's exception: a drop forgets first, with no intent)."""
@@ -422,10 +488,11 @@ class Journal:
             c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? WHERE mount=? "
                       "AND path=? AND state='pending' AND id<?",
                       (time.time(), mount, path, intent_id))
+            digest = None if new == _ABSENT_COL else new
             c.execute(
                 "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
-                " VALUES (?, ?, ?, ?)", (mount, path, None if new == _ABSENT_COL else new,
-                                         time.time()))
+                " VALUES (?, ?, ?, ?)", (mount, path, digest, time.time()))
+            self._patch_memo(c, mount, evidence={path: digest})
 
     def abandon_intent(self, intent_id: int) -> None:
         """The effect did not happen (refused untouched, or observed not done); P is unchanged."""
@@ -475,18 +542,19 @@ class Journal:
         """Root, evidence, pending intents and fingerprints for a pass, in one read transaction
         (one consistent snapshot, one lock round).
 
-        Evidence and fingerprints are remembered per (mount, prefix) with SQLite's
-        `PRAGMA data_version`, which changes whenever another connection (another process, or
-        the store's own connection) commits to the file; any write through this journal
-        forgets them too. So a remembered snapshot is served only while the file cannot have
-        changed under it, and a quiet tree's pass skips rebuilding a row per file. Both are
-        shared and read-only. Paths and digests are interned (so are the workspace's paths and
+        Evidence and fingerprints are remembered per (mount, prefix) with the count of row
+        changes to their tables (`journal_changes`, kept by triggers, so by every connection
+        that writes them; the store's commits to its own tables do not move it). A write
+        through this journal patches the snapshots with what it changed (`_patch_memo`) or
+        forgets them. So a remembered snapshot is served only while those tables cannot have
+        changed under it, and a pass skips reading a row per file. Both are shared and
+        read-only. Paths and digests are interned (so are the workspace's paths and
         digests): a pass compares each path's digest on three sides and looks the path up in
         several maps, and one object per value makes those comparisons pointer checks."""
         def q(c: sqlite3.Connection) -> PassInputs:
             c.execute("BEGIN")
             try:
-                version = c.execute("PRAGMA data_version").fetchone()[0]
+                version = _change_count(c)
                 hit = self._memo.get((mount, prefix))
                 if hit is not None and hit[0] == version:
                     _, evidence, fps = hit
@@ -516,3 +584,4 @@ class Journal:
                 "INSERT OR REPLACE INTO journal_fingerprints VALUES (?,?,?,?,?,?,?,?,?,?)",
                 [(mount, p, r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
                   r.hashed_at_ns) for p, r in rows.items() if r is not None])
+            self._patch_memo(c, mount, fingerprints=rows)

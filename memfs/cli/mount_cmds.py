@@ -257,8 +257,13 @@ def _spawn_daemon(args, root: Path, mnt: Path, allow_other: bool, extra: list[st
     cmd += ["-o", ",".join(extra)] if extra else []
     with open(logfile, "ab") as out:
         start = out.tell()
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True)
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise MemfsError(f"could not start the memfs daemon ({sys.executable}): {exc}",
+                             "run memfs with a Python this user may execute, or mount with "
+                             "--foreground") from None
     deadline = time.monotonic() + MOUNT_WAIT
     while time.monotonic() < deadline:
         entry = mount_entry(mnt)
@@ -274,13 +279,31 @@ def _spawn_daemon(args, root: Path, mnt: Path, allow_other: bool, extra: list[st
                      f"see {logfile}; `kill {proc.pid}` stops it")
 
 
+# What libfuse/fusermount3 print when they refuse a mount, and the remedy for each.
+FUSE_REMEDIES = (
+    ("unknown option", "check the -o options given (man mount.fuse3 lists them)"),
+    ("user_allow_other", f"ask root to add the line `user_allow_other` to {FUSE_CONF}, or mount "
+                         "without --allow-other"),
+    ("/dev/fuse", "this user may not open /dev/fuse: ask root to make it crw-rw-rw- (Debian's "
+                  "default), or mount as root"),
+    ("mountpoint", "mount on an empty directory you own"),
+)
+
+
 def _early_exit(logfile: Path, start: int) -> MemfsError:
     """The daemon's own refusal ("memfs: …") and FUSE's reason, from this run's log lines."""
     with open(logfile, "rb") as f:
         f.seek(start)
         lines = f.read().decode(errors="replace").splitlines()
-    said = [ln for ln in lines if ln.startswith(("memfs: ", "fuse: ", "fusermount3: "))]
-    shown = said or lines[-5:]
+    fuse = [ln for ln in lines if ln.startswith(("fuse: ", "fusermount3: "))]
+    said = [ln.removeprefix("memfs: ") for ln in lines if ln.startswith("memfs: ")]
+    if said:
+        what, _, remedy = said[-1].partition(" — ")
+        what += "".join(f"; {ln}" for ln in fuse)
+        fitting = [fix for ln in fuse for key, fix in FUSE_REMEDIES if key in ln]
+        remedy = fitting[0] if fitting else remedy
+        return MemfsError(what, f"{remedy + '; ' if remedy else ''}full log: {logfile}")
+    shown = fuse or lines[-5:]
     return MemfsError("the memfs daemon exited before mounting:\n  " + "\n  ".join(shown),
                       f"full log: {logfile}")
 

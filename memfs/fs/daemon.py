@@ -137,10 +137,8 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
         if ws.backing is not None:
             ws.backing.close()
         store.close()
-        raise MemfsError(f"FUSE could not mount {mountpoint} ({exc}) with options "
-                         f"{','.join(sorted(options))}",
-                         "the line from fuse/fusermount3 above says why; check the -o options "
-                         "(man mount.fuse3)") from None
+        raise MemfsError(f"FUSE could not mount {mountpoint} ({exc})",
+                         "the fuse line before this one says why") from None
     try:
         trio.run(_serve, ws, ops, root, lock)
     except BaseException:
@@ -265,7 +263,9 @@ async def _handle_client(conn, ws: Workspace, ops: MemfsOperations) -> None:
 async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) -> object:
     store = ws.store
     if ws.stopped and op not in READ_ONLY_OPS:
-        raise MemfsError("memfs has stopped", "mount the store again (`memfs mount`)")
+        where = ws.served_by.mountpoint if ws.served_by else "MNT"
+        raise MemfsError(f"memfs is unmounting {where} and takes no more changes",
+                         f"wait for it to exit, then `memfs mount {where}` mounts it again")
     if op == "ping":
         return {"pid": os.getpid(),
                 "mountpoint": ws.served_by.mountpoint if ws.served_by else None}

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from memfs.cli.main import add_json_flag, emit
@@ -365,24 +364,9 @@ def _umount_dead(args, owner: Path, mnt: Path) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class _Served:
-    pid: int | None
-    mountpoint: str | None
-
-
 def _umount_live(args, owner: Path, mnt: Path) -> int:
-    try:
-        ping = call(owner, "ping", timeout=10)
-        served = _Served(ping["pid"], ping.get("mountpoint"))
-    except NoDaemon:
-        if mount_entry(mnt) is not None and mount_entry(mnt).store_root is not None:
-            raise MemfsError(f"the memfs daemon serving {mnt} (store {owner}) does not answer "
-                             "on its control socket", f"see {owner / 'daemon.log'}; "
-                             f"`fusermount3 -u {mnt}` unmounts it without asking it to commit "
-                             "first (it still commits as it exits)") from None
-        served = _Served(None, None)
-    if served.pid is not None:
+    pid = _serving_pid(owner, mnt)
+    if pid is not None:
         try:
             call(owner, "sync")
         except MemfsError as exc:
@@ -392,17 +376,17 @@ def _umount_live(args, owner: Path, mnt: Path) -> int:
     res = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, text=True)
     if res.returncode != 0:
         raise _busy_or(mnt, res.stderr.strip())
-    if served.pid is None:
+    if pid is None:
         emit(args, {"unmounted": str(mnt), "committed": None},
              f"unmounted {mnt}; its daemon serves another store (its socket is not under "
              f"{owner}), which commits what is pending as it exits")
         return 0
     deadline = time.monotonic() + EXIT_WAIT
-    while time.monotonic() < deadline and _alive(served.pid):
+    while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.05)
-    if _alive(served.pid):
-        emit(args, {"unmounted": str(mnt), "committed": None, "pid": served.pid},
-             f"unmounted {mnt}; the daemon (pid {served.pid}) is still committing after "
+    if _alive(pid):
+        emit(args, {"unmounted": str(mnt), "committed": None, "pid": pid},
+             f"unmounted {mnt}; the daemon (pid {pid}) is still committing after "
              f"{EXIT_WAIT:g} s: `memfs status` says when it is done")
         return 1
     left = read_record(owner)
@@ -412,9 +396,24 @@ def _umount_live(args, owner: Path, mnt: Path) -> int:
                          f"it could not commit{why}",
                          "they are lost; everything fsynced before is in the store "
                          f"(see {owner / 'daemon.log'})")
-    emit(args, {"unmounted": str(mnt), "committed": True, "pid": served.pid},
-         f"unmounted {mnt}; everything was committed (daemon pid {served.pid} exited)")
+    emit(args, {"unmounted": str(mnt), "committed": True, "pid": pid},
+         f"unmounted {mnt}; everything was committed (daemon pid {pid} exited)")
     return 0
+
+
+def _serving_pid(owner: Path, mnt: Path) -> int | None:
+    """The pid of the daemon serving `mnt` for the store at `owner`; None for a live memfs
+    mount whose source names no store (its daemon cannot be asked to commit first)."""
+    try:
+        return call(owner, "ping", timeout=10)["pid"]
+    except NoDaemon:
+        entry = mount_entry(mnt)
+        if entry is not None and entry.store_root is not None:
+            raise MemfsError(f"the memfs daemon serving {mnt} (store {owner}) does not answer "
+                             "on its control socket", f"see {owner / 'daemon.log'}; "
+                             f"`fusermount3 -u {mnt}` unmounts it without asking it to commit "
+                             "first (it still commits as it exits)") from None
+        return None
 
 
 def _busy_or(mnt: Path, stderr: str) -> MemfsError:

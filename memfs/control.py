@@ -38,10 +38,16 @@ def call(root: Path, op: str, timeout: float = 600.0, **args) -> object:
             if not chunk:
                 break
             buf += chunk
+    except TimeoutError:
+        raise MemfsError(f"the memfs daemon of {root} did not answer {op!r} within {timeout:g} s",
+                         f"it may be stuck: see {root / 'daemon.log'}; `memfs status` shows its "
+                         "pid") from None
     finally:
         sock.close()
     if not buf:
-        raise MemfsError("the memfs daemon closed the connection", "see <root>/daemon.log")
+        raise MemfsError(f"the memfs daemon of {root} closed the connection without answering "
+                         f"{op!r} (it may have just died)",
+                         f"`memfs status` says whether it runs; see {root / 'daemon.log'}")
     reply = json.loads(buf)
     if not reply.get("ok"):
         raise MemfsError(reply.get("error", "request failed"), reply.get("remedy", ""))

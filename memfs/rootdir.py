@@ -9,7 +9,7 @@ copied, backed up or deleted as one folder:
     memory/       agent memory generations (memfs.memory)
     sessions/     append-only agent sessions (memfs.memory.sessions)
     receipts/     consolidation receipts (memfs.consolidate)
-    daemon.lock   held (flock) by the one daemon serving this root
+    daemon.lock   held (flock) by the one daemon serving this root; its record (memfs.liveness)
     review.lock   held (flock) by the one consolidation review committing at a time
     control.sock  that daemon's control socket
 """

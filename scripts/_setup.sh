@@ -4,25 +4,42 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 
+# Run a set-up step with its chatter (apt's, pip's, setuptools' warnings) kept in a log that
+# is shown only if the step fails: the scripts print memfs's own lines.
+setup_log="$(mktemp "${TMPDIR:-/tmp}/memfs-setup.XXXXXX")"
+quietly() {
+    if ! "$@" >"$setup_log" 2>&1; then
+        echo "memfs: set-up step failed: $*" >&2
+        cat "$setup_log" >&2
+        return 1
+    fi
+}
+
 need_pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 pkg-config --exists fuse3 2>/dev/null || need_pkgs+=(libfuse3-dev pkg-config)
 if [ "${MEMFS_WANT_TEST_TOOLS:-0}" = 1 ]; then
     command -v getfattr >/dev/null 2>&1 || need_pkgs+=(attr)
     command -v git >/dev/null 2>&1 || need_pkgs+=(git)
+    # The disk-fault tests inject EIO/ENOSPC with libfiu's preload libraries; the crash model
+    # builds its LD_PRELOAD shim with a C compiler; another user is played with setpriv.
+    [ -e /usr/lib/fiu/fiu_posix_preload.so ] || need_pkgs+=(libfiu0)
+    command -v fiu-run >/dev/null 2>&1 || need_pkgs+=(fiu-utils)
+    command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc libc6-dev)
+    command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
 fi
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
     echo "memfs: installing Debian packages: ${need_pkgs[*]}" >&2
     sudo_cmd=""
     [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+    quietly $sudo_cmd apt-get update -qq
+    quietly $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
 fi
 
 python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     echo "memfs: creating .venv" >&2
-    "$python" -m venv .venv
+    quietly "$python" -m venv .venv
 fi
 extras="${MEMFS_EXTRAS:-}"
 stamp=".venv/.memfs-installed${extras:+-$extras}"
@@ -34,7 +51,8 @@ for f in pyproject.toml setup.py memfs/reconcile/_lstat.c; do
 done
 if [ "$stale" = 1 ]; then
     echo "memfs: installing memfs into .venv" >&2
-    .venv/bin/pip install -q --upgrade pip >/dev/null 2>&1 || true
-    .venv/bin/pip install -q -e ".${extras:+[$extras]}"
+    quietly .venv/bin/pip install -q --upgrade pip || true
+    quietly .venv/bin/pip install -q -e ".${extras:+[$extras]}"
     touch "$stamp"
 fi
+rm -f "$setup_log"

@@ -12,7 +12,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers.mount import MemfsMount, NativeDir, force_unmount, fuse_missing_reason, native_mode
+from helpers.mount import (
+    NATIVE_ENV,
+    MemfsMount,
+    NativeDir,
+    force_unmount,
+    fuse_missing_reason,
+    native_mode,
+)
+from helpers.require import REQUIRE_ENV, require_tool, tools_required
 
 MountFactory = Callable[..., MemfsMount | NativeDir]
 
@@ -20,10 +28,24 @@ MountFactory = Callable[..., MemfsMount | NativeDir]
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
     rep = yield
+    _no_quiet_skips(rep)
     if rep.failed:
         for m in getattr(item, "memfs_mounts", []):
             rep.sections.append((f"memfs daemon log ({m.log})", m.log_text()))
     return rep
+
+
+def _no_quiet_skips(rep: pytest.TestReport) -> None:
+    """Under MEMFS_REQUIRE_TOOLS=1 (scripts/test) a skip is a failure, whoever raised it, so the
+    closing summary shows 0 skipped: a tool's absence goes through require_tool, and only the
+    plain-directory mode (MEMFS_TEST_NATIVE) may skip. An xfail is not a skip."""
+    if not (rep.skipped and tools_required()) or hasattr(rep, "wasxfail"):
+        return
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    if NATIVE_ENV in reason:
+        return
+    rep.outcome = "failed"
+    rep.longrepr = (f"skipped under {REQUIRE_ENV}=1 (scripts/test runs every test): {reason}")
 
 
 @pytest.fixture
@@ -47,9 +69,7 @@ def mount_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Mo
             m: MemfsMount | NativeDir = NativeDir(tmp_path / f"native-{name}")
             made.append(m)
             return m
-        reason = fuse_missing_reason()
-        if reason:
-            pytest.skip(reason)
+        require_tool(fuse_missing_reason())
         if root is None:
             root = tmp_path / f"root-{name}"
         root.mkdir(parents=True, exist_ok=True)
@@ -89,7 +109,7 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(d)],
                          capture_output=True, text=True)
     if res.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs (needs root): {res.stderr.strip()}")
+        require_tool(f"cannot mount a small tmpfs (needs root): {res.stderr.strip()}")
     try:
         yield d
     finally:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.png import make_png
+from helpers.require import require_tool, root_missing
 from test_backing_mount import ACCESS, sh, states, xattr
 
 
@@ -254,8 +255,8 @@ def test_a_refused_watcher_is_reported_and_retried_not_fatal(mounted, tmp_path: 
     moment) is shown on status and retried; before, the watcher's error ended the daemon."""
     m = mounted
     _real(m)
-    if os.geteuid() != 0 or not os.access(INOTIFY_LIMIT, os.W_OK):
-        pytest.skip("lowering fs.inotify.max_user_instances needs root")
+    require_tool(root_missing("lower fs.inotify.max_user_instances"))
+    require_tool(None if os.access(INOTIFY_LIMIT, os.W_OK) else f"{INOTIFY_LIMIT} is read-only here")
     disk = _disk(tmp_path, {"a.txt": "a1\n"})
     old = INOTIFY_LIMIT.read_text()
     INOTIFY_LIMIT.write_text("0\n")

@@ -41,6 +41,7 @@ from crashmodel.replay import (
     snapshot,
 )
 from helpers.mount import REPO, force_unmount, fuse_missing_reason, is_mounted, memfs_cmd
+from helpers.require import cc_missing, require_tool
 
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE, chunk_digest
@@ -51,9 +52,9 @@ MODEL = Path(__file__).parent / "crashmodel"
 
 @pytest.fixture(scope="module")
 def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_tool(cc_missing())
     cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.skip("no C compiler (cc/gcc) to build the crashlog LD_PRELOAD shim")
+    assert cc is not None
     out = tmp_path_factory.mktemp("shim") / "crashlog.so"
     subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out),
                     str(MODEL / "shim.c"), "-ldl"], check=True, capture_output=True)
@@ -422,9 +423,7 @@ def test_fsync_through_the_mount_survives_every_cut(shim: Path, tmp_path: Path, 
                                                     skip: str, expect: str | None) -> None:
     """The contract as a user meets it: fsync on the mount, the daemon under the shim; and
     with SQLite's WAL syncs made no-ops by the shim, the same check must fail."""
-    reason = fuse_missing_reason()
-    if reason:
-        pytest.skip(reason)
+    require_tool(fuse_missing_reason())
     root, mnt, log = tmp_path / "root", tmp_path / "mnt", tmp_path / "crash.log"
     root.mkdir()
     mnt.mkdir()

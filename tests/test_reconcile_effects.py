@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import xxhash
+from helpers.require import LIBFIU, libfiu_missing, require_tool
 
 from memfs.reconcile.contained import FAULT_HOOKS, Refused, RootId, RootUnavailable, open_root
 from memfs.reconcile.effects import sweep_scratch, unlink_file, write_file
 from memfs.reconcile.observe import observe
 from memfs.reconcile.rule import ABSENT
 
-FIU = ["/usr/lib/fiu/fiu_run_preload.so", "/usr/lib/fiu/fiu_posix_preload.so"]
+FIU = LIBFIU
 
 
 def h(data: bytes) -> str:
@@ -321,7 +322,6 @@ FAULT_CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not all(os.path.exists(p) for p in FIU), reason="libfiu0 is not installed")
 @pytest.mark.parametrize("point,err,when,result,touched", [
     ("posix/io/sync/fsync", 5, "now", "refused", False),  # EIO on the written file's fsync
     ("posix/io/rw/write", 28, "now", "refused", False),  # ENOSPC on write
@@ -329,6 +329,7 @@ FAULT_CHILD = textwrap.dedent("""
 ])
 def test_faults_leave_the_path_owed_and_a_retry_completes(env, point, err, when, result,
                                                            touched):
+    require_tool(libfiu_missing())
     root, _, rid = env
     (root / "d").mkdir()
     (root / "d" / "f.txt").write_bytes(b"old\n")

@@ -16,12 +16,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.require import LIBFIU, libfiu_missing, require_tool
 
 from memfs.errors import MemfsError
 from memfs.store.journal import EvidenceRecord, FingerprintRow, Journal
 
 A, B = "a" * 32, "b" * 32
-FIU = ["/usr/lib/fiu/fiu_run_preload.so", "/usr/lib/fiu/fiu_posix_preload.so"]
+FIU = LIBFIU
 
 
 def test_evidence_root_and_restart(tmp_path: Path):
@@ -189,13 +190,13 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not all(os.path.exists(p) for p in FIU), reason="libfiu0 is not installed")
 @pytest.mark.parametrize("point,errno_value", [
     ("posix/io/sync/fdatasync", 5),  # EIO at the WAL's fdatasync on commit
     ("posix/io/rw/pwrite", 5),  # EIO writing the WAL frame
     ("posix/io/rw/pwrite", 28),  # ENOSPC writing the WAL frame
 ])
 def test_failed_append_poisons_until_reopen(tmp_path: Path, point: str, errno_value: int):
+    require_tool(libfiu_missing())
     db = tmp_path / "store.db"
     env = dict(os.environ, LD_PRELOAD=":".join(FIU))
     proc = subprocess.run([sys.executable, "-c", CHILD, point, str(errno_value), str(db)],

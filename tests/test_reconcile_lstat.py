@@ -7,17 +7,16 @@ import socket
 from pathlib import Path
 
 import pytest
+from helpers.require import require_tool
 
 from memfs.reconcile import lstat
 
 
 def test_native_helper_is_built():
-    """CI builds the extension (scripts/test sets MEMFS_REQUIRE_NATIVE): without it the walk
+    """CI builds the extension (scripts/test sets MEMFS_REQUIRE_TOOLS): without it the walk
     is correct but several times slower, and the benchmark's figure would not be ours."""
-    if not lstat.NATIVE:
-        if os.environ.get("MEMFS_REQUIRE_NATIVE") == "1":
-            pytest.fail("memfs.reconcile._lstat is not built: `pip install -e .` builds it")
-        pytest.skip("memfs.reconcile._lstat is not built here (a source tree on PYTHONPATH)")
+    require_tool(None if lstat.NATIVE else "memfs.reconcile._lstat is not built here (a source "
+                 "tree on PYTHONPATH): `pip install -e .` builds it")
 
 
 def _odd_dir(d: Path) -> list[str]:
@@ -74,7 +73,7 @@ def test_times_past_2262_are_packed_exactly(tmp_path: Path):
     ns = 10_000_000_000 * 10**9 + 5  # 1e10 s after the epoch: the year 2286
     os.utime(f, ns=(ns, ns))
     if os.stat(f).st_mtime_ns != ns:
-        pytest.skip("this filesystem clamps the time")
+        require_tool("the test directory's filesystem clamps times past 2262 (ext4 and tmpfs do not)")
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         native = lstat.records(fd, ["future"])

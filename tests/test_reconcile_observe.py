@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.require import require_tool, root_missing
 
 from memfs.reconcile.contained import RootId, RootUnavailable
 from memfs.reconcile.observe import HEAD, HashRecord, WalkMemo, observe
@@ -240,8 +241,8 @@ NOBODY = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to uid 65534 for chmod 000")
 def test_chmod_000_directory_reads_unverified():
+    require_tool(root_missing("drop to uid 65534 for chmod 000"))
     base = Path(tempfile.mkdtemp(prefix="memfs-obs-"))
     try:
         os.chmod(base, 0o755)
@@ -292,7 +293,7 @@ def test_file_on_another_device_is_always_rehashed(tree: Path):
     mnt.mkdir()
     res = subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mnt)], capture_output=True)
     if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
+        require_tool(f"cannot mount a tmpfs here (needs root): {res.stderr.decode().strip()}")
     try:
         (mnt / "f.txt").write_text("on tmpfs\n")
         first = observe(tree, clock=later)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers.mount import REPO, MemfsMount, NativeDir, fuse_missing_reason, memfs_cmd, native_mode
+from helpers.require import require_tool, root_missing, setpriv_missing
 
 pytestmark = pytest.mark.mount
 
@@ -65,9 +66,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MemfsMount | Na
     if native_mode():
         yield NativeDir(base)
         return
-    reason = fuse_missing_reason()
-    if reason:
-        pytest.skip(reason)
+    require_tool(fuse_missing_reason())
     (base / "root").mkdir()
     m = MemfsMount(base / "root", base / "mnt", base / "daemon.log")
     try:
@@ -272,8 +271,7 @@ def test_o_direct_aligned_io_round_trips(shared, work: Path) -> None:
 
 
 def test_new_files_honour_umask_owner_and_setgid_dir(work: Path, native_dir: Path) -> None:
-    if os.getuid() != 0:
-        pytest.skip("chown to another group needs root")
+    require_tool(root_missing("chown to another group"))
     got = []
     for base in (native_dir, work):
         d = base / "shared"
@@ -397,8 +395,7 @@ def test_rename_whiteout_is_refused(work: Path) -> None:
 
 def test_other_users_get_their_own_files_and_the_kernel_checks_modes(shared, work: Path) -> None:
     shared.require_real()
-    if os.getuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
-        pytest.skip("needs root and setpriv to act as another user")
+    require_tool(setpriv_missing("act as another user"))
     (work / "mine").write_text("root's")
     os.chmod(work / "mine", 0o644)
     (work / "pub").mkdir()
@@ -438,8 +435,7 @@ def test_other_users_get_their_own_files_and_the_kernel_checks_modes(shared, wor
 
 
 def test_mount_root_belongs_to_the_daemon_user(tmp_path_factory: pytest.TempPathFactory) -> None:
-    if os.getuid() != 0 or not os.path.exists("/usr/bin/setpriv"):
-        pytest.skip("needs root and setpriv to run the workspace as another user")
+    require_tool(setpriv_missing("run the workspace as another user"))
     base = Path("/tmp") / f"memfs-review-{os.getpid()}"
     base.mkdir(mode=0o777, exist_ok=True)
     os.chmod(base, 0o777)
@@ -597,8 +593,7 @@ def _listed(target: str) -> bool:
 
 @pytest.mark.parametrize("inside", ["root-is-mountpoint", "root-under-mountpoint"])
 def test_mount_refuses_a_store_root_hidden_by_its_own_mount(tmp_path: Path, inside: str) -> None:
-    if fuse_missing_reason():
-        pytest.skip(fuse_missing_reason())
+    require_tool(fuse_missing_reason())
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     target = os.path.realpath(mnt)  # resolved now: later a stat of it may hang

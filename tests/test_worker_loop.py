@@ -15,6 +15,7 @@ import pytest
 
 from memfs.consolidate.providers import (
     ProviderTruncated,
+    ProviderUnavailable,
     make_provider,
     request_max_tokens,
 )
@@ -123,11 +124,61 @@ def test_hanging_model_ends_at_the_timeout(tmp_path, stub, name):
     assert load_worker_session(tmp_path, out.attempt_id)[-1]["status"] == "timeout"
 
 
-def test_timeout_bounds_retry_waits_too(tmp_path, stub):
+def test_a_rate_limit_longer_than_the_timeout_says_so_at_once(tmp_path, stub):
+    """The wait is never started: the attempt ends saying the server's wait outlasts it, not
+    in a plain `timeout` a minute later."""
     stub.push({"http": {"status": 429, "headers": {"retry-after": "60"}}})
     t0 = time.monotonic()
-    out = run(tmp_path, stub, "anthropic", budget=Budget(max_steps=5, timeout_s=1))
-    assert out.status == "timeout" and time.monotonic() - t0 < 4
+    with pytest.raises(ProviderUnavailable) as err:
+        run(tmp_path, stub, "anthropic", budget=Budget(max_steps=5, timeout_s=1))
+    assert time.monotonic() - t0 < 1
+    assert ("anthropic failed (HTTP 429 (rate limited): (no detail in the body)) and anthropic "
+            "asked to wait 60.0 s (retry-after), longer than the") in err.value.message
+    assert "--timeout longer than the wait" in err.value.remedy
+    assert len(stub.requests) == 1
+
+
+def test_a_backoff_past_the_timeout_says_so_too(tmp_path, stub):
+    stub.push(*[{"http": {"status": 503, "body": {"error": {"message": "overloaded"}}}}] * 5)
+    with pytest.raises(ProviderUnavailable, match=r"the next try would come after [0-9.]+ s of "
+                       "backoff, longer than"):
+        run(tmp_path, stub, "openai", budget=Budget(max_steps=5, timeout_s=1.2))
+
+
+@pytest.mark.parametrize("name", PROVIDERS)
+def test_retries_are_reported_with_cause_and_delay(tmp_path, stub, name):
+    stub.push({"http": {"status": 429, "headers": {"retry-after-ms": "200"},
+                        "body": {"error": {"message": "slow down"}}}},
+              {"propose": {"changes": GOOD, "final": True}})
+    seen: list[str] = []
+    out = run(tmp_path, stub, name, progress=seen.append)
+    assert out.status == "accepted"
+    assert (f"step 1: {name}: HTTP 429 (rate limited): slow down; retrying in 0.2 s "
+            "(retry-after-ms; try 2 of 5)") in seen
+    assert out.retries == [{"step": 1, "attempt": 1, "cause": "HTTP 429 (rate limited): slow down",
+                            "delay_s": 0.2, "source": "retry-after-ms"}]
+    events = load_worker_session(tmp_path, out.attempt_id)
+    assert [e["cause"] for e in events if e["event"] == "retry"] == [out.retries[0]["cause"]]
+
+
+def test_rejections_carry_the_whole_reason(tmp_path, stub):
+    """The reason the model is told is printed and kept whole (it was cut at 60 characters,
+    mid-sentence)."""
+    raw = '{"changes": [{"op": "put" "name": "x"}], "final": true}'
+    stub.push({"call": {"name": "memory_review_propose", "arguments": raw}},
+              {"propose": {"changes": BAD, "final": True}},
+              {"propose": {"changes": GOOD, "final": True}})
+    seen: list[str] = []
+    out = run(tmp_path, stub, "openai", progress=seen.append)
+    assert out.status == "accepted"
+    (bad_json, bad_name) = out.rejections
+    assert bad_json.kind == "call" and bad_json.reason == (
+        "arguments are not valid JSON (Expecting ',' delimiter: line 1 column 27 (char 26)); "
+        "send a JSON object {changes, final}")
+    assert (bad_name.step, bad_name.kind, bad_name.reason) == (
+        2, "final", "changes[0].name: not a plain name")
+    assert f"step 1: call refused: {bad_json.reason}" in seen
+    assert "step 2: final rejected: changes[0].name: not a plain name" in seen
 
 
 @pytest.mark.parametrize("name", PROVIDERS)

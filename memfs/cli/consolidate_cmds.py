@@ -89,6 +89,13 @@ def _text(o: ReviewOutcome) -> str:
         lines.append(f"receipt   {o.receipt_path}")
         for scope, rev in sorted(o.revisions.items()):
             lines.append(f"{scope:<9} {str(rev['before'])[:16]} -> {str(rev['after'])[:16]}")
+    if o.rejections and not o.committed:
+        last = o.rejections[-1]
+        lines.append(f"refused   {len(o.rejections)} proposal(s) or call(s); the last (step "
+                     f"{last.step}, {last.kind}): {last.reason}")
+    if o.retries:
+        lines.append(f"retried   {len(o.retries)} request(s): "
+                     + "; ".join(f"{r['cause']} (waited {r['delay_s']:g} s)" for r in o.retries))
     lines.append(f"worker    {o.worker_session} ({o.steps} steps, "
                  f"{o.usage.input_tokens} input + {o.usage.output_tokens} output tokens)")
     return "\n".join(lines)

@@ -1,9 +1,14 @@
 """The `memfs` console script: one argparse tree, commands registered by topic modules.
 
-Each topic module (`store_cmds`, `memory_cmds`, `consolidate_cmds`, `reconcile_cmds`) has
-`register(subparsers)`, adding its commands with `set_defaults(func=...)`. A command's func
-takes the parsed args and returns an exit code; it raises MemfsError for a refusal, which is
-printed as "memfs: what happened — what to do" (or as JSON with --json).
+Each topic module (`mount_cmds`, `store_cmds`, `memory_cmds`, `consolidate_cmds`,
+`reconcile_cmds`) has `register(subparsers)`, adding its commands with
+`set_defaults(func=...)`. A command's func takes the parsed args and returns an exit code; it
+raises MemfsError for a refusal, which is printed as "memfs: what happened — what to do" (or as
+JSON with --json).
+
+The global options (`--root`, `--json`) are accepted before or after the command
+(`memfs --root R mount M` and `memfs mount M --root R`): every command's parser has them too,
+with no default of its own, so a value given in either place is kept.
 """
 
 from __future__ import annotations
@@ -11,18 +16,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from memfs.errors import MemfsError
 
-TOPICS = ("store_cmds", "memory_cmds", "consolidate_cmds", "receipts_cmds", "reconcile_cmds")
+TOPICS = ("mount_cmds", "store_cmds", "memory_cmds", "consolidate_cmds", "receipts_cmds", "reconcile_cmds")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memfs", description="memfs: a durable, versioned workspace store mounted as a folder."
     )
-    parser.add_argument("--root", help="store root (default $MEMFS_ROOT or $XDG_DATA_HOME/memfs)")
+    _add_globals(parser, None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for topic in TOPICS:
         try:
@@ -32,11 +38,39 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    for p in _parsers(parser):
+        _add_globals(p, argparse.SUPPRESS)
     return parser
 
 
+ROOT_HELP = "store root (default $MEMFS_ROOT or $XDG_DATA_HOME/memfs)"
+
+
+def _add_globals(p: argparse.ArgumentParser, default: object) -> None:
+    """--root and --json on `p`, unless it has them. The top-level parser's defaults (None,
+    False) stand; a command's are SUPPRESS, so they never overwrite a value given before it."""
+    have = {s for a in p._actions for s in a.option_strings}
+    if "--root" not in have:
+        p.add_argument("--root", default=default, help=ROOT_HELP)
+    if "--json" not in have:
+        p.add_argument("--json", action="store_true",
+                       default=False if default is None else default,
+                       help="machine-readable output")
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser below `parser` (subcommands of subcommands too)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for p in dict.fromkeys(action.choices.values()):
+                found += [p, *_parsers(p)]
+    return found
+
+
 def add_json_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="machine-readable output")
 
 
 def emit(args: argparse.Namespace, payload: object, text: str | None = None) -> None:
@@ -67,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `memfs log | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`memfs memory show|log|preview` and `memfs session new|append|import|show`.
+"""`memfs memory show|log|preview` and `memfs session new|append|import|list|show`.
 
 These open the memory and session files directly: they are plain files under the root, safe to
 read while a daemon runs (commits swap whole generations) and safe to write (flock).
@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workspace", help="the workspace this session works in")
     add_json_flag(p)
     p.set_defaults(func=cmd_session_import)
+    p = ses.add_parser("list", help="the sessions, oldest first: id, workspace, turns")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_session_list)
     p = ses.add_parser("show", help="print a session's turns and its frozen snapshot")
     p.add_argument("id")
     add_json_flag(p)
@@ -186,6 +189,17 @@ def cmd_session_import(args: argparse.Namespace) -> int:
     sid = sessions.import_jsonl(Path(args.file), args.workspace)
     frozen = sessions.freeze(sid)
     emit(args, {"id": sid, "turn_count": frozen.turn_count}, sid)
+    return 0
+
+
+def cmd_session_list(args: argparse.Namespace) -> int:
+    _, sessions = _stores(args)
+    infos = sessions.list()
+    lines = [f"{i.id}  {i.turn_count:>4} turns  workspace {i.workspace or '-'}  "
+             f"created {i.created or '?'}" if i.damaged is None else f"{i.id}  DAMAGED: {i.damaged}"
+             for i in infos]
+    emit(args, {"sessions": [asdict(i) for i in infos]},
+         "\n".join(lines) or f"no sessions in {sessions.root} (`memfs session new` creates one)")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Store commands: init, mount, umount, status, log, undo, checkpoint, branch, fsck.
+"""Store commands: log, reflog, undo, restore, checkpoint, branch, fsck (mount_cmds has
+init, mount, umount and status).
 
 Each asks the running daemon first (so the mount sees the change at once) and opens the
 store directly when no daemon serves the root.
@@ -7,10 +8,6 @@ store directly when no daemon serves the root.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -22,30 +19,6 @@ from memfs.store import Store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("init", help="create the store (idempotent)")
-    add_json_flag(p)
-    p.set_defaults(func=cmd_init)
-
-    p = sub.add_parser("mount", help="mount the store at MOUNTPOINT")
-    p.add_argument("mountpoint")
-    p.add_argument("--foreground", action="store_true", help="stay in the foreground")
-    p.add_argument("--commit-interval", type=int, default=100, metavar="MS",
-                   help="group-commit delay in milliseconds (default 100)")
-    p.add_argument("--debug", action="store_true")
-    p.add_argument("--bind", action="append", default=[], metavar="NAME=DIR",
-                   help="bind store mount NAME to backing directory DIR first (as `memfs attach`)")
-    add_json_flag(p)
-    p.set_defaults(func=cmd_mount)
-
-    p = sub.add_parser("umount", help="commit everything and unmount")
-    p.add_argument("mountpoint")
-    add_json_flag(p)
-    p.set_defaults(func=cmd_umount)
-
-    p = sub.add_parser("status", help="branch, head, what is not yet durable, mounts")
-    add_json_flag(p)
-    p.set_defaults(func=cmd_status)
-
     p = sub.add_parser("log", help="commits of the current branch, newest first")
     p.add_argument("-n", type=int, default=20)
     p.add_argument("--branch")
@@ -106,146 +79,6 @@ def _ask(args, op: str, direct, **kw):
             return direct(store)
         finally:
             store.close()
-
-
-def cmd_init(args) -> int:
-    root = _root(args)
-    store = Store.open(root)
-    head = store.head()
-    store.close()
-    emit(args, {"root": str(root), "head": head}, f"memfs store ready at {root}")
-    return 0
-
-
-def cmd_mount(args) -> int:
-    root = _root(args)
-    mnt = Path(args.mountpoint).absolute()
-    binds = [_parse_bind(b) for b in args.bind]
-    try:
-        holder = call(root, "ping", timeout=5)
-        raise MemfsError(f"the store at {root} is already served by memfs (pid {holder['pid']})",
-                         "use that mount, or `memfs umount` it first")
-    except NoDaemon:
-        pass
-    if not mnt.is_dir():
-        raise MemfsError(f"mountpoint {mnt} is not a directory", f"create it: mkdir -p {mnt}")
-    if os.path.ismount(mnt):
-        raise MemfsError(f"{mnt} is already a mount point", f"unmount it first: memfs umount {mnt}")
-    real_root, real_mnt = root.resolve(), mnt.resolve()
-    if real_root == real_mnt or real_mnt in real_root.parents:
-        # The daemon would reach its own store through its own mount and hang.
-        raise MemfsError(f"the store root {root} is inside the mountpoint {mnt}",
-                         "put the store elsewhere (--root or MEMFS_ROOT) or mount somewhere else")
-    interval = max(0, args.commit_interval) / 1000.0
-    if binds:
-        from memfs.cli.reconcile_cmds import attach_before_mount
-
-        Store.open(root).close()
-        for name, directory in binds:
-            attach_before_mount(root, name, directory)
-    if args.foreground:
-        from memfs.fs.daemon import run_daemon
-        from memfs.fs.logs import setup_logging
-
-        setup_logging(root, args.debug)
-        return run_daemon(root, mnt, interval, args.debug)
-    return _spawn_daemon(args, root, mnt)
-
-
-def _parse_bind(text: str) -> tuple[str, str]:
-    name, sep, directory = text.partition("=")
-    if not sep or not name or not directory:
-        raise MemfsError(f"--bind {text!r} is not NAME=DIR", "e.g. --bind work=~/project")
-    return name, os.path.expanduser(directory)
-
-
-def _spawn_daemon(args, root: Path, mnt: Path) -> int:
-    root.mkdir(parents=True, exist_ok=True)
-    logfile = root / "daemon.log"
-    cmd = [sys.executable, "-m", "memfs", "--root", str(root), "mount", str(mnt), "--foreground",
-           "--commit-interval", str(args.commit_interval)]
-    with open(logfile, "ab") as out:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if os.path.ismount(mnt):
-            emit(args, {"mountpoint": str(mnt), "pid": proc.pid, "root": str(root)},
-                 f"memfs mounted at {mnt} (pid {proc.pid}, store {root})")
-            return 0
-        if proc.poll() is not None:
-            tail = logfile.read_text(errors="replace").splitlines()[-5:]
-            raise MemfsError("the memfs daemon exited before mounting:\n  " + "\n  ".join(tail),
-                             f"full log: {logfile}")
-        time.sleep(0.05)
-    raise MemfsError(f"{mnt} did not appear within 30 s", f"see {logfile}")
-
-
-def cmd_umount(args) -> int:
-    root = _root(args)
-    mnt = Path(args.mountpoint).absolute()
-    pid = None
-    try:
-        pid = call(root, "ping")["pid"]
-        call(root, "sync")
-    except NoDaemon:
-        pass
-    res = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, text=True)
-    if res.returncode != 0:
-        raise MemfsError(f"could not unmount {mnt}: {res.stderr.strip()}",
-                         "close the shells and programs using it (see `fuser -m`), then retry")
-    if pid:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.05)
-    emit(args, {"unmounted": str(mnt)}, f"unmounted {mnt}; everything was committed")
-    return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split()[2] != "Z"
-    except OSError:
-        return False
-
-
-def cmd_status(args) -> int:
-    def direct(store: Store) -> dict:
-        from memfs.store.trees import decode_dir
-
-        head = store.head()
-        tree = store.commit(head).tree
-        mounts = sorted(e.name for e in decode_dir(store.read_object(tree)))
-        return {"root": str(store.root), "branch": store.current_branch(), "head": head,
-                "pending": 0, "durable": True, "mounts": mounts, "daemon": None}
-
-    st = _ask(args, "status", direct)
-    lines = [f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
-             f"pending  {st['pending']} change(s) not yet durable",
-             f"mounts   {', '.join(st['mounts']) or '(none)'}"]
-    refusing = [b["journal"] for b in (st.get("backing") or {}).values() if b.get("journal")]
-    if refusing:  # one journal serves every mount: said once
-        lines.append(f"journal  REFUSING: {refusing[0]['error']} — {refusing[0]['remedy']}")
-    for mount, b in sorted((st.get("backing") or {}).items()):
-        states = ", ".join(f"{n} {k}" for k, n in sorted(b.get("states", {}).items()))
-        where = b.get("dir", "?") if b.get("available", True) else (
-            f"{b.get('dir', '?')} UNAVAILABLE: {b.get('unavailable')}")
-        o = b.get("owed") or {}
-        owes = (f"; disk owes {o.get('changes', 0)} change(s), {o.get('workspace_deletions', 0)}"
-                f" deletion(s), {o.get('conflicts', 0)} conflict(s)") if o else ""
-        sc = b.get("scans") or {}
-        scans = (f"; {sc.get('count', 0)} after-batch scan(s)"
-                 f"{', running late' if sc.get('running_late') else ''}") if sc else ""
-        lines.append(f"backed   {mount} -> {where} (watch {b.get('watch')}; {states or 'no files'}"
-                     f"{'; ' + str(len(b['conflicts'])) + ' conflict(s)' if b.get('conflicts') else ''}"
-                     f"{owes}{scans})")
-    emit(args, st, "\n".join(lines))
-    return 0
 
 
 def cmd_log(args) -> int:

@@ -24,11 +24,12 @@ from typing import Any
 from memfs.consolidate.committer import Review, commit_review, plan_from_proposal, snapshot_of
 from memfs.consolidate.proposal import parse_proposal
 from memfs.consolidate.providers import make_provider
-from memfs.consolidate.providers.base import Usage
+from memfs.consolidate.providers.base import Usage, api_key_from_env, missing_key
 from memfs.consolidate.receipts import Receipt, new_review_id, receipt_path
 from memfs.consolidate.worker import (
     CONSOLIDATOR_VERSION,
     Budget,
+    Rejection,
     Verdict,
     load_worker_session,
     replay_final_proposal,
@@ -119,6 +120,8 @@ class ReviewOutcome:
     revisions: dict[str, dict[str, str | None]] = field(default_factory=dict)
     diff: list[dict[str, Any]] = field(default_factory=list)
     consolidator_version: str = CONSOLIDATOR_VERSION
+    rejections: list[Rejection] = field(default_factory=list)
+    retries: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def committed(self) -> bool:
@@ -133,6 +136,7 @@ class ReviewOutcome:
             "worker_session": self.worker_session, "receipt": self.receipt_path,
             "revisions": self.revisions, "diff": self.diff,
             "consolidator_version": self.consolidator_version,
+            "rejections": [r.to_json() for r in self.rejections], "retries": self.retries,
         }
 
 
@@ -195,8 +199,14 @@ def consolidate(root: Path, session_id: str, workspace: str | None,
     review_id = new_review_id()
     attempt_id = f"{review_id}-a1"
     provider = make_provider(options.provider, options.model, options.base_url)
+    refusal = missing_key(provider)
+    if refusal is not None:
+        raise refusal
     say(f"review {review_id}: session {frozen.id} ({len(turns)} visible turns), "
         f"workspace {ws_name}, {provider.name}/{provider.model}")
+    if not api_key_from_env(provider.key_var):
+        say(f"{provider.key_var} is not set: sending without an API key to the loopback "
+            f"endpoint {provider.url}")
 
     outcome = run_worker(
         root, provider, system=SYSTEM_PROMPT, user=render_prompt(turns, glob_gen, ws_gen),
@@ -209,7 +219,8 @@ def consolidate(root: Path, session_id: str, workspace: str | None,
                  "revisions": {"workspace": ws_gen.revision, "global": glob_gen.revision}},
     )
     result = ReviewOutcome(review_id, attempt_id, outcome.status, ws_name, outcome.steps,
-                           outcome.usage, str(outcome.session_path))
+                           outcome.usage, str(outcome.session_path),
+                           rejections=outcome.rejections, retries=outcome.retries)
     if outcome.status != "accepted":
         return result
     crash_point("consolidate-after-worker")  # the final is durable; nothing committed yet

@@ -33,6 +33,7 @@ import trio
 from memfs.consolidate.providers.base import (
     Provider,
     ProviderError,
+    Retry,
     ToolCall,
     ToolResult,
     ToolSpec,
@@ -75,6 +76,19 @@ class Budget:
     max_output_tokens: int | None = None
 
 
+@dataclass(frozen=True)
+class Rejection:
+    """A draft or final the host refused, or a call it would not take, with the whole reason
+    the model was told (also printed, and in `memfs consolidate --json`)."""
+
+    step: int
+    kind: str  # draft | final | call
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "kind": self.kind, "reason": self.reason}
+
+
 @dataclass
 class WorkerOutcome:
     attempt_id: str
@@ -84,6 +98,8 @@ class WorkerOutcome:
     final_changes: Any = None
     final_verdict: Verdict | None = None
     session_path: Path | None = None
+    rejections: list[Rejection] = field(default_factory=list)
+    retries: list[dict[str, Any]] = field(default_factory=list)
 
 
 def tool_spec(changes_schema: dict[str, Any], description: str) -> ToolSpec:
@@ -243,6 +259,16 @@ class _Loop:
     max_tokens: int
     usage: Usage = field(default_factory=Usage)
     steps: int = 0  # requests sent so far
+    rejections: list[Rejection] = field(default_factory=list)
+    retries: list[dict[str, Any]] = field(default_factory=list)
+
+    def retried(self, retry: Retry) -> None:
+        """A provider request is retried: say why and how long, and record it."""
+        entry = {"step": self.steps, "attempt": retry.attempt, "cause": retry.cause,
+                 "delay_s": round(retry.delay_s, 3), "source": retry.source}
+        self.retries.append(entry)
+        self.session.append("retry", **entry)
+        self.progress(f"step {self.steps}: {retry.describe(self.provider.name)}")
 
     def answer(self, step: int, index: int, call: ToolCall) -> tuple[ToolResult, Any, Verdict | None]:
         """Answer one call; returns the result, and (changes, verdict) when it was validated."""
@@ -276,6 +302,11 @@ class _Loop:
         )
         return ToolResult(call.id, content, not verdict.accepted), (changes, final), verdict
 
+    def rejected(self, step: int, kind: str, reason: str) -> None:
+        self.rejections.append(Rejection(step, kind, reason))
+        what = "call refused" if kind == "call" else f"{kind} rejected"
+        self.progress(f"step {step}: {what}: {reason}")
+
     async def run(self, transcript: Transcript) -> tuple[str, int, Any, Verdict | None]:
         async with httpx.AsyncClient(timeout=httpx.Timeout(self.budget.timeout_s)) as client:
             for step in range(1, self.budget.max_steps + 1):
@@ -283,7 +314,7 @@ class _Loop:
                 body = self.provider.request_body(transcript, self.tool, self.max_tokens)
                 self.session.append("request", step=step, body=body)
                 self.progress(f"step {step}/{self.budget.max_steps}: asking {self.provider.model}")
-                reply, raw = await self.provider.complete(client, body)
+                reply, raw = await self.provider.complete(client, body, self.retried)
                 self.usage = self.usage + reply.usage
                 self.session.append(
                     "response", step=step, body=raw,
@@ -300,13 +331,15 @@ class _Loop:
                     result, draft, verdict = self.answer(step, i, call)
                     results.append(result)
                     if draft is not None and verdict is not None:
-                        state = "accepted" if verdict.accepted else "rejected"
                         kind = "final" if draft[1] else "draft"
-                        self.progress(f"step {step}: {kind} {state}")
+                        if verdict.accepted:
+                            self.progress(f"step {step}: {kind} accepted")
+                        else:
+                            self.rejected(step, kind, verdict.message)
                         if draft[1] and verdict.accepted:
                             concluded = (draft[0], verdict)
                     else:
-                        self.progress(f"step {step}: call refused ({result.content[:60]})")
+                        self.rejected(step, "call", result.content)
                 transcript.add_tool_results(results)
                 if concluded is not None:
                     return "accepted", step, concluded[0], concluded[1]
@@ -366,5 +399,6 @@ def run_worker(
         end(status, steps)
     finally:
         session.close()
-    return WorkerOutcome(attempt_id, status, steps, loop.usage, changes, verdict, session.path)
+    return WorkerOutcome(attempt_id, status, steps, loop.usage, changes, verdict, session.path,
+                         loop.rejections, loop.retries)
 

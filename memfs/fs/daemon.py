@@ -14,6 +14,8 @@ import logging
 import os
 import signal
 import socket
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyfuse3
@@ -22,6 +24,7 @@ import trio
 from memfs.control import MAX_LINE, encode_reply
 from memfs.errors import MemfsError
 from memfs.fs.operations import MemfsOperations
+from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
 from memfs.rootdir import control_socket
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.backing import Backing
@@ -29,55 +32,121 @@ from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
 STOP_DRAIN_LIMIT = 60  # seconds a stop waits for running backing work before cutting it
+LOCK_PATIENCE = 1.0  # seconds to wait out a CLI's liveness probe of the root lock
 READ_ONLY_OPS = ("ping", "status", "log", "branch_list", "backing_events", "backing_states")
 
 
 class RootLock:
-    """flock on <root>/daemon.lock; its content names the holder for the refusal message."""
+    """flock on <root>/daemon.lock, holding the daemon's record (memfs.liveness): its pid and
+    mountpoint for the refusal message and `memfs status`, and what is not yet durable, so
+    that after a SIGKILL the CLI can say what was lost. A clean exit empties the file."""
 
-    def __init__(self, root: Path, mountpoint: Path) -> None:
-        self.path = root / "daemon.lock"
+    def __init__(self, root: Path, record: DaemonRecord) -> None:
+        self.path = lock_path(root)
         root.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self.fd, 4096, 0).decode(errors="replace").strip()
-            os.close(self.fd)
-            raise MemfsError(
-                f"the store at {root} is already served by another memfs daemon ({holder})",
-                "use that mount, or `memfs umount` it first",
-            ) from None
+        self.written = 0
+        deadline = time.monotonic() + LOCK_PATIENCE
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:  # a CLI's liveness probe holds it briefly
+                    time.sleep(0.02)
+                    continue
+                holder = read_record(root)
+                os.close(self.fd)
+                where = f"pid {holder.pid}, mounted at {holder.mountpoint}" if holder else "starting"
+                raise MemfsError(
+                    f"the store at {root} is already served by another memfs daemon ({where})",
+                    f"use that mount, or `memfs umount {holder.mountpoint if holder else 'MNT'}`"
+                    " first") from None
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, json.dumps({"pid": os.getpid(), "mountpoint": str(mountpoint)}).encode(), 0)
+        self.write(record)
 
-    def release(self) -> None:
-        os.ftruncate(self.fd, 0)
+    def write(self, record: DaemonRecord) -> None:
+        """Rewrite the record in place (blocking: call it from a worker thread once serving).
+        Padded to the length written before, so a reader never sees a stale tail."""
+        data = json.dumps(record.to_json()).encode()
+        os.pwrite(self.fd, data.ljust(self.written), 0)
+        self.written = max(self.written, len(data))
+
+    def release(self, final: DaemonRecord | None = None) -> None:
+        """Empty the record (a clean exit) or leave `final` (changes were not durable)."""
+        if final is None:
+            os.ftruncate(self.fd, 0)
+        else:
+            self.write(final)
         os.close(self.fd)
 
 
-def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool = False) -> int:
-    lock = RootLock(root, mountpoint)
-    recover_reviews(root)
-    ws = Workspace.open(root, commit_interval)
+def _record(base: DaemonRecord, ws: Workspace) -> DaemonRecord:
+    """`base` with the workspace's durability now (trio thread: reads the workspace's state)."""
+    pending = ws.mutation_seq - ws.durable_seq
+    since = None
+    if pending and ws.dirty_since is not None:
+        since = time.time() - (time.monotonic() - ws.dirty_since)
+    return replace(base, seen=time.time(), head=ws.head, pending=pending, pending_since=since,
+                   last_commit_error=ws.last_error)
+
+
+def fuse_options(root: Path, allow_other: bool, extra: list[str], debug: bool) -> set[str]:
+    """pyfuse3's defaults, the source naming the store, and what the user asked for. root's
+    mounts allow other users by default (as before)."""
+    options = set(pyfuse3.default_options) | {f"fsname={mount_source(root)}", "subtype=memfs"}
+    if allow_other or os.getuid() == 0:
+        options.add("allow_other")
+    options.update(extra)
+    if debug:
+        options.add("debug")
+    return options
+
+
+def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool = False,
+               allow_other: bool = False, extra_options: list[str] | None = None) -> int:
+    now = time.time()
+    base = DaemonRecord(pid=os.getpid(), mountpoint=str(mountpoint), started=now, seen=now,
+                        commit_interval_ms=int(commit_interval * 1000))
+    lock = RootLock(root, base)
+    ws: Workspace | None = None
+    try:
+        recover_reviews(root)
+        ws = Workspace.open(root, commit_interval)
+        ws.served_by = base
+        options = fuse_options(root, allow_other, extra_options or [], debug)
+        _mount_and_serve(ws, lock, root, mountpoint, options)
+    finally:
+        final = None
+        if ws is not None and ws.mutation_seq != ws.durable_seq:
+            final = replace(_record(base, ws), ended=time.time())
+            log.error("exiting with %d change(s) not durable: %s", final.pending,
+                      final.last_commit_error)
+        lock.release(final)
+    return 0
+
+
+def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path,
+                     options: set[str]) -> None:
     store = ws.store
     Backing(ws)
     ops = MemfsOperations(ws)
-    options = set(pyfuse3.default_options) | {"fsname=memfs", "subtype=memfs"}
-    if os.getuid() == 0:
-        options.add("allow_other")
-    if debug:
-        options.add("debug")
-    pyfuse3.init(ops, str(mountpoint), options)
-    mounted = True
     try:
-        trio.run(_serve, ws, ops, root)
+        pyfuse3.init(ops, str(mountpoint), options)
+    except RuntimeError as exc:  # libfuse printed why just before (unknown option, fuse.conf)
+        if ws.backing is not None:
+            ws.backing.close()
+        store.close()
+        raise MemfsError(f"FUSE could not mount {mountpoint} ({exc})",
+                         "the fuse line before this one says why") from None
+    try:
+        trio.run(_serve, ws, ops, root, lock)
     except BaseException:
         log.exception("daemon stopped by an error")
         raise
     finally:
         try:
-            pyfuse3.close(unmount=mounted)
+            pyfuse3.close(unmount=True)
         finally:
             if ws.backing is not None:
                 ws.backing.close()
@@ -85,14 +154,13 @@ def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool
             sock = control_socket(root)
             if sock.exists():
                 sock.unlink()
-            lock.release()
-    return 0
 
 
-async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:
+async def _serve(ws: Workspace, ops: MemfsOperations, root: Path, lock: RootLock) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
         nursery.start_soon(_signals, ws)
+        nursery.start_soon(_heartbeat, ws, lock)
         await nursery.start(_control_server, ws, ops, root)
         nursery.start_soon(_initial_passes, ws, ops)
         if ws.backing is not None:
@@ -119,6 +187,21 @@ async def _stop(ws: Workspace) -> None:
     log.info("committing what is pending")
     ws.stopped = True
     await ws.commit("unmount")
+
+
+async def _heartbeat(ws: Workspace, lock: RootLock) -> None:
+    """Every HEARTBEAT seconds, the record in daemon.lock says what is not yet durable: after a
+    SIGKILL that is what `memfs status` reports as lost. A record that cannot be written (a
+    full disk) is logged and retried; serving goes on."""
+    base = ws.served_by
+    assert base is not None
+    while True:
+        record = _record(base, ws)
+        try:
+            await trio.to_thread.run_sync(lock.write, record)
+        except OSError as exc:
+            log.warning("could not update %s: %s", lock.path, exc)
+        await trio.sleep(HEARTBEAT)
 
 
 async def _initial_passes(ws: Workspace, ops: MemfsOperations) -> None:
@@ -180,9 +263,12 @@ async def _handle_client(conn, ws: Workspace, ops: MemfsOperations) -> None:
 async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) -> object:
     store = ws.store
     if ws.stopped and op not in READ_ONLY_OPS:
-        raise MemfsError("memfs has stopped", "mount the store again (`memfs mount`)")
+        where = ws.served_by.mountpoint if ws.served_by else "MNT"
+        raise MemfsError(f"memfs is unmounting {where} and takes no more changes",
+                         f"wait for it to exit, then `memfs mount {where}` mounts it again")
     if op == "ping":
-        return {"pid": os.getpid()}
+        return {"pid": os.getpid(),
+                "mountpoint": ws.served_by.mountpoint if ws.served_by else None}
     if op == "status":
         return ws.status()
     if op == "sync":

@@ -7,27 +7,53 @@
 A name ending in `.md` (not starting with '.') is a record and must be a valid record name;
 any other name is a scratch file kept in memory only, so an editor's write-to-temp-then-
 rename save works: the rename onto `<name>.md` is the commit. A changed record is committed
-when it is flushed (close), so a refusal (EINVAL) reaches the program that wrote it and
-nothing changes. Everything here is read fresh (no kernel caching): consolidation may
-commit behind the kernel's back.
+when it is flushed (close). Nothing is lost silently:
+
+- what can be judged from the bytes alone (a control character, bytes that are not UTF-8,
+  more bytes than the cap) is refused by the write() that brings it, with EINVAL, so
+  `printf 'a\x01b' > x.md` fails in the shell, which ignores close();
+- the rest (an empty record, the normalized text over the cap) is refused at close with
+  EINVAL, and again at every close of the file until its last descriptor is released
+  (`touch` closes a dup first), then the refused bytes are dropped. A refusal changes
+  nothing in memory.
+
+Everything here is read fresh (no kernel caching): consolidation may commit behind the
+kernel's back. Trio thread only (the FUSE handlers).
 """
 
 from __future__ import annotations
 
 import errno
+import logging
+import re
 import stat
 from dataclasses import dataclass, field
 
 import trio
 
 from memfs.errors import MemfsError
-from memfs.workspace.agent_memory import INDEX_NAME, RECORD_SUFFIX, MemoryStore, validate_name
+from memfs.workspace.agent_memory import (
+    INDEX_NAME,
+    MAX_GLOBAL_BYTES,
+    MAX_RECORD_BYTES,
+    RECORD_SUFFIX,
+    MemoryStore,
+    validate_name,
+)
+
+log = logging.getLogger("memfs.fs.memory")
+
+# Bytes no record may hold, found without decoding: C0 controls other than tab, newline,
+# CR, FF and VT (the last three normalization may remove), DEL, and C1 controls (U+0080 to
+# U+009F, which UTF-8 writes as C2 80..C2 9F).
+CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]|\xc2[\x80-\x9f]")
 
 
 class MemError(Exception):
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
+    def __init__(self, code: int, reason: str = "") -> None:
+        super().__init__(code, reason)
         self.errno = code
+        self.reason = reason
 
 
 @dataclass(eq=False)
@@ -170,43 +196,84 @@ class MemoryView:
     def write(self, f: MemFile, off: int, data: bytes) -> int:
         if f.pending is None:
             self.open_for_write(f, False)
-        buf = f.pending
+        buf = bytearray(f.pending)
         if len(buf) < off:
             buf.extend(bytes(off - len(buf)))
         buf[off:off + len(data)] = data
-        f.changed = True
+        self._judge(f, buf, "write")
+        f.pending, f.changed = buf, True
         return len(data)
 
     def truncate(self, f: MemFile, size: int) -> None:
         if f.pending is None:
             self.open_for_write(f, False)
-        if size < len(f.pending):
-            del f.pending[size:]
+        buf = bytearray(f.pending)
+        if size < len(buf):
+            del buf[size:]
         else:
-            f.pending.extend(bytes(size - len(f.pending)))
-        f.changed = True
+            buf.extend(bytes(size - len(buf)))
+        self._judge(f, buf, "truncate")
+        f.pending, f.changed = buf, True
+
+    def _judge(self, f: MemFile, buf: bytearray, op: str) -> None:
+        """Refuse, before they land, bytes the commit at close would surely refuse. A scratch
+        file is judged when it is renamed onto a record name."""
+        if f.scratch:
+            return
+        cap = MAX_GLOBAL_BYTES if f.ws is None else MAX_RECORD_BYTES
+        why = None
+        if len(buf) > cap:
+            why = f"{len(buf)} bytes, over the {cap}-byte cap"
+        elif (bad := CONTROL_BYTES.search(buf)) is not None:
+            why = f"control character {bytes(bad.group()).decode('latin-1')!r} at byte {bad.start()}"
+        else:
+            try:
+                bytes(buf).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if not (exc.reason == "unexpected end of data" and exc.end == len(buf)):
+                    why = f"not UTF-8 at byte {exc.start} ({exc.reason})"  # a cut tail may
+                    # still be completed by the next write
+        if why is not None:
+            log.warning("memory %s refused at %s(): %s", self._label(f), op, why)
+            raise MemError(errno.EINVAL, why)
+
+    def _label(self, f: MemFile) -> str:
+        return "global.md" if f.ws is None else f"{f.ws}/{f.name.decode(errors='replace')}"
 
     async def flush(self, f: MemFile) -> None:
-        """Commit a changed record (one MemoryStore commit); a refusal changes nothing."""
+        """Commit a changed record (one MemoryStore commit). A refusal changes nothing and
+        keeps the refused bytes until the last descriptor is released, so every close of
+        the file reports it."""
         if f.scratch or not f.changed or f.pending is None:
             return
         text = bytes(f.pending)
-        f.pending, f.changed = None, False
-        await self._commit(f.ws, f.record if f.ws else None, text)
+        try:
+            await self._commit(f.ws, f.record if f.ws else None, text)
+        except MemError as exc:
+            log.warning("memory %s refused at close: %s", self._label(f), exc.reason)
+            raise
+        if f.pending == text:  # nothing written meanwhile (another descriptor)
+            f.pending, f.changed = None, False
+
+    def released(self, f: MemFile) -> None:
+        """The last descriptor of `f` is closed: what was not committed (refused, or only
+        read) is dropped, so the file shows memory's content again."""
+        if not f.scratch:
+            f.pending, f.changed = None, False
 
     async def _commit(self, ws: str | None, record: str | None, data: bytes) -> None:
         try:
             text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise MemError(errno.EINVAL) from None
+        except UnicodeDecodeError as exc:
+            raise MemError(errno.EINVAL, f"not UTF-8 ({exc.reason})") from None
         if ws is None:
             fn, args = self.store.replace_global, (text,)
         else:
             fn, args = self.store.put_record, (ws, record, text)
         try:
             await trio.to_thread.run_sync(fn, *args)
-        except MemfsError:
-            raise MemError(errno.EINVAL) from None
+        except MemfsError as exc:
+            raise MemError(errno.EINVAL, str(exc)) from None
 
     async def unlink(self, d: MemDir, name: bytes) -> None:
         if d.kind != "ws":

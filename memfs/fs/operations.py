@@ -451,6 +451,9 @@ class MemfsOperations(pyfuse3.Operations):
     @_guard
     async def release(self, fh):
         h = self.handles.pop(fh, None)
+        if h is not None and h.mem is not None and not any(
+                o.mem is h.mem for o in self.handles.values()):
+            self.mem.released(h.mem)
         if h is not None and h.node is not None and h.writable and self.ws.backing is not None:
             self.ws.backing.release_writer(h.node)
         if h is not None and h.node is not None and h.node.parent is None \

@@ -104,6 +104,17 @@ def check_turn(role: object, text: object, roles: tuple[str, ...] = APPEND_ROLES
                            "split it into several turns")
 
 
+@dataclass(frozen=True)
+class SessionInfo:
+    """One line of `memfs session list`."""
+
+    id: str
+    workspace: str | None
+    created: str | None
+    turn_count: int
+    damaged: str | None  # why it could not be read, or None
+
+
 class SessionStore:
     """Sessions as files under one root (memfs.rootdir.sessions_dir)."""
 
@@ -190,8 +201,8 @@ class SessionStore:
         try:
             data = self._path(session_id).read_bytes()
         except FileNotFoundError:
-            raise SessionError(f"no session {session_id!r}",
-                               "list sessions under the root's sessions/ directory") from None
+            raise SessionError(f"no session {session_id!r} in {self.root}",
+                               "`memfs session list` shows the sessions there") from None
         lines = data[: data.rfind(b"\n") + 1].splitlines()
         try:
             header = json.loads(lines[0])
@@ -204,6 +215,21 @@ class SessionStore:
 
     def turns(self, session_id: str) -> list[Turn]:
         return self._load(session_id)[1]
+
+    def list(self) -> list[SessionInfo]:
+        """Every session here, oldest first (ids sort by time); a damaged one is listed as
+        such rather than hidden. Worker sessions (workers/) are not sessions to review."""
+        infos = []
+        for path in sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else []:
+            sid = path.name.removesuffix(".jsonl")
+            try:
+                header, turns = self._load(sid)
+            except SessionError as exc:
+                infos.append(SessionInfo(sid, None, None, 0, exc.message))
+                continue
+            infos.append(SessionInfo(sid, header.get("workspace"), header.get("created"),
+                                     len(turns), None))
+        return infos
 
     def workspace(self, session_id: str) -> str | None:
         return self._load(session_id)[0].get("workspace")

@@ -119,7 +119,9 @@ class Store:
     def open(cls, root: Path, *, create: bool = True) -> Store:
         if not (root / "store.db").exists():
             if not create:
-                raise StoreError(f"no memfs store at {root}", "run `memfs init` first")
+                raise StoreError(f"no memfs store at {root}",
+                                 "`memfs init` creates it there; if the store is elsewhere, "
+                                 "give --root DIR (or set MEMFS_ROOT)")
             mkdir_durable(root)
         return cls(root)
 

@@ -6,7 +6,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from memfs.memory.records import INDEX_NAME, RECORD_SUFFIX, validate_name
+from memfs.memory.records import (
+    INDEX_NAME,
+    MAX_GLOBAL_BYTES,
+    MAX_RECORD_BYTES,
+    RECORD_SUFFIX,
+    validate_name,
+)
 from memfs.memory.store import MemoryStore
 from memfs.rootdir import memory_dir
 
@@ -28,5 +34,5 @@ def recover_reviews(root: Path) -> None:
         log.error("receipt recovery failed (run `memfs recover`): %s", exc)
 
 
-__all__ = ["INDEX_NAME", "RECORD_SUFFIX", "MemoryStore", "open_memory", "recover_reviews",
-           "validate_name"]
+__all__ = ["INDEX_NAME", "MAX_GLOBAL_BYTES", "MAX_RECORD_BYTES", "RECORD_SUFFIX", "MemoryStore",
+           "open_memory", "recover_reviews", "validate_name"]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from memfs.liveness import DaemonRecord
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import (
@@ -103,6 +104,7 @@ class Workspace:
         self.durable_seq = 0
         self.dirty_since: float | None = None
         self.last_error: str | None = None
+        self.served_by: DaemonRecord | None = None  # the daemon serving it (status shows it)
         self._processes: dict[tuple[int, int], str] = {}
         self._comm_cache: dict[int, str] = {}
         self._commit_lock = trio.Lock()
@@ -787,6 +789,7 @@ class Workspace:
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,
             "mounts": mounts,
+            "daemon": self.served_by.identity() if self.served_by else None,
             **({"backing": self.backing.status()} if self.backing is not None else {}),
         }
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from helpers.require import fuse_missing
 
 REPO = Path(__file__).resolve().parents[2]
 NATIVE_ENV = "MEMFS_TEST_NATIVE"
@@ -28,12 +29,8 @@ def native_mode() -> bool:
 
 
 def fuse_missing_reason() -> str | None:
-    """Why a real mount cannot run here, or None if it can."""
-    if not os.path.exists("/dev/fuse"):
-        return "/dev/fuse is missing (no FUSE in this kernel/container)"
-    if shutil.which("fusermount3") is None:
-        return "fusermount3 is missing (Debian package fuse3)"
-    return None
+    """Why a real mount cannot run here, or None if it can (pass it to require_tool)."""
+    return fuse_missing()
 
 
 def memfs_cmd(root: Path, *args: str) -> list[str]:

@@ -10,6 +10,7 @@ import httpx
 
 from memfs.consolidate.providers.base import (
     ModelReply,
+    OnRetry,
     ProviderError,
     ProviderRefusal,
     ProviderTruncated,
@@ -97,9 +98,9 @@ class AnthropicProvider:
         return headers
 
     async def complete(
-        self, client: httpx.AsyncClient, body: dict
+        self, client: httpx.AsyncClient, body: dict, on_retry: OnRetry | None = None
     ) -> tuple[ModelReply, dict]:
-        return await complete_with(self, client, body, parse_response)
+        return await complete_with(self, client, body, parse_response, on_retry)
 
 
 def parse_response(data: dict) -> ModelReply:

@@ -8,9 +8,11 @@ log and replay stay the same whichever provider answered.
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import math
 import os
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -43,6 +45,25 @@ class ProviderTruncated(ProviderError):
 
 class ProviderUnavailable(ProviderError):
     """Retryable failures persisted past the retry budget (or the attempt deadline)."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """One retried request: why, how long the client waits before the next try, and who chose
+    that wait (the server's retry-after-ms / retry-after, or memfs's own backoff)."""
+
+    attempt: int  # the try that failed, from 1
+    tries: int  # how many tries the budget allows
+    cause: str
+    delay_s: float
+    source: str
+
+    def describe(self, provider: str) -> str:
+        return (f"{provider}: {self.cause}; retrying in {self.delay_s:.1f} s ({self.source}; "
+                f"try {self.attempt + 1} of {self.tries})")
+
+
+OnRetry = Callable[[Retry], None]
 
 
 @dataclass(frozen=True)
@@ -141,8 +162,10 @@ class Provider(Protocol):
         """The exact JSON body sent (what the worker session records; it holds no key)."""
         ...
 
-    async def complete(self, client: httpx.AsyncClient, body: dict) -> tuple[ModelReply, dict]:
-        """Send `body` (with retries); return the neutral reply and the raw response body."""
+    async def complete(self, client: httpx.AsyncClient, body: dict,
+                       on_retry: OnRetry | None = None) -> tuple[ModelReply, dict]:
+        """Send `body` (with retries, each told to `on_retry`); return the neutral reply and
+        the raw response body."""
         ...
 
 
@@ -174,15 +197,41 @@ def retry_delay(response: httpx.Response | None, attempt: int) -> float:
     return min(MAX_BACKOFF_S, 0.5 * (2**attempt))
 
 
+def delay_source(response: httpx.Response | None) -> str:
+    """Who chose retry_delay's wait: the header it read, or memfs's backoff."""
+    if response is not None:
+        for name in ("retry-after-ms", "retry-after"):
+            if name in response.headers:
+                return name
+    return "backoff"
+
+
+MAX_BODY_TEXT = 2000  # a non-JSON error body (an HTML page) is shown up to this, marked if cut
+
+
 def _error_detail(response: httpx.Response) -> str:
+    """The server's own message, whole; only a non-JSON page is shortened, and says so."""
     try:
         body = response.json()
     except ValueError:
-        return response.text[:300]
+        text = response.text.strip()
+        if len(text) > MAX_BODY_TEXT:
+            return f"{text[:MAX_BODY_TEXT]}… ({len(text) - MAX_BODY_TEXT} more characters)"
+        return text or "(empty body)"
     err = body.get("error") if isinstance(body, dict) else None
     if isinstance(err, dict):
-        return str(err.get("message") or err)[:300]
-    return str(err or body)[:300]
+        return str(err.get("message") or err)
+    return str(err or body) if (err or body) else "(no detail in the body)"
+
+
+def _failure(response: httpx.Response) -> str:
+    rate = " (rate limited)" if response.status_code == 429 else ""
+    return f"HTTP {response.status_code}{rate}: {_error_detail(response)}"
+
+
+def _seconds_left() -> float:
+    """Time left in the caller's trio deadline (the attempt's --timeout); inf without one."""
+    return trio.current_effective_deadline() - trio.current_time()
 
 
 async def post_json(
@@ -195,11 +244,14 @@ async def post_json(
     key_var: str,
     max_retries: int = DEFAULT_MAX_RETRIES,
     sleep: Callable[[float], Awaitable[None]] = trio.sleep,
+    on_retry: OnRetry | None = None,
 ) -> dict:
-    """POST with bounded retries on 408/409/429/5xx and transport errors.
+    """POST with bounded retries on 408/409/429/5xx and transport errors; each retry is
+    reported to `on_retry` (cause, delay, who chose it) before the wait.
 
-    The caller's trio cancel scope bounds the total time; a server asking to wait longer than
-    the scope allows simply ends in Cancelled/TooSlow there, never in an unbounded wait.
+    The caller's trio cancel scope bounds the total time. A wait that would outlast it (a
+    rate limit's retry-after longer than the time left) is not started: it ends at once in
+    ProviderUnavailable saying so, rather than in a plain timeout later.
     """
     last = ""
     for attempt in range(max_retries + 1):
@@ -232,10 +284,21 @@ async def post_json(
                     f"{_error_detail(response)})",
                     "check --model and --base-url",
                 )
-            last = f"HTTP {response.status_code}: {_error_detail(response)}"
+            last = _failure(response)
         if attempt == max_retries:
             break
         delay = retry_delay(response, attempt)
+        source = delay_source(response)
+        left = _seconds_left()
+        if delay >= left:
+            who = (f"{provider} asked to wait {delay:.1f} s ({source})" if source != "backoff"
+                   else f"the next try would come after {delay:.1f} s of backoff")
+            raise ProviderUnavailable(
+                f"{provider} failed ({last}) and {who}, longer than the "
+                f"{max(0.0, left):.1f} s left of this attempt",
+                "try again later, or give a --timeout longer than the wait")
+        if on_retry is not None:
+            on_retry(Retry(attempt + 1, max_retries + 1, last, delay, source))
         if math.isfinite(delay):
             await sleep(delay)
     raise ProviderUnavailable(
@@ -245,11 +308,36 @@ async def post_json(
 
 
 async def complete_with(provider, client: httpx.AsyncClient, body: dict,
-                        parse: Callable[[dict], ModelReply]) -> tuple[ModelReply, dict]:
+                        parse: Callable[[dict], ModelReply],
+                        on_retry: OnRetry | None = None) -> tuple[ModelReply, dict]:
     """One request of a provider (its url, headers, key variable, retries), parsed by the
     protocol's own `parse`: the part both protocols share."""
     data = await post_json(
         client, provider.url, provider.headers(), body,
         provider=provider.name, key_var=provider.key_var, max_retries=provider.max_retries,
+        on_retry=on_retry,
     )
     return parse(data), data
+
+
+def is_loopback(url: str) -> bool:
+    """Is `url` served on this host (a local stub or proxy), where no key may be needed?"""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def missing_key(provider) -> MemfsError | None:
+    """The refusal for a request that would go out with no API key to a remote endpoint (it
+    would only come back 401 after the session was frozen and a worker started), or None."""
+    if api_key_from_env(provider.key_var) or is_loopback(provider.url):
+        return None
+    return MemfsError(
+        f"{provider.key_var} is not set: {provider.name} at {provider.url} would refuse a "
+        "request without an API key",
+        f"export {provider.key_var}=<your key>, or point --base-url at a local "
+        "OpenAI/Anthropic-compatible server")

@@ -1,0 +1,519 @@
+"""Mount lifecycle commands: init, mount, umount, status.
+
+They tell the truth about a daemon that died: the kernel's mount table, the daemon's record
+in `<root>/daemon.lock` and its control socket together say whether a store is served, by
+whom, and at which mountpoint; a mount whose daemon is gone (Transport endpoint is not
+connected) is named as such, with what was lost, and `memfs mount` cleans it when it is ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from memfs.cli.main import add_json_flag, emit
+from memfs.control import NoDaemon, call
+from memfs.errors import MemfsError
+from memfs.liveness import (
+    DeadDaemon,
+    MountEntry,
+    answers,
+    canonical,
+    clock,
+    dead_daemon,
+    lock_held,
+    mount_entry,
+    read_record,
+    same_root,
+)
+from memfs.rootdir import resolve_root
+from memfs.store import Store
+
+FUSE_CONF = Path("/etc/fuse.conf")
+MOUNT_WAIT = 30.0  # seconds `memfs mount` waits for the daemon's mount to appear
+OWN_OPTIONS = ("fsname", "subtype")
+EXIT_WAIT = 60.0  # seconds `memfs umount` waits for the daemon's final commit and exit
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("init", help="create the store (idempotent)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_init)
+
+    p = sub.add_parser("mount", help="mount the store at MOUNTPOINT")
+    p.add_argument("mountpoint")
+    p.add_argument("--foreground", action="store_true", help="stay in the foreground")
+    p.add_argument("--commit-interval", type=int, default=100, metavar="MS",
+                   help="group-commit delay in milliseconds (default 100)")
+    p.add_argument("--debug", action="store_true")
+    p.add_argument("--bind", action="append", default=[], metavar="NAME=DIR",
+                   help="bind store mount NAME to backing directory DIR first (as `memfs attach`)")
+    p.add_argument("--allow-other", action="store_true",
+                   help="let other users use the mount (a non-root user needs user_allow_other "
+                        "in /etc/fuse.conf)")
+    p.add_argument("-o", dest="options", action="append", default=[], metavar="OPT[,OPT...]",
+                   help="FUSE mount options, passed through (man mount.fuse3)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_mount)
+
+    p = sub.add_parser("umount", help="commit everything and unmount")
+    p.add_argument("mountpoint")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_umount)
+
+    p = sub.add_parser("status", help="daemon, branch, head, what is not yet durable, mounts")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_status)
+
+
+def _root(args) -> Path:
+    return resolve_root(args.root)
+
+
+def cmd_init(args) -> int:
+    root = _root(args)
+    store = Store.open(root)
+    head = store.head()
+    store.close()
+    emit(args, {"root": str(root), "head": head}, f"memfs store ready at {root}")
+    return 0
+
+
+# -- mount -----------------------------------------------------------------------------------
+
+def cmd_mount(args) -> int:
+    root = _root(args)
+    mnt = Path(canonical(args.mountpoint))
+    binds = [_parse_bind(b) for b in args.bind]
+    extra = [o.strip() for opts in args.options for o in opts.split(",") if o.strip()]
+    own = [o for o in extra if o.split("=", 1)[0] in OWN_OPTIONS]
+    if own:
+        raise MemfsError(f"-o {','.join(own)}: memfs sets {' and '.join(OWN_OPTIONS)} itself "
+                         "(the mount table names the store it serves)",
+                         "leave them out; other FUSE options pass through")
+    allow_other = args.allow_other or "allow_other" in extra
+    _refuse_if_served(root, mnt)
+    cleaned = _clean_dead_mounts(root, mnt)
+    _check_mountpoint(root, mnt)
+    if allow_other:
+        _check_allow_other()
+    interval = max(0, args.commit_interval) / 1000.0
+    if binds:
+        from memfs.cli.reconcile_cmds import attach_before_mount
+
+        Store.open(root).close()
+        for name, directory in binds:
+            attach_before_mount(root, name, directory)
+    if args.foreground:
+        from memfs.fs.daemon import run_daemon
+        from memfs.fs.logs import setup_logging
+
+        setup_logging(root, args.debug)
+        return run_daemon(root, mnt, interval, args.debug, allow_other, extra)
+    return _spawn_daemon(args, root, mnt, allow_other, extra, cleaned)
+
+
+def _refuse_if_served(root: Path, mnt: Path) -> None:
+    """A root is served by one daemon: say where, and what to do about this mountpoint."""
+    try:
+        holder = call(root, "ping", timeout=5)
+    except NoDaemon:
+        if lock_held(root):
+            rec = read_record(root)
+            who = f"pid {rec.pid}, for {rec.mountpoint}" if rec else "starting"
+            raise MemfsError(
+                f"a memfs daemon ({who}) holds the store at {root} but does not answer",
+                f"it may still be starting: retry in a moment; see {root / 'daemon.log'}"
+            ) from None
+        return
+    where = holder.get("mountpoint") or "?"
+    if where == str(mnt):
+        raise MemfsError(f"{mnt} is already mounted: memfs (pid {holder['pid']}) serves the "
+                         f"store at {root} there", f"use it; `memfs umount {mnt}` ends it")
+    remedy = f"use {where}, or `memfs umount {where}` first"
+    problem = _mountpoint_problem(mnt)
+    if problem is not None:
+        remedy += f"; also, {problem.message} ({problem.remedy})"
+    raise MemfsError(f"the store at {root} is already served by memfs (pid {holder['pid']}) at "
+                     f"{where}", remedy)
+
+
+def _clean_dead_mounts(root: Path, mnt: Path) -> list[dict]:
+    """Unmount what a dead daemon of this root left: its own mountpoint, and a dead memfs mount
+    of this store at `mnt`. Each is reported with what the death cost."""
+    cleaned: list[dict] = []
+    dead = dead_daemon(root)
+    if dead is not None and dead.stale_mount:
+        _unmount_dead(Path(dead.record.mountpoint))
+        cleaned.append(_cleaned(dead.record.mountpoint, dead))
+    entry = mount_entry(mnt)
+    if entry is not None and entry.is_memfs and answers(entry.point) == "dead":
+        if not same_root(entry.store_root, root):
+            raise MemfsError(
+                f"{mnt} is a dead memfs mount of another store ({entry.store_root})",
+                f"`memfs --root {entry.store_root} mount {mnt}` mounts that store again there; "
+                f"`fusermount3 -u {mnt}` only frees it")
+        _unmount_dead(mnt)
+        cleaned.append(_cleaned(str(mnt), dead if dead and dead.record.mountpoint == str(mnt)
+                                else None))
+    return cleaned
+
+
+def _cleaned(point: str, dead: DeadDaemon | None) -> dict:
+    loss = dead.loss if dead else "what it had not committed is lost; everything fsynced is kept"
+    who = f" left by the memfs daemon (pid {dead.record.pid}) that died" if dead else ""
+    print(f"memfs: cleaned up the dead mount at {point}{who}: {loss}", file=sys.stderr)
+    return {"mountpoint": point, "pid": dead.record.pid if dead else None, "loss": loss}
+
+
+def _unmount_dead(point: Path) -> None:
+    """A dead FUSE mount holds nothing: unmount it, lazily if a shell still sits in it."""
+    last = ""
+    for flags in ("-u", "-uz"):
+        res = subprocess.run(["fusermount3", flags, str(point)], capture_output=True, text=True)
+        if res.returncode == 0:
+            return
+        last = res.stderr.strip()
+    raise MemfsError(f"could not unmount the dead mount at {point}: {last}",
+                     f"unmount it as its owner or as root: fusermount3 -uz {point}")
+
+
+def _mountpoint_problem(mnt: Path) -> MemfsError | None:
+    """Why memfs cannot mount at `mnt`, with the remedy for that case, or None."""
+    if not os.path.lexists(mnt):
+        return MemfsError(f"mountpoint {mnt} does not exist", f"create it: mkdir -p {mnt}")
+    if not mnt.is_dir():
+        kind = "a broken symlink" if not mnt.exists() else "a file"
+        return MemfsError(f"mountpoint {mnt} is {kind}, not a directory",
+                          "mount on a directory: an empty one, e.g. `mkdir ~/memfs`")
+    entry = mount_entry(mnt)
+    if entry is not None:
+        return _mounted_problem(mnt, entry)
+    if os.geteuid() != 0 and not os.access(mnt, os.W_OK | os.X_OK):
+        return MemfsError(f"you may not write to {mnt} (fusermount3 requires it)",
+                          "mount on a directory you own")
+    return None
+
+
+def _mounted_problem(mnt: Path, entry: MountEntry) -> MemfsError:
+    if entry.is_memfs:
+        return MemfsError(f"{mnt} is already a memfs mount (of {entry.store_root or 'a store'})",
+                          f"use it, or `memfs umount {mnt}` first")
+    state = answers(entry.point) if entry.fstype.startswith("fuse") else "ok"
+    if state == "dead":
+        return MemfsError(f"{mnt} is a dead {entry.fstype} mount (its daemon is gone)",
+                          f"free it: fusermount3 -u {mnt}")
+    return MemfsError(f"{mnt} is already a mount point ({entry.fstype} from {entry.source})",
+                      "mount memfs somewhere else, or unmount that first")
+
+
+def _check_mountpoint(root: Path, mnt: Path) -> None:
+    problem = _mountpoint_problem(mnt)
+    if problem is not None:
+        raise problem
+    real_root, real_mnt = root.resolve(), mnt.resolve()
+    if real_root == real_mnt or real_mnt in real_root.parents:
+        # The daemon would reach its own store through its own mount and hang.
+        raise MemfsError(f"the store root {root} is inside the mountpoint {mnt}",
+                         "put the store elsewhere (--root or MEMFS_ROOT) or mount somewhere else")
+
+
+def _check_allow_other() -> None:
+    """fusermount3 refuses allow_other to a non-root user unless /etc/fuse.conf allows it; say
+    so before a daemon starts, with the line to add."""
+    if os.geteuid() == 0:
+        return
+    try:
+        lines = FUSE_CONF.read_text().splitlines()
+    except OSError:
+        lines = []
+    if "user_allow_other" not in (line.strip() for line in lines):
+        raise MemfsError(
+            f"--allow-other is not allowed for a non-root user: {FUSE_CONF} has no "
+            "`user_allow_other` line",
+            f"ask root to add the line `user_allow_other` to {FUSE_CONF}, or mount without "
+            "--allow-other (only you can use the mount)")
+
+
+def _parse_bind(text: str) -> tuple[str, str]:
+    name, sep, directory = text.partition("=")
+    if not sep or not name or not directory:
+        raise MemfsError(f"--bind {text!r} is not NAME=DIR", "e.g. --bind work=~/project")
+    return name, os.path.expanduser(directory)
+
+
+def _spawn_daemon(args, root: Path, mnt: Path, allow_other: bool, extra: list[str],
+                  cleaned: list[dict]) -> int:
+    root.mkdir(parents=True, exist_ok=True)
+    logfile = root / "daemon.log"
+    cmd = [sys.executable, "-m", "memfs", "--root", str(root), "mount", str(mnt), "--foreground",
+           "--commit-interval", str(args.commit_interval)]
+    cmd += ["--allow-other"] if allow_other else []
+    cmd += ["-o", ",".join(extra)] if extra else []
+    with open(logfile, "ab") as out:
+        start = out.tell()
+        try:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    start_new_session=True)
+        except OSError as exc:
+            raise MemfsError(f"could not start the memfs daemon ({sys.executable}): {exc}",
+                             "run memfs with a Python this user may execute, or mount with "
+                             "--foreground") from None
+    deadline = time.monotonic() + MOUNT_WAIT
+    while time.monotonic() < deadline:
+        entry = mount_entry(mnt)
+        if entry is not None and entry.is_memfs and proc.poll() is None:
+            emit(args, {"mountpoint": str(mnt), "pid": proc.pid, "root": str(root),
+                        "cleaned": cleaned},
+                 f"memfs mounted at {mnt} (pid {proc.pid}, store {root})")
+            return 0
+        if proc.poll() is not None:
+            raise _early_exit(logfile, start)
+        time.sleep(0.05)
+    raise MemfsError(f"{mnt} did not appear within {MOUNT_WAIT:g} s (daemon pid {proc.pid})",
+                     f"see {logfile}; `kill {proc.pid}` stops it")
+
+
+# What libfuse/fusermount3 print when they refuse a mount, and the remedy for each.
+FUSE_REMEDIES = (
+    ("unknown option", "check the -o options given (man mount.fuse3 lists them)"),
+    ("user_allow_other", f"ask root to add the line `user_allow_other` to {FUSE_CONF}, or mount "
+                         "without --allow-other"),
+    ("/dev/fuse", "this user may not open /dev/fuse: ask root to make it crw-rw-rw- (Debian's "
+                  "default), or mount as root"),
+    ("mountpoint", "mount on an empty directory you own"),
+)
+
+
+def _early_exit(logfile: Path, start: int) -> MemfsError:
+    """The daemon's own refusal ("memfs: …") and FUSE's reason, from this run's log lines."""
+    with open(logfile, "rb") as f:
+        f.seek(start)
+        lines = f.read().decode(errors="replace").splitlines()
+    fuse = [ln for ln in lines if ln.startswith(("fuse: ", "fusermount3: "))]
+    said = [ln.removeprefix("memfs: ") for ln in lines if ln.startswith("memfs: ")]
+    if said:
+        what, _, remedy = said[-1].partition(" — ")
+        what += "".join(f"; {ln}" for ln in fuse)
+        fitting = [fix for ln in fuse for key, fix in FUSE_REMEDIES if key in ln]
+        remedy = fitting[0] if fitting else remedy
+        return MemfsError(what, f"{remedy + '; ' if remedy else ''}full log: {logfile}")
+    shown = fuse or lines[-5:]
+    return MemfsError("the memfs daemon exited before mounting:\n  " + "\n  ".join(shown),
+                      f"full log: {logfile}")
+
+
+# -- umount ----------------------------------------------------------------------------------
+
+def cmd_umount(args) -> int:
+    root = _root(args)
+    mnt = Path(canonical(args.mountpoint))
+    entry = mount_entry(mnt)
+    if entry is None:
+        raise _not_mounted(root, mnt)
+    if not entry.is_memfs:
+        raise MemfsError(f"{mnt} is a {entry.fstype} mount, not memfs",
+                         f"unmount it with its own tool: umount {mnt} (fusermount3 -u for FUSE)")
+    owner = root if same_root(entry.store_root, root) else entry.store_root
+    assert owner is not None
+    state = answers(entry.point)
+    if state == "dead":
+        return _umount_dead(args, owner, mnt)
+    if state == "hung":
+        rec = read_record(owner)
+        pid = rec.pid if rec else "PID"
+        raise MemfsError(f"the memfs daemon serving {mnt} does not answer (pid {pid})",
+                         f"see {owner / 'daemon.log'}; `kill {pid}` commits and stops it; "
+                         f"`fusermount3 -uz {mnt}` detaches the mount without a commit")
+    return _umount_live(args, owner, mnt)
+
+
+def _not_mounted(root: Path, mnt: Path) -> MemfsError:
+    if not os.path.lexists(mnt):
+        what = f"{mnt} does not exist"
+    else:
+        what = f"{mnt} is not a mount point: nothing to unmount"
+    try:
+        served = call(root, "ping", timeout=5).get("mountpoint")
+    except (NoDaemon, MemfsError):
+        served = None
+    if served:
+        return MemfsError(what, f"memfs serves the store at {root} at {served}: "
+                                f"`memfs umount {served}`")
+    dead = dead_daemon(root)
+    if dead is not None and dead.record.mountpoint == str(mnt):
+        return MemfsError(f"{what}: the daemon that served it (pid {dead.record.pid}) died "
+                          f"and its mount is already gone; {dead.loss}",
+                          f"`memfs mount {mnt}` mounts the store again")
+    return MemfsError(what, f"no memfs daemon serves the store at {root} (`memfs status`)")
+
+
+def _umount_dead(args, owner: Path, mnt: Path) -> int:
+    """Its daemon is gone: unmount the husk, and say what the death cost, never a commit."""
+    dead = dead_daemon(owner)
+    _unmount_dead(mnt)
+    loss = dead.loss if dead else "what it had not committed is lost; everything fsynced is kept"
+    pid = f" (pid {dead.record.pid})" if dead else ""
+    text = (f"unmounted the dead mount at {mnt}: its memfs daemon{pid} had died, so nothing "
+            f"was committed now; {loss}")
+    emit(args, {"unmounted": str(mnt), "committed": False, "dead": True, "loss": loss}, text)
+    return 0
+
+
+def _umount_live(args, owner: Path, mnt: Path) -> int:
+    pid = _serving_pid(owner, mnt)
+    if pid is not None:
+        try:
+            call(owner, "sync")
+        except MemfsError as exc:
+            raise MemfsError(f"could not commit what is pending in {mnt}: {exc.message}",
+                             f"{exc.remedy + '; ' if exc.remedy else ''}nothing was unmounted "
+                             "(the daemon keeps retrying)") from None
+    res = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise _busy_or(mnt, res.stderr.strip())
+    if pid is None:
+        emit(args, {"unmounted": str(mnt), "committed": None},
+             f"unmounted {mnt}; its daemon serves another store (its socket is not under "
+             f"{owner}), which commits what is pending as it exits")
+        return 0
+    deadline = time.monotonic() + EXIT_WAIT
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if _alive(pid):
+        emit(args, {"unmounted": str(mnt), "committed": None, "pid": pid},
+             f"unmounted {mnt}; the daemon (pid {pid}) is still committing after "
+             f"{EXIT_WAIT:g} s: `memfs status` says when it is done")
+        return 1
+    left = read_record(owner)
+    if left is not None and left.ended is not None:
+        why = f": {left.last_commit_error}" if left.last_commit_error else ""
+        raise MemfsError(f"unmounted {mnt}, but the daemon exited with {left.pending} change(s) "
+                         f"it could not commit{why}",
+                         "they are lost; everything fsynced before is in the store "
+                         f"(see {owner / 'daemon.log'})")
+    emit(args, {"unmounted": str(mnt), "committed": True, "pid": pid},
+         f"unmounted {mnt}; everything was committed (daemon pid {pid} exited)")
+    return 0
+
+
+def _serving_pid(owner: Path, mnt: Path) -> int | None:
+    """The pid of the daemon serving `mnt` for the store at `owner`; None for a live memfs
+    mount whose source names no store (its daemon cannot be asked to commit first)."""
+    try:
+        return call(owner, "ping", timeout=10)["pid"]
+    except NoDaemon:
+        entry = mount_entry(mnt)
+        if entry is not None and entry.store_root is not None:
+            raise MemfsError(f"the memfs daemon serving {mnt} (store {owner}) does not answer "
+                             "on its control socket", f"see {owner / 'daemon.log'}; "
+                             f"`fusermount3 -u {mnt}` unmounts it without asking it to commit "
+                             "first (it still commits as it exits)") from None
+        return None
+
+
+def _busy_or(mnt: Path, stderr: str) -> MemfsError:
+    if "busy" in stderr.lower():
+        return MemfsError(f"{mnt} is busy: a program has a file or its working directory in it "
+                          f"({stderr})",
+                          f"close it (`fuser -vm {mnt}` lists them), then retry; nothing was "
+                          "unmounted and the daemon keeps committing")
+    return MemfsError(f"could not unmount {mnt}: {stderr}",
+                      f"as its owner or root: fusermount3 -u {mnt}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# -- status ----------------------------------------------------------------------------------
+
+def cmd_status(args) -> int:
+    """Exit 0, or 1 when a dead daemon left a dead mount behind (something to clean up)."""
+    root = _root(args)
+    try:
+        st = call(root, "status")
+    except NoDaemon:
+        st = _direct_status(root)
+    lines = [_daemon_line(root, st.get("daemon")),
+             f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
+             f"pending  {st['pending']} change(s) not yet durable",
+             f"mounts   {', '.join(st['mounts']) or '(none)'}"]
+    lines += _backing_lines(st)
+    emit(args, st, "\n".join(lines))
+    daemon = st.get("daemon") or {}
+    return 1 if daemon.get("state") == "dead" and daemon.get("stale_mount") else 0
+
+
+def _direct_status(root: Path) -> dict:
+    from memfs.store.trees import decode_dir
+
+    held = lock_held(root)
+    store = Store.open(root, create=False)
+    try:
+        head = store.head()
+        tree = store.commit(head).tree
+        mounts = sorted(e.name for e in decode_dir(store.read_object(tree)))
+        st = {"root": str(store.root), "branch": store.current_branch(), "head": head,
+              "pending": 0, "durable": True, "mounts": mounts, "daemon": None}
+    finally:
+        store.close()
+    if held:
+        rec = read_record(root)
+        st["daemon"] = {"state": "not answering", **(rec.identity() if rec else {})}
+    else:
+        dead = dead_daemon(root)
+        st["daemon"] = dead.to_json() if dead else None
+    return st
+
+
+def _daemon_line(root: Path, d: dict | None) -> str:
+    if d is None:
+        return "daemon   none: the store is not mounted (`memfs mount DIR`)"
+    state = d.get("state", "serving")
+    if state == "dead":
+        if d.get("ended") is not None:
+            what = f"pid {d['pid']} exited at {clock(d['ended'])} with changes not durable"
+        else:
+            what = f"pid {d['pid']} DIED without unmounting (last seen {clock(d['seen'])})"
+        stale = f"; {d['mountpoint']} is a dead mount" if d.get("stale_mount") else ""
+        return f"daemon   {what}{stale}\n         {d['loss']}\n         {d['remedy']}"
+    if state == "not answering":
+        return (f"daemon   pid {d.get('pid', '?')} holds the store but does not answer "
+                f"(starting, or stuck: see {root / 'daemon.log'})")
+    return f"daemon   pid {d['pid']}, mounted at {d['mountpoint']} (since {clock(d['started'])})"
+
+
+def _backing_lines(st: dict) -> list[str]:
+    lines = []
+    refusing = [b["journal"] for b in (st.get("backing") or {}).values() if b.get("journal")]
+    if refusing:  # one journal serves every mount: said once
+        lines.append(f"journal  REFUSING: {refusing[0]['error']} — {refusing[0]['remedy']}")
+    for mount, b in sorted((st.get("backing") or {}).items()):
+        states = ", ".join(f"{n} {k}" for k, n in sorted(b.get("states", {}).items()))
+        where = b.get("dir", "?") if b.get("available", True) else (
+            f"{b.get('dir', '?')} UNAVAILABLE: {b.get('unavailable')}")
+        o = b.get("owed") or {}
+        owes = (f"; disk owes {o.get('changes', 0)} change(s), {o.get('workspace_deletions', 0)}"
+                f" deletion(s), {o.get('conflicts', 0)} conflict(s)") if o else ""
+        sc = b.get("scans") or {}
+        scans = (f"; {sc.get('count', 0)} after-batch scan(s)"
+                 f"{', running late' if sc.get('running_late') else ''}") if sc else ""
+        lines.append(f"backed   {mount} -> {where} (watch {b.get('watch')}; {states or 'no files'}"
+                     f"{'; ' + str(len(b['conflicts'])) + ' conflict(s)' if b.get('conflicts') else ''}"
+                     f"{owes}{scans})")
+    return lines

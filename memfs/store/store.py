@@ -100,19 +100,25 @@ class Transaction:
 
 
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, readonly: bool = False) -> None:
         self.root = root
         self.db_path = root / "store.db"
+        self.readonly = readonly
         self._write_lock = threading.Lock()
-        self._writer = db.connect(self.db_path)
-        db.create_schema(self._writer)
-        self._writer.executescript(INTENT_SCHEMA)
-        fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
-        self._reader = db.connect(self.db_path)
+        self._writer = None if readonly else db.connect(self.db_path)
+        if self._writer is not None:
+            from memfs.store import history
+
+            db.create_schema(self._writer)
+            self._writer.executescript(INTENT_SCHEMA)
+            history.create_schema(self._writer)
+            fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
+        self._reader = db.connect(self.db_path, readonly=readonly)
         self._reader_lock = threading.Lock()
         self.chunks = ChunkStore(root)
         self._objects: dict[str, bytes] = {}
-        self._ensure_initial_commit()
+        if not readonly:
+            self._ensure_initial_commit()
 
     # -- lifecycle ---------------------------------------------------------------
     @classmethod
@@ -123,9 +129,17 @@ class Store:
             mkdir_durable(root)
         return cls(root)
 
+    @classmethod
+    def open_readonly(cls, root: Path) -> Store:
+        """Reads only (log, diff, show): no schema, no writer, safe beside a running daemon."""
+        if not (root / "store.db").exists():
+            raise StoreError(f"no memfs store at {root}", "run `memfs init` first")
+        return cls(root, readonly=True)
+
     def close(self) -> None:
         self.chunks.close()
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
         self._reader.close()
 
     def _ensure_initial_commit(self) -> None:
@@ -140,6 +154,8 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
+        if self._writer is None:
+            raise StoreError("the store is open read-only", "open it for writing (a bug if seen)")
         with self._write_lock:
             self._writer.execute("BEGIN IMMEDIATE")
             try:
@@ -207,7 +223,9 @@ class Store:
         return dict(self._query("SELECT name, head FROM branches ORDER BY name"))
 
     def reflog(self, limit: int = 50) -> list[dict]:
-        """Head moves other than commits (undo, restore), newest first: the way back."""
+        """Ref moves other than commits, newest first: the way back. Branch heads moved by
+        undo and restore, and checkpoints set, moved or deleted (ref `checkpoints/NAME`; a
+        deletion has an empty `new`)."""
         rows = self._query(
             "SELECT seq, branch, old, new, reason, time_ns FROM reflog ORDER BY seq DESC LIMIT ?",
             (limit,),
@@ -271,14 +289,13 @@ class Store:
                 (branch, old[0] if old else None, target, reason, time.time_ns()),
             )
 
-    def checkpoint(self, name: str, cid: str | None = None) -> str:
-        _check_ref_name(name)
+    def checkpoint(self, name: str, cid: str | None = None, *, force: bool = False) -> str:
+        """Name a commit (the head by default); moving an existing name needs `force`.
+        memfs.store.history keeps the rules and the reflog rows."""
+        from memfs.store import history
+
         cid = cid or self.head()
-        with self.transaction() as tx:
-            tx.conn.execute(
-                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)",
-                (name, cid, self.current_branch(), time.time_ns()),
-            )
+        history.create_checkpoint(self, name, cid, self.current_branch(), force=force)
         return cid
 
     # -- backing directories and their branch intent --------------------------------

@@ -20,6 +20,7 @@ import trio
 from memfs.fs.memory_view import MemDir, MemError, MemFile, MemoryView
 from memfs.fs.virtual import VDir, VFile, VirtualTree
 from memfs.workspace.agent_memory import open_memory
+from memfs.workspace.attribution import CURRENT
 from memfs.workspace.nodes import Node, WorkspaceError
 from memfs.workspace.workspace import DIR, FILE, LINK, ROOT_ID, Workspace
 
@@ -34,6 +35,7 @@ STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (b
 def _guard(fn: Callable) -> Callable:
     @functools.wraps(fn)
     async def wrapper(self, *args, **kwargs):
+        token = CURRENT.set(None)  # a request's operation ends with it (attribution.py)
         try:
             return await fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
@@ -46,6 +48,8 @@ def _guard(fn: Callable) -> Callable:
         except Exception:
             log.exception("%s%r failed", fn.__name__, args[:2])
             raise pyfuse3.FUSEError(errno.EIO) from None
+        finally:
+            CURRENT.reset(token)
 
     return wrapper
 
@@ -136,8 +140,11 @@ class MemfsOperations(pyfuse3.Operations):
                 a.st_size = len(node.render())
             a.st_nlink = 1
             a.st_uid, a.st_gid = os.getuid(), os.getgid()
-            st = self.ws.store.root.stat()
-            a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.st_mtime_ns
+            when = getattr(node, "mtime", None)  # history views: their commit's time
+            mtime = when() if when is not None else None
+            if mtime is None:
+                mtime = self.ws.store.root.stat().st_mtime_ns
+            a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = mtime
         if isinstance(node, Node) and node.kind == FILE:
             a.st_blocks = (self.ws.stored_bytes(node) + 511) // 512
         else:
@@ -213,6 +220,11 @@ class MemfsOperations(pyfuse3.Operations):
     def _ctx(self, ctx) -> None:
         self.ws.note_process(ctx.pid, ctx.uid)
 
+    async def _enter(self, ctx) -> None:
+        """Before a request that may change the tree: its operation, and a group commit
+        closed first if another operation's changes wait in it (Workspace.enter)."""
+        await self.ws.enter(ctx.pid, ctx.uid)
+
     # -- lookups and attributes -------------------------------------------------------
     @_guard
     async def lookup(self, parent_inode, name, ctx=None):
@@ -260,6 +272,7 @@ class MemfsOperations(pyfuse3.Operations):
             if fields.update_size:
                 self.mem.truncate(mem, attr.st_size)
             return self._attr(mem)
+        await self._enter(ctx)
         node = self._wnode(inode)
         self._ctx(ctx)
         self.ws.setattr(
@@ -299,16 +312,19 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def mkdir(self, parent_inode, name, mode, ctx):
+        await self._enter(ctx)
         return self._counted(self._new(parent_inode, name, DIR, mode, ctx))
 
     @_guard
     async def symlink(self, parent_inode, name, target, ctx):
+        await self._enter(ctx)
         return self._counted(self._new(parent_inode, name, LINK, 0o777, ctx, target))
 
     @_guard
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         if not stat.S_ISREG(mode):
             raise pyfuse3.FUSEError(errno.EPERM)
+        await self._enter(ctx)
         return self._counted(self._new(parent_inode, name, FILE, mode, ctx))
 
     @_guard
@@ -318,6 +334,7 @@ class MemfsOperations(pyfuse3.Operations):
             f = self.mem.create(parent, name)
             fh = self._open_handle(Handle(None, writable=True, mem=f))
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._counted(f)
+        await self._enter(ctx)
         node = self._new(parent_inode, name, FILE, mode, ctx)
         fh = self._open_handle(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
         if self.ws.backing is not None:
@@ -334,6 +351,7 @@ class MemfsOperations(pyfuse3.Operations):
         if isinstance(mem, MemDir):
             await self.mem.unlink(mem, name)
             return
+        await self._enter(ctx)
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
         if self.ws.backing is None:
@@ -346,6 +364,7 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def rmdir(self, parent_inode, name, ctx):
+        await self._enter(ctx)
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
         if parent.id == ROOT_ID and name == CONTROL_NAME:
@@ -360,6 +379,7 @@ class MemfsOperations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.EINVAL)
             await self.mem.rename(mo, name_old, mn, name_new)
             return
+        await self._enter(ctx)
         old, new = self._wnode(parent_inode_old), self._wnode(parent_inode_new)
         self._ctx(ctx)
         if CONTROL_NAME in (name_old, name_new) and ROOT_ID in (old.id, new.id):
@@ -409,7 +429,7 @@ class MemfsOperations(pyfuse3.Operations):
         if writing and node.readonly:
             raise pyfuse3.FUSEError(errno.EROFS)
         if flags & os.O_TRUNC:  # libfuse asks for atomic O_TRUNC: ours to do (mtime too)
-            self._ctx(ctx)
+            await self._enter(ctx)
             self.ws.truncate(node, 0)
         fh = self._open_handle(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
         if writing and self.ws.backing is not None:
@@ -439,7 +459,7 @@ class MemfsOperations(pyfuse3.Operations):
         if self.ws.over_dirty_limit():
             await self.ws.commit()
         if h.who is not None:
-            self.ws.note_process(*h.who)
+            await self.ws.enter(*h.who)
         return self.ws.write(h.node, off, buf)
 
     @_guard
@@ -554,7 +574,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTSUP)
         if name.startswith(b"user.memfs."):
             raise pyfuse3.FUSEError(errno.EPERM)
-        self._ctx(ctx)
+        await self._enter(ctx)
         self.ws.set_xattr(node, name, value)
 
     @_guard
@@ -583,8 +603,8 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def removexattr(self, inode, name, ctx):
+        await self._enter(ctx)
         node = self._wnode(inode)
-        self._ctx(ctx)
         self.ws.remove_xattr(node, name)
 
     @_guard

@@ -76,6 +76,7 @@ from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Intent, Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
+from memfs.workspace.attribution import labelled
 from memfs.workspace.backing_tasks import (
     AGENT_WATCH,
     DEFAULT_SCAN_DEADLINE,
@@ -532,6 +533,7 @@ class Backing(DaemonTasks):
         return out
 
     # -- binding -----------------------------------------------------------------------
+    @labelled("attach", lambda b: f"attach: {b.mount} -> {b.dir}")
     async def attach(self, binding: Binding) -> dict:
         mount = binding.mount
         if not mount or "/" in mount or mount.startswith("."):
@@ -813,6 +815,7 @@ class Backing(DaemonTasks):
                 self._state(mount).last_error = str(exc)
                 raise
 
+    @labelled("reconciler", lambda mount: f"reconciler: disk changes in {mount}")
     async def _pass_locked(self, mount: str, scope: str, path_sync: bool,
                            accept_root: bool, asked_on: str | None = None) -> dict:
         b = self.bindings[mount]
@@ -1001,6 +1004,7 @@ class Backing(DaemonTasks):
                                                                 force, apply_deletions)
         return {"mounts": out}
 
+    @labelled("materialize", lambda mount: f"materialize: {mount}")
     async def _materialize_locked(self, mount: str, rels: list[str] | None, force: bool,
                                   apply_deletions: bool, auto: bool = False) -> dict:
         from memfs.reconcile.apply import run_materialize, settle

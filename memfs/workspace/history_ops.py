@@ -1,0 +1,140 @@
+"""The workspace's history operations: undo (by operation, by commit, to a moment), restore,
+checkpoints, marks, and read-only views of past commits.
+
+Each holds the commit lock, commits what is pending (`_settle_locked`), then plans, moves
+the branch head and replaces the tree with no await in between, so no change can slip in
+and be lost. Plans and head moves are short SQLite statements, run on the loop for that
+reason. Loop thread only.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from memfs.store import Store, history, undo
+from memfs.store.history import Checkpoint, Mark
+from memfs.store.trees import DIR
+from memfs.store.undo import UndoPlan
+from memfs.workspace.nodes import Node, WorkspaceError
+
+if TYPE_CHECKING:
+    from memfs.workspace.attribution import Attribution
+
+VIEWS_KEPT = 4096  # read-only view roots remembered (by place and commit)
+
+
+@dataclass(frozen=True)
+class CheckpointSet:
+    checkpoint: Checkpoint
+    moved_from: str | None  # the commit the name left (a --force move), else None
+
+
+class HistoryOps:
+    """Mixed into Workspace, whose attributes it uses (declared here)."""
+
+    store: Store
+    head: str
+    branch: str
+    attribution: Attribution
+    nodes: dict[int, Node]
+    _commit_lock: trio.Lock
+    _views: OrderedDict[tuple[str, str], Node]  # (place, commit) -> view root, oldest first
+    _view_keys: dict[int, tuple[str, str]]  # view root id -> its key while cached
+
+    async def _settle_locked(self, message: str) -> None: ...
+    def _replace_tree(self, commit_id: str) -> None: ...
+    def _new_node(self, kind: str, mode: int, uid: int, gid: int) -> Node: ...
+
+    # -- undo ------------------------------------------------------------------------------
+    async def undo(self, steps: int = 1) -> str:
+        """The last `steps` commits; returns the new head."""
+        return (await self.undo_commits(steps)).target
+
+    async def undo_commits(self, count: int) -> UndoPlan:
+        """The last `count` commits (`memfs undo --commits N`)."""
+        if count < 1:
+            raise WorkspaceError(errno.EINVAL, "undo takes a positive number of commits")
+        return await self._undo(lambda: undo.plan_commits(self.store, self.head, count))
+
+    async def undo_operations(self, count: int = 1) -> UndoPlan:
+        """The last `count` operations (`memfs undo [N]`; memfs.store.opspan's rule)."""
+        return await self._undo(lambda: undo.plan_operations(self.store, self.head, count))
+
+    async def undo_to(self, where: str) -> UndoPlan:
+        """Back to a revision or a moment on this branch's history (`memfs undo --to`)."""
+        return await self._undo(lambda: undo.plan_to(self.store, self.head, where))
+
+    async def _undo(self, plan_fn) -> UndoPlan:
+        async with self._commit_lock:
+            await self._settle_locked("before undo")
+            plan = plan_fn()
+            self.store.reset_head(self.branch, plan.target, plan.reason)
+            self._replace_tree(plan.target)
+            return plan
+
+    async def restore(self, rev: str) -> str:
+        """Move the branch head to `rev` (the old head stays in the reflog)."""
+        async with self._commit_lock:
+            await self._settle_locked("before restore")
+            target = history.resolve(self.store, rev)
+            self.store.reset_head(self.branch, target, f"restore {rev}")
+            self._replace_tree(target)
+            return target
+
+    # -- names -------------------------------------------------------------------------------
+    async def checkpoint(self, name: str, at: str | None = None, *,
+                         force: bool = False) -> CheckpointSet:
+        """Name the current state (what is pending is committed first), or `at` a revision."""
+        async with self._commit_lock:
+            await self._settle_locked(f"checkpoint {name}")
+            cid = history.resolve(self.store, at) if at else self.head
+            cp, old = history.create_checkpoint(self.store, name, cid, self.branch, force=force)
+            return CheckpointSet(cp, old)
+
+    async def delete_checkpoint(self, name: str) -> Checkpoint:
+        async with self._commit_lock:
+            return history.delete_checkpoint(self.store, name)
+
+    async def mark(self, name: str, label: str = "") -> Mark:
+        """An operation boundary: what is pending is committed, and every change after this
+        belongs to a new operation. The mark names the commit it fell on."""
+        async with self._commit_lock:
+            await self._settle_locked(f"mark {name}")
+            self.attribution.mark()
+            return history.add_mark(self.store, name, self.head, self.branch, label or name)
+
+    # -- views -------------------------------------------------------------------------------
+    def view(self, commit_id: str, place: str = "history") -> Node:
+        """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),
+        whose times are the commit's own.
+
+        Cached per place it is reached from (`place`, e.g. "branches/main"), never shared
+        between two places: one directory inode under two names would make the kernel move
+        its dentry (a shell's cwd would jump from history/ to branches/)."""
+        key = (place, commit_id)
+        node = self._views.get(key)
+        if node is not None:
+            self._views.move_to_end(key)
+            return node
+        commit = self.store.commit(commit_id)
+        node = self._new_node(DIR, 0o555, 0, 0)
+        node.ref, node.dirty, node._children, node.readonly = commit.tree, False, None, True
+        node.mtime_ns = node.ctime_ns = node.atime_ns = commit.time_ns
+        self._views[key] = node
+        self._view_keys[node.id] = key
+        if len(self._views) > VIEWS_KEPT:  # no longer reused; the kernel may still hold it
+            _, old = self._views.popitem(last=False)
+            self._view_keys.pop(old.id, None)
+        return node
+
+    def forget_view(self, node: Node) -> None:
+        """The kernel dropped a view root: it goes (a later lookup makes a new one)."""
+        key = self._view_keys.pop(node.id, None)
+        if key is not None:
+            self._views.pop(key, None)
+        self.nodes.pop(node.id, None)

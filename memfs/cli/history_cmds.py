@@ -119,7 +119,8 @@ def _ask(args, op: str, direct, **kw):
 
 
 def _commit_pending(args) -> None:
-    """`now` is the live tree: a running daemon commits what is pending first."""
+    """A running daemon commits what is pending first: `now` is the live tree, and the
+    command that just ran is in the log (not 100 ms later)."""
     try:
         call(_root(args), "sync")
     except NoDaemon:
@@ -151,6 +152,7 @@ def _store_path(args, path: str) -> str:
 
 # -- log -------------------------------------------------------------------------------------
 def cmd_log(args) -> int:
+    _commit_pending(args)  # the command that just ran is in the log, not 100 ms later
     store = _read(args)
     try:
         head = store.head(args.branch)
@@ -280,8 +282,7 @@ def _state(store: Store, rev: str) -> tuple[str, str]:
 
 def cmd_diff(args) -> int:
     revs, paths = _split_spec(args)
-    if NOW in revs or len(revs) < 2:
-        _commit_pending(args)
+    _commit_pending(args)
     store = _read(args)
     try:
         if not revs:  # what the last operation changed: what `memfs undo` would take back
@@ -318,8 +319,7 @@ def _write_text(chunks) -> None:
 
 def cmd_show(args) -> int:
     rev, sep, path = args.what.partition(":")
-    if rev == NOW:
-        _commit_pending(args)
+    _commit_pending(args)
     store = _read(args)
     try:
         cid, tree = _state(store, rev or "HEAD")

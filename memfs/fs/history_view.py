@@ -20,6 +20,8 @@ from datetime import date, datetime, timedelta
 
 from memfs.store import StoreError, history
 
+STABLE = (60.0, 1.0)  # a directory whose name never changes meaning: entry 60 s, attrs 1 s
+
 ID_CHARS = 12
 _HEX = re.compile(r"^[0-9a-f]{6,}$")
 
@@ -60,7 +62,7 @@ class HistoryViews:
     # -- .memfs/history/ -------------------------------------------------------------------
     def history_dir(self):
         return self.tree._dir(self._history_lookup, lambda: Names([b"INDEX", b"by-time"]),
-                              mtime=self._newest)
+                              mtime=self._newest, timeouts=STABLE)
 
     def _history_lookup(self, name: bytes):
         if name == b"INDEX":
@@ -68,7 +70,7 @@ class HistoryViews:
                                          lambda: self.tree._file(self._index, mtime=self._newest))
         if name == b"by-time":
             return self.tree._dir_cached(("history", "by-time"), lambda: self.tree._dir(
-                self._day_lookup, self._day_names, mtime=self._newest))
+                self._day_lookup, self._day_names, mtime=self._newest, timeouts=STABLE))
         text = name.decode("ascii", "replace")
         if not _HEX.match(text):
             return None
@@ -76,7 +78,8 @@ class HistoryViews:
             cid = self.store.resolve(text)
         except StoreError:  # unknown or ambiguous: absent
             return None
-        return self.ws.view(cid, "history/" + cid) if cid.startswith(text) else None
+        return self.ws.view(cid, "history/" + cid, immutable=True) if cid.startswith(text) \
+            else None
 
     def _index(self) -> bytes:
         s = history.summary(self.store)
@@ -101,7 +104,8 @@ class HistoryViews:
         return self._fresh(("days",), lambda: dict(history.days(self.store)))
 
     def _day_names(self) -> Names:
-        return Names([d.encode() for d in sorted(self._days())])
+        return self._fresh(("day-names",), lambda: Names([d.encode() for d in
+                                                           sorted(self._days())]))
 
     def _day_lookup(self, name: bytes):
         day = name.decode("ascii", "replace")
@@ -110,7 +114,7 @@ class HistoryViews:
             return None
         return self.tree._dir_cached(("day", day), lambda: self.tree._dir(
             lambda n: self._commit_lookup(day, n), lambda: self._commit_names(day),
-            mtime=lambda: self._days().get(day, 0)))
+            mtime=lambda: self._days().get(day, 0), timeouts=STABLE))
 
     def _day_commits(self, day: str) -> dict[bytes, str]:
         def compute() -> dict[bytes, str]:
@@ -123,19 +127,20 @@ class HistoryViews:
         return self._fresh(("day", day), compute)
 
     def _commit_names(self, day: str) -> Names:
-        return Names(list(self._day_commits(day)))
+        return self._fresh(("names", day), lambda: Names(list(self._day_commits(day))))
 
     def _commit_lookup(self, day: str, name: bytes):
         cid = self._day_commits(day).get(name)
         if cid is None:
             return None
-        return self.ws.view(cid, f"history/by-time/{cid}")
+        return self.ws.view(cid, f"history/by-time/{cid}", immutable=True)
 
     # -- .memfs/checkpoints/ -----------------------------------------------------------------
     def checkpoints_dir(self):
         return self.tree._dir(self._checkpoint_lookup, lambda: Names(
             sorted(cp.name.encode("utf-8", "surrogateescape")
-                   for cp in history.checkpoints(self.store))), mtime=self._newest)
+                   for cp in history.checkpoints(self.store))), mtime=self._newest,
+            timeouts=STABLE)
 
     def _checkpoint_lookup(self, name: bytes):
         cp = history.checkpoint(self.store, name.decode("utf-8", "surrogateescape"))

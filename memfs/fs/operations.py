@@ -29,6 +29,7 @@ log = logging.getLogger("memfs.fs")
 CACHE_TIMEOUT = 300.0  # safe: every change made behind the kernel's back is invalidated
 CONTROL_NAME = b".memfs"
 BLKSIZE = 128 * 1024
+HISTORY_TIMEOUT = 60.0  # a past commit's tree never changes (garbage collection aside)
 STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (backing.py)
 
 
@@ -121,14 +122,16 @@ class MemfsOperations(pyfuse3.Operations):
                 a.st_mode &= ~0o222
             # An unlinked node still open somewhere has no name left: nlink 0, as Linux says.
             a.st_nlink = 1 if node.parent is not None or node.id == ROOT_ID or node.readonly else 0
-            if node.readonly:  # views of branches move with the branch head: never cached
-                a.entry_timeout = a.attr_timeout = 0
+            if node.readonly:  # views of branches move with the branch head: never cached;
+                # a past commit's never changes
+                a.entry_timeout = a.attr_timeout = HISTORY_TIMEOUT if \
+                    self.ws.immutable_view(node) else 0
             a.st_uid, a.st_gid = node.uid, node.gid
             a.st_size = node.size()
             a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
         else:
             a.st_ino = node.id
-            a.entry_timeout = a.attr_timeout = 0
+            a.entry_timeout, a.attr_timeout = getattr(node, "timeouts", (0, 0))
             if isinstance(node, (MemDir, MemFile)):
                 a.st_mode = self.mem.mode(node)
                 if isinstance(node, MemFile):
@@ -165,7 +168,8 @@ class MemfsOperations(pyfuse3.Operations):
         if found is None:
             vdir.cache.pop(name, None)
             raise pyfuse3.FUSEError(errno.ENOENT)
-        vdir.cache[name] = found
+        if not isinstance(found, Node):  # a view is looked up each time (and may be forgotten)
+            vdir.cache[name] = found
         return found
 
     def _queue_invalidation(self, entries: list[tuple[int, bytes]], inodes: list[int]) -> None:

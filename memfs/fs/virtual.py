@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memfs.fs.history_view import HistoryViews
+from memfs.fs.history_view import STABLE, HistoryViews
 
 VIRTUAL_BASE = 1 << 40
 
@@ -34,6 +34,9 @@ class VDir:
     listing: Callable[[], list[bytes]]
     cache: dict[bytes, object] = field(default_factory=dict)
     mtime: Callable[[], int | None] | None = None  # ns; None: the store root's mtime
+    # (entry, attribute) timeouts the kernel may cache it for: 0 unless its name can only
+    # ever mean this directory (history's layout), where a path walk need not ask again.
+    timeouts: tuple[float, float] = (0.0, 0.0)
 
 
 class VirtualTree:
@@ -44,7 +47,8 @@ class VirtualTree:
         self.root_dir = root
         self.nodes: dict[int, VFile | VDir] = {}
         self._next = VIRTUAL_BASE
-        self.top = self._dir(self._top_lookup, lambda: sorted(self._top_children()))
+        self.top = self._dir(self._top_lookup, lambda: sorted(self._top_children()),
+                             timeouts=STABLE)
         self._extra = extra or {}
         self.history = HistoryViews(self)
 
@@ -52,8 +56,8 @@ class VirtualTree:
         self._next += 1
         return self._next
 
-    def _dir(self, lookup, listing, mtime=None) -> VDir:
-        d = VDir(self._id(), lookup, listing, mtime=mtime)
+    def _dir(self, lookup, listing, mtime=None, timeouts=(0.0, 0.0)) -> VDir:
+        d = VDir(self._id(), lookup, listing, mtime=mtime, timeouts=timeouts)
         self.nodes[d.id] = d
         return d
 

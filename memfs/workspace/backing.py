@@ -557,6 +557,7 @@ class Backing(DaemonTasks):
             # Attaching names the directory on purpose: evidence of another one is set aside.
             await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
             self.pins.pop(mount, None)
+        await self.ws.boundary()  # what attach changes is an operation of its own
         kids = self.ws.children(self.ws.root)
         if name_to_bytes(mount) not in kids:
             self.ws.create(self.ws.root, name_to_bytes(mount), DIR, 0o755, os.getuid(),
@@ -865,6 +866,8 @@ class Backing(DaemonTasks):
         skipped: list[str] = []
         intent_ids: dict[str, int] = {}
         changed = False
+        if sp.take:
+            await self.ws.boundary()  # a take-in is an operation of its own (attribution.py)
         batches = _batches(sp.take, obs)
         for batch in batches:
             contents, ids = await trio.to_thread.run_sync(self._fetch, b, obs, batch, sp.take,

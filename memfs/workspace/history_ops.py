@@ -45,6 +45,7 @@ class HistoryOps:
     _commit_lock: trio.Lock
     _views: OrderedDict[tuple[str, str], Node]  # (place, commit) -> view root, oldest first
     _view_keys: dict[int, tuple[str, str]]  # view root id -> its key while cached
+    _immutable: set[int]  # ids of view roots of past commits by id (never another tree)
 
     async def _settle_locked(self, message: str) -> None: ...
     def _replace_tree(self, commit_id: str) -> None: ...
@@ -109,13 +110,14 @@ class HistoryOps:
             return history.add_mark(self.store, name, self.head, self.branch, label or name)
 
     # -- views -------------------------------------------------------------------------------
-    def view(self, commit_id: str, place: str = "history") -> Node:
+    def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
         """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),
         whose times are the commit's own.
 
         Cached per place it is reached from (`place`, e.g. "branches/main"), never shared
         between two places: one directory inode under two names would make the kernel move
-        its dentry (a shell's cwd would jump from history/ to branches/)."""
+        its dentry (a shell's cwd would jump from history/ to branches/). `immutable`: a
+        past commit reached by its id, never another tree (the kernel may cache it)."""
         key = (place, commit_id)
         node = self._views.get(key)
         if node is not None:
@@ -127,6 +129,8 @@ class HistoryOps:
         node.mtime_ns = node.ctime_ns = node.atime_ns = commit.time_ns
         self._views[key] = node
         self._view_keys[node.id] = key
+        if immutable:
+            self._immutable.add(node.id)
         if len(self._views) > VIEWS_KEPT:  # no longer reused; the kernel may still hold it
             _, old = self._views.popitem(last=False)
             self._view_keys.pop(old.id, None)
@@ -137,4 +141,12 @@ class HistoryOps:
         key = self._view_keys.pop(node.id, None)
         if key is not None:
             self._views.pop(key, None)
+        self._immutable.discard(node.id)
         self.nodes.pop(node.id, None)
+
+    def immutable_view(self, node: Node) -> bool:
+        """Is this node inside a past commit's view (not a branch's or a checkpoint's, which
+        move)? Such a tree never changes, so the kernel may cache its names and attributes."""
+        while node.parent is not None:
+            node = node.parent
+        return node.id in self._immutable

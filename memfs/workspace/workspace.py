@@ -118,6 +118,7 @@ class Workspace(HistoryOps):
         self._committed = trio.Event()
         self._views: OrderedDict[tuple[str, str], Node] = OrderedDict()
         self._view_keys: dict[int, tuple[str, str]] = {}
+        self._immutable: set[int] = set()
         self._free_cache: tuple[float, int] = (0.0, 0)
         self._dirty_files: set[Node] = set()
         self.stopped = False
@@ -230,20 +231,24 @@ class Workspace(HistoryOps):
         return op
 
     async def enter(self, pid: int, uid: int) -> OpRecord:
-        """note_process, closing the group commit first when another operation's changes
-        are waiting in it: a commit holds one operation's changes whenever the two do not
-        write at the same time. Once a group is mixed (two writers at once), the interval
-        closes it; one boundary commit per switch would otherwise turn two busy writers into
-        a commit per request."""
+        """note_process, then `boundary()`: before a FUSE request that may change the tree."""
         op = self.note_process(pid, uid)
+        await self.boundary()
+        return op
+
+    async def boundary(self) -> None:
+        """Close the group commit first when another operation's changes wait in it (this
+        task's operation is about to change the tree): a commit holds one operation's changes
+        whenever two do not write at the same time. Once a group is mixed (two writers at
+        once) the interval closes it; a commit per switch would turn two busy writers into a
+        commit per request."""
+        op = CURRENT.get() or self.attribution.unattributed
         group = self._group
         if len(group) == 1 and op.key not in group and not self.stopped:
             try:
                 await self.commit()
             except Exception as exc:  # noqa: BLE001 - the commit loop retries; the change goes on
                 log.warning("boundary commit failed (the changes stay pending): %s", exc)
-            CURRENT.set(op)
-        return op
 
     def _writable(self, node: Node) -> None:
         if node.readonly:

@@ -103,9 +103,11 @@ def _check_readme_undo(m, tmp: Path, markers: list[str]) -> None:
 
 def test_readme_flow_in_a_terminal_with_job_control(mounted, tmp_path: Path) -> None:
     mounted.require_real()
-    lines = ["set -o | grep -q 'monitor.*on' && printf '%s\\n' @@job-control"] + [
-        ln.format(before=tmp_path / "before.json", after=tmp_path / "after.json")
-        for ln in README_FLOW] + ["exit"]
+    flow = [ln.format(before=tmp_path / "before.json", after=tmp_path / "after.json")
+            for ln in README_FLOW]
+    # The README's one line: with job control each command of an && list is its own group.
+    lines = ["set -o | grep -q 'monitor.*on' && printf '%s\\n' @@job-control",
+             " && ".join(flow[:6])] + flow[6:] + ["exit"]
     out = subprocess.run(["script", "-qfec", "bash --norc --noprofile -i", "/dev/null"],
                          input="\n".join(lines) + "\n", cwd=mounted.mnt, env=env_for(mounted),
                          capture_output=True, text=True, timeout=300)

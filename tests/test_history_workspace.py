@@ -131,3 +131,21 @@ def test_a_boundary_closes_the_other_operations_group(tmp_path: Path) -> None:
     labels = [c.commit.message for c in History(ws.store, ws.head)][:3]
     assert labels == ["A", "B", "A"], labels
     assert CURRENT.get() is None
+
+
+def test_threads_of_one_process_are_one_command(tmp_path: Path) -> None:
+    """FUSE names the requesting thread; a writer's threads are still its one process."""
+    code = ("import threading, time; threading.Thread(target=time.sleep, args=(30,), "
+            "daemon=True).start(); print(threading.get_native_id(), flush=True); time.sleep(30)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         process_group=0)
+    try:
+        main_tid = int(p.stdout.readline())
+        tids = [int(t) for t in os.listdir(f"/proc/{p.pid}/task")]
+        other = next(t for t in tids if t != main_tid)
+        a = Attribution()
+        assert a.of_request(other, 0).key == a.of_request(p.pid, 0).key
+        assert a.of_request(other, 0).pid == p.pid
+    finally:
+        p.kill()
+        p.wait()

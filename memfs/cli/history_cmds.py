@@ -37,6 +37,7 @@ NOW = "now"
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("log", help="commits (or operations) of the current branch, newest first")
+    p.add_argument("rev", nargs="?", metavar="REV", help="start there (default: the head)")
     p.add_argument("-n", type=int, default=20, metavar="N", help="how many (default 20; 0: all)")
     p.add_argument("--branch")
     p.add_argument("--since", metavar="TIME", help="only newer than TIME (10:32, 5m, ISO ...)")
@@ -155,7 +156,7 @@ def cmd_log(args) -> int:
     _commit_pending(args)  # the command that just ran is in the log, not 100 ms later
     store = _read(args)
     try:
-        head = store.head(args.branch)
+        head = history.resolve(store, args.rev) if args.rev else store.head(args.branch)
         hist = History(store, head)
         since = parse_when(args.since) if args.since else None
         limit = args.n if args.n > 0 else None

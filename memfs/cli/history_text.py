@@ -43,30 +43,32 @@ def size(n: int | None) -> str:
     return f"{n} B"
 
 
-def who(op: OpRecord | None) -> str:
+def who(op: OpRecord | None, whole_group: bool = False) -> str:
+    """Who made it: the pid, process group and uid (a whole group: the group)."""
     if op is None:
         return ""
     if op.kind != "process":
-        return f"({op.kind})"
-    return f"(pid {op.pid}, pgid {op.pgid}, uid {op.uid})"
+        return op.kind
+    if whole_group:
+        return f"process group {op.pgid}, uid {op.uid}"
+    return f"pid {op.pid}, process group {op.pgid}, uid {op.uid}"
 
 
 def commit_line(c: LoggedCommit) -> str:
     marks = "".join(f"  [mark {m}]" for m in c.marks)
     by = who(c.op)
-    return f"{c.id[:12]}  {when(c.time_ns)}  {c.commit.message}" + (f"  {by}" if by else "") \
+    return f"{c.id[:12]}  {when(c.time_ns)}  {c.commit.message}" + (f"  ({by})" if by else "") \
         + marks
 
 
 def span_line(s: Span) -> str:
     n = len(s.commits)
     newest = s.commits[0]
-    op = s.op
-    unit = "" if op is None else (f", process group {op.pgid}" if s.whole_group and
-                                  op.kind == "process" else "")
+    by = who(s.op, s.whole_group)
     also = f"; with changes of {', '.join(s.others)}" if s.others else ""
+    marks = "".join(f"  [mark {m}]" for m in newest.marks)
     return (f"{newest.id[:12]}  {when(newest.time_ns)}  {s.label}  "
-            f"({n} commit{'s' if n != 1 else ''}{unit}{also})  {who(op)}").rstrip()
+            f"({n} commit{'s' if n != 1 else ''}{'; ' + by if by else ''}{also})") + marks
 
 
 def span_json(s: Span, changes: list[Change] | None) -> dict:
@@ -86,7 +88,9 @@ def span_json(s: Span, changes: list[Change] | None) -> dict:
 def change_lines(changes: list[Change] | None, with_sizes: bool) -> list[str]:
     """`    A  path  (size)` per change; with sizes, a summary line closes the list."""
     if not changes:
-        return ["    (no paths changed)"] if changes is not None else []
+        if changes is None:
+            return []
+        return ["    (no path changed: directory times or reconciler records only)"]
     out = []
     for c in changes:
         path = f"{c.old_path} -> {c.path}" if c.status == RENAMED else c.path

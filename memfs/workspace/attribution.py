@@ -64,6 +64,19 @@ def read_proc(pid: int) -> Proc | None:
         return None
 
 
+def read_tgid(tid: int) -> int:
+    """The process a thread belongs to: the kernel names the requesting thread, and two
+    threads of one program are one process, not two commands."""
+    try:
+        with open(f"/proc/{tid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return tid
+
+
 def read_cmdline(pid: int, fallback: str) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -144,7 +157,8 @@ class Attribution:
             text = self._cmdlines[key] = read_cmdline(p.pid, p.comm)
         return text
 
-    def _build(self, pid: int, uid: int) -> OpRecord:
+    def _build(self, tid: int, uid: int) -> OpRecord:
+        pid = read_tgid(tid)
         me = self._proc(pid)
         if me is None:  # gone already, or in no namespace we can read: an operation alone
             key = f"pid:{pid}:{self._run}.{self._marks}"

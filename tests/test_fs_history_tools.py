@@ -114,7 +114,8 @@ def test_log_stat_and_json_name_every_commit(mounted) -> None:
     log = mounted.cli_json("log", "-n", "0", "--stat")
     for c in log:
         assert {"pid", "pgid", "sid", "uid", "cmdline", "kind", "changes"} <= set(c), c
-    assert [c for c in log if c["parent"]] and all(c["cmdline"] for c in log if c["parent"])
+    assert all(c["cmdline"] and c["pid"] for c in log), "a commit names nobody"
+    assert log[-1]["cmdline"] == "init" and log[-1]["kind"] == "memfs"
     newest = log[0]
     assert newest["pid"] == pid and newest["pgid"] == pid and newest["uid"] == os.getuid()
     assert newest["cmdline"].startswith(sys.executable) and newest["kind"] == "process"

@@ -148,6 +148,9 @@ RUNNER = textwrap.dedent("""
         elif "mark" in step:
             subprocess.run(os.environ["MEMFS"].split() + ["mark", step["mark"]], check=True,
                            stdout=subprocess.DEVNULL)
+        elif "after-batch" in step:  # what an agent with --watch on-agent-action calls
+            subprocess.run(os.environ["MEMFS"].split() + ["after-batch"], check=True,
+                           stdout=subprocess.DEVNULL)
 """)
 
 
@@ -178,14 +181,23 @@ def test_agent_runner_that_writes_itself_splits_at_marks(mounted, tmp_path: Path
         {"write": ["notes.txt", "plan\n"]}, {"mark": "call-1"},
         {"sh": "echo one > one.txt"}, {"mark": "call-2"},
         {"write": ["notes.txt", "plan, done\n"]}, {"mark": "call-3"}])
+    marks = [m for c in mounted.cli_json("log", "-n", "0") for m in c["marks"]]
+    assert marks == ["call-3", "call-2", "call-1"], marks
     mounted.cli("undo")
     assert (mounted.work / "notes.txt").read_text() == "plan\n"
     assert (mounted.work / "one.txt").read_text() == "one\n"
     mounted.cli("undo")
     assert not (mounted.work / "one.txt").exists()
     assert (mounted.work / "notes.txt").read_text() == "plan\n"
-    marks = [m for c in mounted.cli_json("log", "-n", "0") for m in c["marks"]]
-    assert marks[:3] == ["call-3", "call-2", "call-1"] or {"call-1"} <= set(marks), marks
+
+
+def test_after_batch_is_a_boundary(mounted, tmp_path: Path) -> None:
+    mounted.require_real()
+    run_agent(mounted, tmp_path, [
+        {"write": ["out.txt", "batch one\n"]}, {"after-batch": True},
+        {"write": ["out.txt", "batch two\n"]}, {"after-batch": True}])
+    mounted.cli("undo")
+    assert (mounted.work / "out.txt").read_text() == "batch one\n"
 
 
 HOOK = """#!/bin/sh

@@ -149,3 +149,30 @@ def test_threads_of_one_process_are_one_command(tmp_path: Path) -> None:
     finally:
         p.kill()
         p.wait()
+
+
+def test_history_walks_over_commits_the_retention_policy_dropped(tmp_path: Path) -> None:
+    """lifecycle's GC deletes a commit row and keeps a tombstone with its parent: log, undo
+    and `log --ops` walk over it as Store.log does."""
+    ws = new_ws(tmp_path / "root")
+
+    async def main() -> list[str]:
+        work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+        ids = [await ws.commit()]
+        for name in (b"a", b"b", b"c"):
+            ws.create(work, name, FILE, 0o644, 0, 0)
+            ids.append(await ws.commit())
+        return ids
+
+    ids = trio.run(main)
+    conn = ws.store._writer
+    conn.execute("CREATE TABLE IF NOT EXISTS dropped_commits (id TEXT PRIMARY KEY, parent TEXT, "
+                 "seq INTEGER NOT NULL, branch TEXT NOT NULL, time_ns INTEGER NOT NULL, "
+                 "dropped_ns INTEGER NOT NULL, reason TEXT NOT NULL) WITHOUT ROWID")
+    for gone in ids[1:3]:
+        c = ws.store.commit(gone)
+        conn.execute("INSERT INTO dropped_commits VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     (c.id, c.parent, c.seq, c.branch, c.time_ns, c.time_ns, "test"))
+        conn.execute("DELETE FROM commits WHERE id = ?", (gone,))
+    walked = [c.id for c in History(ws.store, ws.head)]
+    assert walked[:2] == [ids[3], ids[0]], walked

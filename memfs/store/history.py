@@ -13,6 +13,7 @@ store's reader (any thread).
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -143,6 +144,13 @@ class Mark:
 
 
 # -- writing ---------------------------------------------------------------------------------
+def made_by_memfs(label: str) -> OpRecord:
+    """A change memfs itself makes outside any mount (the store's first commit)."""
+    key = f"memfs:{label}:{time.time_ns():x}"
+    return OpRecord("memfs", key, key, "", label, label, os.getpid(), os.getpgid(0),
+                    os.getsid(0), os.getuid(), "memfs")
+
+
 def create_schema(conn) -> None:
     conn.executescript(SCHEMA)
 
@@ -236,6 +244,7 @@ class History:
         self._next: str | None = start
         self._ops = _has_table(store, "commit_ops")
         self._marks = _has_table(store, "marks")
+        self._gaps = _has_table(store, "dropped_commits")  # the retention policy's (lifecycle)
 
     def get(self, i: int) -> LoggedCommit | None:
         while i >= len(self._items) and self._next is not None:
@@ -250,6 +259,9 @@ class History:
 
     def _load_page(self) -> None:
         # One recursive query walks up to PAGE parents (the commits table is keyed by id).
+        self._next = self._over_gaps(self._next)
+        if self._next is None:
+            return
         rows = self.store._query(
             "WITH RECURSIVE chain(id, n) AS (SELECT ?, 0 UNION ALL "
             "SELECT c.parent, chain.n + 1 FROM commits c JOIN chain ON c.id = chain.id "
@@ -265,6 +277,16 @@ class History:
         for c in commits:
             self._items.append(LoggedCommit(c, ops.get(c.id), tuple(marks.get(c.id, ()))))
         self._next = commits[-1].parent
+
+    def _over_gaps(self, cid: str | None) -> str | None:
+        """A commit the retention policy dropped is walked over to its parent, as log does."""
+        while cid is not None and self._gaps and not self.store._query(
+                "SELECT 1 FROM commits WHERE id = ?", (cid,)):
+            rows = self.store._query("SELECT parent FROM dropped_commits WHERE id = ?", (cid,))
+            if not rows:
+                break
+            cid = rows[0][0]
+        return cid
 
     def _ops_of(self, ids: list[str]) -> dict[str, tuple[OpRecord, ...]]:
         if not self._ops:

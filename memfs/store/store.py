@@ -147,7 +147,10 @@ class Store:
             if tx.conn.execute("SELECT 1 FROM branches LIMIT 1").fetchone():
                 return
             tree = tx.put_object(EMPTY_TREE)
-            tx.add_commit(None, tree, DEFAULT_BRANCH, "init", [])
+            first = tx.add_commit(None, tree, DEFAULT_BRANCH, "init", [])
+            from memfs.store import history
+
+            history.put_ops(tx.conn, first.id, [history.made_by_memfs("init")])
             tx.conn.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('branch', ?)", (DEFAULT_BRANCH,)
             )

@@ -43,6 +43,7 @@ def plan_operations(store: Store, head: str, count: int = 1) -> UndoPlan:
     n = sum(len(s.commits) for s in got)
     target = got[-1].target
     assert target is not None  # spans() never takes the store's first commit
+    store.commit(target)  # a commit no longer kept is refused here, before the head moves
     what = [s.label for s in got]
     others = [o for s in got for o in s.others if o not in what]
     label = what[0] if count == 1 else f"{count} operations"
@@ -56,6 +57,7 @@ def plan_commits(store: Store, head: str, count: int) -> UndoPlan:
     last = hist.get(count)
     if last is None:
         raise StoreError(f"{head[:12]}~{count} goes past the first commit", "use a smaller N")
+    store.commit(last.id)
     what = [c.commit.message for c in (hist.get(i) for i in range(count)) if c is not None]
     return UndoPlan(last.id, head, count, what, [], f"undo {count} commit{_s(count)}")
 

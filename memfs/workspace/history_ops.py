@@ -1,5 +1,5 @@
-"""The workspace's history operations: undo (by operation, by commit, to a moment), restore,
-checkpoints, marks, and read-only views of past commits.
+"""The workspace's history operations: undo (by operation, by commit, to a moment),
+checkpoints, marks, and the bookkeeping of read-only views of past commits.
 
 Each holds the commit lock, commits what is pending (`_settle_locked`), then plans, moves
 the branch head and replaces the tree with no await in between, so no change can slip in
@@ -18,7 +18,6 @@ import trio
 
 from memfs.store import Store, history, undo
 from memfs.store.history import Checkpoint, Mark
-from memfs.store.trees import DIR
 from memfs.store.undo import UndoPlan
 from memfs.workspace.nodes import Node, WorkspaceError
 
@@ -49,7 +48,6 @@ class HistoryOps:
 
     async def _settle_locked(self, message: str) -> None: ...
     def _replace_tree(self, commit_id: str) -> None: ...
-    def _new_node(self, kind: str, mode: int, uid: int, gid: int) -> Node: ...
 
     # -- undo ------------------------------------------------------------------------------
     async def undo(self, steps: int = 1) -> str:
@@ -78,15 +76,6 @@ class HistoryOps:
             self._replace_tree(plan.target)
             return plan
 
-    async def restore(self, rev: str) -> str:
-        """Move the branch head to `rev` (the old head stays in the reflog)."""
-        async with self._commit_lock:
-            await self._settle_locked("before restore")
-            target = history.resolve(self.store, rev)
-            self.store.reset_head(self.branch, target, f"restore {rev}")
-            self._replace_tree(target)
-            return target
-
     # -- names -------------------------------------------------------------------------------
     async def checkpoint(self, name: str, at: str | None = None, *,
                          force: bool = False) -> CheckpointSet:
@@ -110,23 +99,9 @@ class HistoryOps:
             return history.add_mark(self.store, name, self.head, self.branch, label or name)
 
     # -- views -------------------------------------------------------------------------------
-    def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
-        """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),
-        whose times are the commit's own.
-
-        Cached per place it is reached from (`place`, e.g. "branches/main"), never shared
-        between two places: one directory inode under two names would make the kernel move
-        its dentry (a shell's cwd would jump from history/ to branches/). `immutable`: a
-        past commit reached by its id, never another tree (the kernel may cache it)."""
-        key = (place, commit_id)
-        node = self._views.get(key)
-        if node is not None:
-            self._views.move_to_end(key)
-            return node
-        commit = self.store.commit(commit_id)
-        node = self._new_node(DIR, 0o555, 0, 0)
-        node.ref, node.dirty, node._children, node.readonly = commit.tree, False, None, True
-        node.mtime_ns = node.ctime_ns = node.atime_ns = commit.time_ns
+    def _remember_view(self, key: tuple[str, str], node: Node, immutable: bool) -> None:
+        """Keep a new view root for reuse (the newest VIEWS_KEPT); `immutable`: a past
+        commit reached by its id, never another tree, so the kernel may cache it."""
         self._views[key] = node
         self._view_keys[node.id] = key
         if immutable:
@@ -134,7 +109,6 @@ class HistoryOps:
         if len(self._views) > VIEWS_KEPT:  # no longer reused; the kernel may still hold it
             _, old = self._views.popitem(last=False)
             self._view_keys.pop(old.id, None)
-        return node
 
     def forget_view(self, node: Node) -> None:
         """The kernel dropped a view root: it goes (a later lookup makes a new one)."""

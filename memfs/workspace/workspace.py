@@ -725,6 +725,15 @@ class Workspace(HistoryOps):
                 return
         await self._commit_locked(message, on_loop=True)
 
+    async def restore(self, rev: str) -> str:
+        """Move the branch head to `rev` (the old head stays in the reflog)."""
+        async with self._commit_lock:
+            await self._settle_locked("before restore")
+            target = history.resolve(self.store, rev)
+            self.store.reset_head(self.branch, target, f"restore {rev}")
+            self._replace_tree(target)
+            return target
+
     async def switch_branch(self, name: str) -> str:
         async with self._commit_lock:
             await self._settle_locked("before switch")
@@ -792,6 +801,26 @@ class Workspace(HistoryOps):
             inodes.append(child.id)
             self._empty_subtree(child, inodes)
         node._children, node.ref = {}, None
+
+    def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
+        """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),
+        whose times are the commit's own.
+
+        Cached per place it is reached from (`place`, e.g. "branches/main"), never shared
+        between two places: one directory inode under two names would make the kernel move
+        its dentry (a shell's cwd would jump from history/ to branches/). `immutable`: a
+        past commit reached by its id (HistoryOps._remember_view)."""
+        commit = self.store.commit(commit_id)
+        key = (place, commit_id)
+        node = self._views.get(key)
+        if node is None:
+            node = self._new_node(DIR, 0o555, 0, 0)
+            node.ref, node.dirty, node._children, node.readonly = commit.tree, False, None, True
+            node.mtime_ns = node.ctime_ns = node.atime_ns = commit.time_ns
+            self._remember_view(key, node, immutable)
+        else:
+            self._views.move_to_end(key)
+        return node
 
     def status(self) -> dict:
         mounts = sorted(name_to_str(n) for n in self.children(self.root))

@@ -240,13 +240,15 @@ def cmd_undo(args) -> int:
         return plan.to_json()
 
     res = _ask(args, "undo", direct, **kw)
-    what = res.get("undone") or []
-    if "ops" in kw and what:
-        head = ", ".join(f"`{w}`" for w in what)
+    n = res["commits"]
+    commits = f"{n} commit{'s' if n != 1 else ''}"
+    if "ops" in kw:
+        done = f"undid {', '.join(f'`{w}`' for w in res.get('undone') or [])} ({commits})"
+    elif "commits" in kw:
+        done = f"undid {commits}"
     else:
-        head = f"{res['commits']} commit(s)"
-    lines = [f"undid {head} ({res['commits']} commit{'s' if res['commits'] != 1 else ''}); "
-             f"head is now {res['head'][:12]}"]
+        done = f"went back to {kw['to']} ({commits} undone)"
+    lines = [f"{done}; head is now {res['head'][:12]}"]
     if res.get("also"):
         lines.append("  with it, changes made at the same time by: "
                      + ", ".join(f"`{o}`" for o in res["also"]))
@@ -257,16 +259,22 @@ def cmd_undo(args) -> int:
 
 # -- diff and show ---------------------------------------------------------------------------
 def _split_spec(args) -> tuple[list[str], list[str]]:
+    """(states, paths): what argparse left after `memfs diff` (it cannot tell `-- PATH` apart),
+    with the flags that may follow the states."""
     revs, paths, seen_dashdash = [], [], False
-    for item in args.spec:
+    items = iter(args.spec)
+    for item in items:
         if seen_dashdash:
             paths.append(item)
         elif item == "--":
             seen_dashdash = True
-        elif item == "--json":
-            args.json = True
-        elif item == "--stat":
-            args.stat = True
+        elif item in ("--json", "--stat"):
+            setattr(args, item[2:], True)
+        elif item == "--root" or item.startswith("--root="):
+            args.root = item.partition("=")[2] or next(items, None)
+        elif item.startswith("-") and item != "-":
+            raise MemfsError(f"memfs diff: unknown option {item}",
+                             "memfs diff [A] [B] [--stat] [--json] [-- PATH ...]")
         else:
             revs.append(item)
     if len(revs) > 2:

@@ -70,8 +70,8 @@ def test_undo_shows_earlier_tree_at_once(mounted) -> None:
 
     n = commits_since(mounted, head1)
     assert n >= 1
-    mounted.cli("undo", str(n))
-    assert mounted.status()["head"] == head1, "undo N moves the branch back N commits"
+    mounted.cli("undo", "--commits", str(n))
+    assert mounted.status()["head"] == head1, "undo --commits N moves the branch back N commits"
 
     assert cat(doc) == b"version-one-AAAA\n", "stale page after undo"
     assert os.stat(doc).st_size == len(b"version-one-AAAA\n")

@@ -260,6 +260,17 @@ async def _handle_client(conn, ws: Workspace, ops: MemfsOperations) -> None:
         log.info("control client went away: %s", exc)
 
 
+async def _undo(ws: Workspace, args: dict) -> dict:
+    """`memfs undo`: N operations (default), `commits` N commits, or `to` a moment. A bare
+    `steps` is what an older CLI sends: commits."""
+    if args.get("to") is not None:
+        return (await ws.undo_to(str(args["to"]))).to_json()
+    if args.get("commits") is not None or args.get("steps") is not None:
+        n = int(args["commits"] if args.get("commits") is not None else args["steps"])
+        return (await ws.undo_commits(n)).to_json()
+    return (await ws.undo_operations(int(args.get("ops", 1)))).to_json()
+
+
 async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) -> object:
     store = ws.store
     if ws.stopped and op not in READ_ONLY_OPS:
@@ -280,16 +291,24 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
         return {"current": ws.branch, "branches": store.branches()}
     result: object
     if op == "undo":
-        result = {"head": await ws.undo(int(args.get("steps", 1)))}
+        result = await _undo(ws, args)
     elif op == "restore":
         result = {"head": await ws.restore(args["rev"])}
     elif op == "checkpoint":
-        result = {"commit": await ws.checkpoint(args["name"])}
+        made = await ws.checkpoint(args["name"], args.get("at"), force=bool(args.get("force")))
+        result = {**made.checkpoint.to_json(), "moved_from": made.moved_from}
+    elif op == "checkpoint_delete":
+        result = (await ws.delete_checkpoint(args["name"])).to_json()
+    elif op == "mark":
+        m = await ws.mark(args["name"])
+        result = {"name": m.name, "commit": m.commit, "branch": m.branch, "time": m.time_ns / 1e9}
     elif op == "branch_create":
         result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
     elif op == "branch_switch":
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
     elif op.startswith("backing_") and ws.backing is not None:
+        if op == "backing_after_batch":  # an agent's tool batch ended: an operation boundary
+            await ws.mark(args.get("agent") or "after-batch")
         result = await ws.backing.control(op, args)
     else:
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")

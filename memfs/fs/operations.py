@@ -20,6 +20,7 @@ import trio
 from memfs.fs.memory_view import MemDir, MemError, MemFile, MemoryView
 from memfs.fs.virtual import VDir, VFile, VirtualTree
 from memfs.workspace.agent_memory import open_memory
+from memfs.workspace.attribution import CURRENT
 from memfs.workspace.nodes import Node, WorkspaceError
 from memfs.workspace.workspace import DIR, FILE, LINK, ROOT_ID, Workspace
 
@@ -28,12 +29,14 @@ log = logging.getLogger("memfs.fs")
 CACHE_TIMEOUT = 300.0  # safe: every change made behind the kernel's back is invalidated
 CONTROL_NAME = b".memfs"
 BLKSIZE = 128 * 1024
+HISTORY_TIMEOUT = 60.0  # a past commit's tree never changes (garbage collection aside)
 STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (backing.py)
 
 
 def _guard(fn: Callable) -> Callable:
     @functools.wraps(fn)
     async def wrapper(self, *args, **kwargs):
+        token = CURRENT.set(None)  # a request's operation ends with it (attribution.py)
         try:
             return await fn(self, *args, **kwargs)
         except pyfuse3.FUSEError:
@@ -46,6 +49,8 @@ def _guard(fn: Callable) -> Callable:
         except Exception:
             log.exception("%s%r failed", fn.__name__, args[:2])
             raise pyfuse3.FUSEError(errno.EIO) from None
+        finally:
+            CURRENT.reset(token)
 
     return wrapper
 
@@ -117,14 +122,16 @@ class MemfsOperations(pyfuse3.Operations):
                 a.st_mode &= ~0o222
             # An unlinked node still open somewhere has no name left: nlink 0, as Linux says.
             a.st_nlink = 1 if node.parent is not None or node.id == ROOT_ID or node.readonly else 0
-            if node.readonly:  # views of branches move with the branch head: never cached
-                a.entry_timeout = a.attr_timeout = 0
+            if node.readonly:  # views of branches move with the branch head: never cached;
+                # a past commit's never changes
+                a.entry_timeout = a.attr_timeout = HISTORY_TIMEOUT if \
+                    self.ws.immutable_view(node) else 0
             a.st_uid, a.st_gid = node.uid, node.gid
             a.st_size = node.size()
             a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
         else:
             a.st_ino = node.id
-            a.entry_timeout = a.attr_timeout = 0
+            a.entry_timeout, a.attr_timeout = getattr(node, "timeouts", (0, 0))
             if isinstance(node, (MemDir, MemFile)):
                 a.st_mode = self.mem.mode(node)
                 if isinstance(node, MemFile):
@@ -136,8 +143,11 @@ class MemfsOperations(pyfuse3.Operations):
                 a.st_size = len(node.render())
             a.st_nlink = 1
             a.st_uid, a.st_gid = os.getuid(), os.getgid()
-            st = self.ws.store.root.stat()
-            a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = st.st_mtime_ns
+            when = getattr(node, "mtime", None)  # history views: their commit's time
+            mtime = when() if when is not None else None
+            if mtime is None:
+                mtime = self.ws.store.root.stat().st_mtime_ns
+            a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = mtime
         if isinstance(node, Node) and node.kind == FILE:
             a.st_blocks = (self.ws.stored_bytes(node) + 511) // 512
         else:
@@ -158,7 +168,8 @@ class MemfsOperations(pyfuse3.Operations):
         if found is None:
             vdir.cache.pop(name, None)
             raise pyfuse3.FUSEError(errno.ENOENT)
-        vdir.cache[name] = found
+        if not isinstance(found, Node):  # a view is looked up each time (and may be forgotten)
+            vdir.cache[name] = found
         return found
 
     def _queue_invalidation(self, entries: list[tuple[int, bytes]], inodes: list[int]) -> None:
@@ -213,6 +224,11 @@ class MemfsOperations(pyfuse3.Operations):
     def _ctx(self, ctx) -> None:
         self.ws.note_process(ctx.pid, ctx.uid)
 
+    async def _enter(self, ctx) -> None:
+        """Before a request that may change the tree: its operation, and a group commit
+        closed first if another operation's changes wait in it (Workspace.enter)."""
+        await self.ws.enter(ctx.pid, ctx.uid)
+
     # -- lookups and attributes -------------------------------------------------------
     @_guard
     async def lookup(self, parent_inode, name, ctx=None):
@@ -260,6 +276,7 @@ class MemfsOperations(pyfuse3.Operations):
             if fields.update_size:
                 self.mem.truncate(mem, attr.st_size)
             return self._attr(mem)
+        await self._enter(ctx)
         node = self._wnode(inode)
         self._ctx(ctx)
         self.ws.setattr(
@@ -299,16 +316,19 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def mkdir(self, parent_inode, name, mode, ctx):
+        await self._enter(ctx)
         return self._counted(self._new(parent_inode, name, DIR, mode, ctx))
 
     @_guard
     async def symlink(self, parent_inode, name, target, ctx):
+        await self._enter(ctx)
         return self._counted(self._new(parent_inode, name, LINK, 0o777, ctx, target))
 
     @_guard
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         if not stat.S_ISREG(mode):
             raise pyfuse3.FUSEError(errno.EPERM)
+        await self._enter(ctx)
         return self._counted(self._new(parent_inode, name, FILE, mode, ctx))
 
     @_guard
@@ -318,6 +338,7 @@ class MemfsOperations(pyfuse3.Operations):
             f = self.mem.create(parent, name)
             fh = self._open_handle(Handle(None, writable=True, mem=f))
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._counted(f)
+        await self._enter(ctx)
         node = self._new(parent_inode, name, FILE, mode, ctx)
         fh = self._open_handle(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
         if self.ws.backing is not None:
@@ -334,6 +355,7 @@ class MemfsOperations(pyfuse3.Operations):
         if isinstance(mem, MemDir):
             await self.mem.unlink(mem, name)
             return
+        await self._enter(ctx)
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
         if self.ws.backing is None:
@@ -346,6 +368,7 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def rmdir(self, parent_inode, name, ctx):
+        await self._enter(ctx)
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
         if parent.id == ROOT_ID and name == CONTROL_NAME:
@@ -360,6 +383,7 @@ class MemfsOperations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.EINVAL)
             await self.mem.rename(mo, name_old, mn, name_new)
             return
+        await self._enter(ctx)
         old, new = self._wnode(parent_inode_old), self._wnode(parent_inode_new)
         self._ctx(ctx)
         if CONTROL_NAME in (name_old, name_new) and ROOT_ID in (old.id, new.id):
@@ -409,7 +433,7 @@ class MemfsOperations(pyfuse3.Operations):
         if writing and node.readonly:
             raise pyfuse3.FUSEError(errno.EROFS)
         if flags & os.O_TRUNC:  # libfuse asks for atomic O_TRUNC: ours to do (mtime too)
-            self._ctx(ctx)
+            await self._enter(ctx)
             self.ws.truncate(node, 0)
         fh = self._open_handle(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
         if writing and self.ws.backing is not None:
@@ -439,7 +463,7 @@ class MemfsOperations(pyfuse3.Operations):
         if self.ws.over_dirty_limit():
             await self.ws.commit()
         if h.who is not None:
-            self.ws.note_process(*h.who)
+            await self.ws.enter(*h.who)
         return self.ws.write(h.node, off, buf)
 
     @_guard
@@ -557,7 +581,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTSUP)
         if name.startswith(b"user.memfs."):
             raise pyfuse3.FUSEError(errno.EPERM)
-        self._ctx(ctx)
+        await self._enter(ctx)
         self.ws.set_xattr(node, name, value)
 
     @_guard
@@ -586,8 +610,8 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def removexattr(self, inode, name, ctx):
+        await self._enter(ctx)
         node = self._wnode(inode)
-        self._ctx(ctx)
         self.ws.remove_xattr(node, name)
 
     @_guard

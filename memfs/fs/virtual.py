@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from memfs.fs.history_view import STABLE, HistoryViews
+
 VIRTUAL_BASE = 1 << 40
 
 
@@ -21,6 +23,7 @@ VIRTUAL_BASE = 1 << 40
 class VFile:
     id: int
     render: Callable[[], bytes]
+    mtime: Callable[[], int | None] | None = None  # ns; None: the store root's mtime
 
 
 @dataclass
@@ -30,6 +33,10 @@ class VDir:
     lookup: Callable[[bytes], object | None]
     listing: Callable[[], list[bytes]]
     cache: dict[bytes, object] = field(default_factory=dict)
+    mtime: Callable[[], int | None] | None = None  # ns; None: the store root's mtime
+    # (entry, attribute) timeouts the kernel may cache it for: 0 unless its name can only
+    # ever mean this directory (history's layout), where a path walk need not ask again.
+    timeouts: tuple[float, float] = (0.0, 0.0)
 
 
 class VirtualTree:
@@ -40,20 +47,22 @@ class VirtualTree:
         self.root_dir = root
         self.nodes: dict[int, VFile | VDir] = {}
         self._next = VIRTUAL_BASE
-        self.top = self._dir(self._top_lookup, lambda: sorted(self._top_children()))
+        self.top = self._dir(self._top_lookup, lambda: sorted(self._top_children()),
+                             timeouts=STABLE)
         self._extra = extra or {}
+        self.history = HistoryViews(self)
 
     def _id(self) -> int:
         self._next += 1
         return self._next
 
-    def _dir(self, lookup, listing) -> VDir:
-        d = VDir(self._id(), lookup, listing)
+    def _dir(self, lookup, listing, mtime=None, timeouts=(0.0, 0.0)) -> VDir:
+        d = VDir(self._id(), lookup, listing, mtime=mtime, timeouts=timeouts)
         self.nodes[d.id] = d
         return d
 
-    def _file(self, render) -> VFile:
-        f = VFile(self._id(), render)
+    def _file(self, render, mtime=None) -> VFile:
+        f = VFile(self._id(), render, mtime)
         self.nodes[f.id] = f
         return f
 
@@ -61,7 +70,8 @@ class VirtualTree:
         items = {
             b"status": lambda: self._file(self._status),
             b"branches": lambda: self._dir(self._branch_lookup, self._branch_list),
-            b"history": lambda: self._dir(self._history_lookup, self._history_list),
+            b"history": lambda: self.history.history_dir(),
+            b"checkpoints": lambda: self.history.checkpoints_dir(),
             b"receipts": lambda: self._folder(self.root_dir / "receipts"),
         }
         items.update(self._extra)
@@ -86,19 +96,6 @@ class VirtualTree:
         head = heads.get(name.decode("utf-8", "surrogateescape"))
         return None if head is None else self.ws.view(head, "branches/" + name.decode(
             "utf-8", "surrogateescape"))
-
-    def _history_list(self) -> list[bytes]:
-        return [c.id.encode() for c in self.ws.store.log(self.ws.branch, limit=100)]
-
-    def _history_lookup(self, name: bytes):
-        text = name.decode("ascii", "replace")
-        try:
-            cid = self.ws.store.resolve(text)
-        except Exception:  # noqa: BLE001 - an unknown name is simply absent
-            return None
-        if not cid.startswith(text) and text not in self.ws.store.branches():
-            return None
-        return self.ws.view(cid, "history/" + cid)
 
     def _folder(self, path: Path) -> VDir:
         """A read-only mirror of a real folder under the root (receipts, memory)."""

@@ -100,34 +100,46 @@ class Transaction:
 
 
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, readonly: bool = False) -> None:
         self.root = root
         self.db_path = root / "store.db"
+        self.readonly = readonly
         self._write_lock = threading.Lock()
-        self._writer = db.connect(self.db_path)
-        db.create_schema(self._writer)
-        self._writer.executescript(INTENT_SCHEMA)
-        fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
-        self._reader = db.connect(self.db_path)
+        self._writer = None if readonly else db.connect(self.db_path)
+        if self._writer is not None:
+            from memfs.store import history
+
+            db.create_schema(self._writer)
+            self._writer.executescript(INTENT_SCHEMA)
+            history.create_schema(self._writer)
+            fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
+        self._reader = db.connect(self.db_path, readonly=readonly)
         self._reader_lock = threading.Lock()
         self.chunks = ChunkStore(root)
         self._objects: dict[str, bytes] = {}
-        self._ensure_initial_commit()
+        if not readonly:
+            self._ensure_initial_commit()
 
     # -- lifecycle ---------------------------------------------------------------
     @classmethod
     def open(cls, root: Path, *, create: bool = True) -> Store:
         if not (root / "store.db").exists():
             if not create:
-                raise StoreError(f"no memfs store at {root}",
-                                 "`memfs init` creates it there; if the store is elsewhere, "
-                                 "give --root DIR (or set MEMFS_ROOT)")
+                raise _no_store(root)
             mkdir_durable(root)
         return cls(root)
 
+    @classmethod
+    def open_readonly(cls, root: Path) -> Store:
+        """Reads only (log, diff, show): no schema, no writer, safe beside a running daemon."""
+        if not (root / "store.db").exists():
+            raise _no_store(root)
+        return cls(root, readonly=True)
+
     def close(self) -> None:
         self.chunks.close()
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
         self._reader.close()
 
     def _ensure_initial_commit(self) -> None:
@@ -135,13 +147,18 @@ class Store:
             if tx.conn.execute("SELECT 1 FROM branches LIMIT 1").fetchone():
                 return
             tree = tx.put_object(EMPTY_TREE)
-            tx.add_commit(None, tree, DEFAULT_BRANCH, "init", [])
+            first = tx.add_commit(None, tree, DEFAULT_BRANCH, "init", [])
+            from memfs.store import history
+
+            history.put_ops(tx.conn, first.id, [history.made_by_memfs("init")])
             tx.conn.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('branch', ?)", (DEFAULT_BRANCH,)
             )
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
+        if self._writer is None:
+            raise StoreError("the store is open read-only", "open it for writing (a bug if seen)")
         with self._write_lock:
             self._writer.execute("BEGIN IMMEDIATE")
             try:
@@ -209,7 +226,9 @@ class Store:
         return dict(self._query("SELECT name, head FROM branches ORDER BY name"))
 
     def reflog(self, limit: int = 50) -> list[dict]:
-        """Head moves other than commits (undo, restore), newest first: the way back."""
+        """Ref moves other than commits, newest first: the way back. Branch heads moved by
+        undo and restore, and checkpoints set, moved or deleted (ref `checkpoints/NAME`; a
+        deletion has an empty `new`)."""
         rows = self._query(
             "SELECT seq, branch, old, new, reason, time_ns FROM reflog ORDER BY seq DESC LIMIT ?",
             (limit,),
@@ -273,14 +292,13 @@ class Store:
                 (branch, old[0] if old else None, target, reason, time.time_ns()),
             )
 
-    def checkpoint(self, name: str, cid: str | None = None) -> str:
-        _check_ref_name(name)
+    def checkpoint(self, name: str, cid: str | None = None, *, force: bool = False) -> str:
+        """Name a commit (the head by default); moving an existing name needs `force`.
+        memfs.store.history keeps the rules and the reflog rows."""
+        from memfs.store import history
+
         cid = cid or self.head()
-        with self.transaction() as tx:
-            tx.conn.execute(
-                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)",
-                (name, cid, self.current_branch(), time.time_ns()),
-            )
+        history.create_checkpoint(self, name, cid, self.current_branch(), force=force)
         return cid
 
     # -- backing directories and their branch intent --------------------------------
@@ -359,6 +377,12 @@ class Store:
 
     def stat_space(self) -> os.statvfs_result:
         return os.statvfs(self.root)
+
+
+def _no_store(root: Path) -> StoreError:
+    return StoreError(f"no memfs store at {root}",
+                      "`memfs init` creates it there; if the store is elsewhere, give --root DIR "
+                      "(or set MEMFS_ROOT)")
 
 
 def _commit_from_row(row: tuple) -> Commit:

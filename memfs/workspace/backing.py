@@ -76,6 +76,7 @@ from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Intent, Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
+from memfs.workspace.attribution import labelled
 from memfs.workspace.backing_tasks import (
     AGENT_WATCH,
     DEFAULT_SCAN_DEADLINE,
@@ -532,6 +533,7 @@ class Backing(DaemonTasks):
         return out
 
     # -- binding -----------------------------------------------------------------------
+    @labelled("attach", lambda b: f"attach: {b.mount} -> {b.dir}")
     async def attach(self, binding: Binding) -> dict:
         mount = binding.mount
         if not mount or "/" in mount or mount.startswith("."):
@@ -555,6 +557,7 @@ class Backing(DaemonTasks):
             # Attaching names the directory on purpose: evidence of another one is set aside.
             await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
             self.pins.pop(mount, None)
+        await self.ws.boundary()  # what attach changes is an operation of its own
         kids = self.ws.children(self.ws.root)
         if name_to_bytes(mount) not in kids:
             self.ws.create(self.ws.root, name_to_bytes(mount), DIR, 0o755, os.getuid(),
@@ -813,6 +816,7 @@ class Backing(DaemonTasks):
                 self._state(mount).last_error = str(exc)
                 raise
 
+    @labelled("reconciler", lambda mount: f"reconciler: disk changes in {mount}")
     async def _pass_locked(self, mount: str, scope: str, path_sync: bool,
                            accept_root: bool, asked_on: str | None = None) -> dict:
         b = self.bindings[mount]
@@ -862,6 +866,8 @@ class Backing(DaemonTasks):
         skipped: list[str] = []
         intent_ids: dict[str, int] = {}
         changed = False
+        if sp.take:
+            await self.ws.boundary()  # a take-in is an operation of its own (attribution.py)
         batches = _batches(sp.take, obs)
         for batch in batches:
             contents, ids = await trio.to_thread.run_sync(self._fetch, b, obs, batch, sp.take,
@@ -1001,6 +1007,7 @@ class Backing(DaemonTasks):
                                                                 force, apply_deletions)
         return {"mounts": out}
 
+    @labelled("materialize", lambda mount: f"materialize: {mount}")
     async def _materialize_locked(self, mount: str, rels: list[str] | None, force: bool,
                                   apply_deletions: bool, auto: bool = False) -> dict:
         from memfs.reconcile.apply import run_materialize, settle

@@ -18,14 +18,16 @@ import os
 import sqlite3
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
 
 from memfs.liveness import DaemonRecord
-from memfs.store import Store
+from memfs.store import Store, history
 from memfs.store.chunks import CHUNK_SIZE
+from memfs.store.history import OpRecord, ProcRef
 from memfs.store.trees import (
     DIR,
     FILE,
@@ -39,6 +41,8 @@ from memfs.store.trees import (
     name_to_bytes,
     name_to_str,
 )
+from memfs.workspace.attribution import CURRENT, Attribution
+from memfs.workspace.history_ops import HistoryOps
 from memfs.workspace.nodes import FileData, Node, WorkspaceError, fail
 
 log = logging.getLogger("memfs.workspace")
@@ -49,9 +53,6 @@ RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
-
-# The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
-sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
 # The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
@@ -87,10 +88,11 @@ class _Plan:
     clean: list[tuple[Node, int]] = field(default_factory=list)  # symlinks etc.
     seq: int = 0
     processes: list[dict] = field(default_factory=list)
+    ops: list[OpRecord] = field(default_factory=list)  # in the order of their last change
     intents: dict[str, bytes] | None = None  # backed mounts' branch intent (backing.py)
 
 
-class Workspace:
+class Workspace(HistoryOps):
     def __init__(self, store: Store, commit_interval: float = 0.1) -> None:
         self.store = store
         self.commit_interval = commit_interval
@@ -105,15 +107,20 @@ class Workspace:
         self.dirty_since: float | None = None
         self.last_error: str | None = None
         self.served_by: DaemonRecord | None = None  # the daemon serving it (status shows it)
-        self._processes: dict[tuple[int, int], str] = {}
-        self._comm_cache: dict[int, str] = {}
+        # The operations whose changes the next commit holds (key -> record, requesters),
+        # in the order of their last change; attribution.py says who a request is.
+        self.attribution = Attribution()
+        self._group: dict[str, tuple[OpRecord, dict[int, ProcRef]]] = {}
+        self._last_op: str | None = None
         self._commit_lock = trio.Lock()
         self._wake = trio.Event()  # set by the first change after a commit
         self._urgent = trio.Event()  # set when dirty data should not wait for the interval
         self._durable = trio.Event()
         self.commit_count = 0  # commits made by this process (auto-materialize follows them)
         self._committed = trio.Event()
-        self._views: dict[tuple[str, str], Node] = {}
+        self._views: OrderedDict[tuple[str, str], Node] = OrderedDict()
+        self._view_keys: dict[int, tuple[str, str]] = {}
+        self._immutable: set[int] = set()
         self._free_cache: tuple[float, int] = (0.0, 0)
         self._dirty_files: set[Node] = set()
         self.stopped = False
@@ -160,7 +167,11 @@ class Workspace:
     def forget(self, nid: int) -> None:
         """The kernel dropped its last reference: a detached node can go, with its data."""
         node = self.nodes.get(nid)
-        if node is not None and node.parent is None and nid != ROOT_ID and not node.readonly:
+        if node is None or node.parent is not None or nid == ROOT_ID:
+            return
+        if node.readonly:
+            self.forget_view(node)
+        else:
             del self.nodes[nid]
             self._dirty_files.discard(node)
 
@@ -196,22 +207,50 @@ class Workspace:
             node.row = None
             node = node.parent
         self.mutation_seq += 1
+        self._attribute()
         if self.dirty_since is None:  # only the first change wakes the commit loop
             self.dirty_since = time.monotonic()
             self._wake.set()
 
-    def note_process(self, pid: int, uid: int) -> None:
-        comm = self._comm_cache.get(pid)
-        if comm is None:
+    def _attribute(self) -> None:
+        """The change just made belongs to this task's operation (a failed request never
+        gets here: every refusal is raised before the first _touch)."""
+        op = CURRENT.get() or self.attribution.unattributed
+        entry = self._group.get(op.key)
+        if entry is None:
+            entry = self._group[op.key] = (op, {})
+        elif self._last_op != op.key:
+            self._group[op.key] = self._group.pop(op.key)  # the newest change goes last
+        self._last_op = op.key
+        if op.pid not in entry[1]:
+            entry[1][op.pid] = ProcRef(op.pid, op.comm, op.uid)
+
+    def note_process(self, pid: int, uid: int) -> OpRecord:
+        """The operation of a FUSE request from `pid`: changes this task makes from now on
+        are its (operations.py clears it when the request ends)."""
+        op = self.attribution.of_request(pid, uid)
+        CURRENT.set(op)
+        return op
+
+    async def enter(self, pid: int, uid: int) -> OpRecord:
+        """note_process, then `boundary()`: before a FUSE request that may change the tree."""
+        op = self.note_process(pid, uid)
+        await self.boundary()
+        return op
+
+    async def boundary(self) -> None:
+        """Close the group commit first when another operation's changes wait in it (this
+        task's operation is about to change the tree): a commit holds one operation's changes
+        whenever two do not write at the same time. Once a group is mixed (two writers at
+        once) the interval closes it; a commit per switch would turn two busy writers into a
+        commit per request."""
+        op = CURRENT.get() or self.attribution.unattributed
+        group = self._group
+        if len(group) == 1 and op.key not in group and not self.stopped:
             try:
-                with open(f"/proc/{pid}/comm") as fh:
-                    comm = fh.read().strip()
-            except OSError:
-                comm = "?"
-            if len(self._comm_cache) > 1024:
-                self._comm_cache.clear()
-            self._comm_cache[pid] = comm
-        self._processes[(pid, uid)] = comm
+                await self.commit()
+            except Exception as exc:  # noqa: BLE001 - the commit loop retries; the change goes on
+                log.warning("boundary commit failed (the changes stay pending): %s", exc)
 
     def _writable(self, node: Node) -> None:
         if node.readonly:
@@ -509,14 +548,15 @@ class Workspace:
             return None
         plan = self._snapshot()
         self.dirty_since = None
+        text = _message(plan.ops, message)
         try:
             if on_loop:
-                commit = self._write_errno(plan, message or "changes")
+                commit = self._write_errno(plan, text)
             else:
-                commit = await trio.to_thread.run_sync(self._write_errno, plan,
-                                                       message or "changes")
+                commit = await trio.to_thread.run_sync(self._write_errno, plan, text)
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
+            self._regroup(plan)  # the retry still names who made these changes
             self.dirty_since = time.monotonic()
             self._wake.set()  # the commit loop retries, whoever asked for this commit
             raise
@@ -547,8 +587,13 @@ class Workspace:
 
     def _snapshot(self) -> _Plan:
         plan = _Plan(seq=self.mutation_seq)
-        plan.processes = [{"pid": p, "uid": u, "comm": c} for (p, u), c in self._processes.items()]
-        self._processes = {}
+        plan.ops = [op.with_pids(list(procs.values())) for op, procs in self._group.values()]
+        plan.processes = [
+            {"pid": p.pid, "uid": p.uid, "comm": p.comm, "pgid": op.pgid, "sid": op.sid,
+             "cmdline": op.label, "kind": op.kind}
+            for op in plan.ops for p in op.pids]
+        self._group, self._last_op = {}, None
+        self.attribution.forget_processes()
         if self.backing is not None:
             plan.intents = self.backing.intent_bytes()
         plan.root = self._snap_dir(self.root, plan)
@@ -626,9 +671,23 @@ class Workspace:
             _maybe_crash("after-objects")
             commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
                                    plan.processes)
+            history.put_ops(tx.conn, commit.id, plan.ops)
             if plan.intents is not None:
                 tx.put_intents(commit.id, plan.intents)
             return commit
+
+    def _regroup(self, plan: _Plan) -> None:
+        """A failed commit's operations go back in front of what came since."""
+        merged: dict[str, tuple[OpRecord, dict[int, ProcRef]]] = {}
+        for op in plan.ops:
+            merged[op.key] = (op, {p.pid: p for p in op.pids})
+        for key, (op, procs) in self._group.items():
+            if key in merged:
+                merged[key][1].update(procs)
+                merged[key] = merged.pop(key)
+            else:
+                merged[key] = (op, procs)
+        self._group = merged
 
     def _apply(self, plan: _Plan) -> None:
         """Back on the loop: mark clean what did not change while the commit ran."""
@@ -668,21 +727,11 @@ class Workspace:
                 return
         await self._commit_locked(message, on_loop=True)
 
-    async def undo(self, steps: int = 1) -> str:
-        if steps < 1:
-            raise WorkspaceError(errno.EINVAL, "undo takes a positive number of commits")
-        async with self._commit_lock:
-            await self._settle_locked("before undo")
-            target = self.store.resolve(f"{self.head}~{steps}")
-            self.store.reset_head(self.branch, target, f"undo {steps}")
-            self._replace_tree(target)
-            return target
-
     async def restore(self, rev: str) -> str:
         """Move the branch head to `rev` (the old head stays in the reflog)."""
         async with self._commit_lock:
             await self._settle_locked("before restore")
-            target = self.store.resolve(rev)
+            target = history.resolve(self.store, rev)
             self.store.reset_head(self.branch, target, f"restore {rev}")
             self._replace_tree(target)
             return target
@@ -700,11 +749,6 @@ class Workspace:
         async with self._commit_lock:
             await self._settle_locked("before branch")
             return self.store.create_branch(name, at)
-
-    async def checkpoint(self, name: str) -> str:
-        async with self._commit_lock:
-            await self._settle_locked(f"checkpoint {name}")
-            return self.store.checkpoint(name, self.head)
 
     def _replace_tree(self, commit_id: str) -> None:
         """Show another commit's tree, keeping inode numbers for paths that survive."""
@@ -760,21 +804,24 @@ class Workspace:
             self._empty_subtree(child, inodes)
         node._children, node.ref = {}, None
 
-    def view(self, commit_id: str, place: str = "history") -> Node:
-        """A read-only tree of a past commit (for .memfs/history and .memfs/branches).
+    def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
+        """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),
+        whose times are the commit's own.
 
         Cached per place it is reached from (`place`, e.g. "branches/main"), never shared
         between two places: one directory inode under two names would make the kernel move
-        its dentry (a shell's cwd would jump from history/ to branches/)."""
-        tree = self.store.commit(commit_id).tree
-        key = (place, tree)
+        its dentry (a shell's cwd would jump from history/ to branches/). `immutable`: a
+        past commit reached by its id (HistoryOps._remember_view)."""
+        commit = self.store.commit(commit_id)
+        key = (place, commit_id)
         node = self._views.get(key)
         if node is None:
             node = self._new_node(DIR, 0o555, 0, 0)
-            node.ref, node.dirty, node._children, node.readonly = tree, False, None, True
-            if len(self._views) > 256:
-                self._views.clear()
-            self._views[key] = node
+            node.ref, node.dirty, node._children, node.readonly = commit.tree, False, None, True
+            node.mtime_ns = node.ctime_ns = node.atime_ns = commit.time_ns
+            self._remember_view(key, node, immutable)
+        else:
+            self._views.move_to_end(key)
         return node
 
     def status(self) -> dict:
@@ -792,6 +839,15 @@ class Workspace:
             "daemon": self.served_by.identity() if self.served_by else None,
             **({"backing": self.backing.status()} if self.backing is not None else {}),
         }
+
+
+def _message(ops: list[OpRecord], given: str) -> str:
+    """A commit's message: what made it (its last operation, and how many others)."""
+    if not ops:
+        return given or "changes"
+    last = ops[-1].label
+    more = len({o.label for o in ops}) - 1
+    return last + (f" (+{more} other{'s' if more > 1 else ''})" if more > 0 else "")
 
 
 def _same(node: Node, e: Entry) -> bool:

@@ -1,0 +1,446 @@
+"""History commands: log, reflog, undo, diff, show, checkpoint, mark.
+
+Reads (log, reflog, diff, show, checkpoint list) open the store read-only, whether or not a
+daemon runs (WAL lets them read beside it); `now` asks a running daemon to commit what is
+pending first. Changes (undo, checkpoint create/delete, mark) go through the daemon so the
+mount shows them at once, and open the store directly when none runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from memfs.cli.history_text import (
+    change_lines,
+    commit_line,
+    diff_text,
+    listing_lines,
+    span_json,
+    span_line,
+    when,
+)
+from memfs.cli.main import add_json_flag, emit
+from memfs.control import NoDaemon, call
+from memfs.errors import MemfsError
+from memfs.rootdir import resolve_root
+from memfs.store import Store, history, undo
+from memfs.store.history import History, parse_when
+from memfs.store.opspan import span_at
+from memfs.store.treediff import DIR, FILE, LINK, diff_trees, file_pieces, find_entry
+from memfs.store.trees import decode_dir
+
+NOW = "now"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("log", help="commits (or operations) of the current branch, newest first")
+    p.add_argument("rev", nargs="?", metavar="REV", help="start there (default: the head)")
+    p.add_argument("-n", type=int, default=20, metavar="N", help="how many (default 20; 0: all)")
+    p.add_argument("--branch")
+    p.add_argument("--since", metavar="TIME", help="only newer than TIME (10:32, 5m, ISO ...)")
+    p.add_argument("--ops", action="store_true", help="one entry per operation (what undo takes)")
+    p.add_argument("--stat", action="store_true", help="paths changed, with sizes")
+    p.add_argument("--paths", action="store_true", help="paths changed (A, M, D, R)")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_log)
+
+    p = sub.add_parser("reflog", help="moves of branch heads and checkpoints, newest first")
+    p.add_argument("-n", type=int, default=20)
+    add_json_flag(p)
+    p.set_defaults(func=cmd_reflog)
+
+    p = sub.add_parser("undo", help="undo the last operation (a command and its children)")
+    p.add_argument("count", nargs="?", type=_positive, default=None, metavar="N",
+                   help="how many operations (default 1)")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--commits", type=_positive, metavar="N", help="the last N commits instead")
+    how.add_argument("--to", metavar="TIME|REV", help="back to a moment or a revision")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_undo)
+
+    p = sub.add_parser("diff", help="what differs between two states: memfs diff [A] [B] [-- PATH...]")
+    p.add_argument("--stat", action="store_true", help="paths and sizes only")
+    add_json_flag(p)
+    p.add_argument("spec", nargs=argparse.REMAINDER,
+                   help="A (default: before the last operation), B (default: now), -- PATH...")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("show", help="a commit, or REV:PATH as it was (a file's bytes)")
+    p.add_argument("what", metavar="REV[:PATH]")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("checkpoint", help="checkpoint list | create NAME | delete NAME (or NAME)")
+    p.add_argument("action", nargs="?", default="list", metavar="list|create|delete|NAME")
+    p.add_argument("name", nargs="?")
+    p.add_argument("--at", metavar="REV", help="name this revision instead of the current state")
+    p.add_argument("--force", action="store_true", help="move an existing name")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_checkpoint)
+
+    p = sub.add_parser("mark", help="end the current operation here and name the point")
+    p.add_argument("name")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_mark)
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return n
+
+
+# -- plumbing ------------------------------------------------------------------------------
+def _root(args) -> Path:
+    return resolve_root(args.root)
+
+
+def _read(args) -> Store:
+    return Store.open_readonly(_root(args))
+
+
+def _ask(args, op: str, direct, **kw):
+    """The daemon's answer, or `direct(store)` on the store opened for writing."""
+    root = _root(args)
+    try:
+        return call(root, op, **kw)
+    except NoDaemon:
+        store = Store.open(root, create=False)
+        try:
+            return direct(store)
+        finally:
+            store.close()
+
+
+def _commit_pending(args) -> None:
+    """A running daemon commits what is pending first: `now` is the live tree, and the
+    command that just ran is in the log (not 100 ms later)."""
+    try:
+        call(_root(args), "sync")
+    except NoDaemon:
+        pass
+
+
+def _mountpoint(args) -> Path | None:
+    import json
+
+    try:
+        doc = json.loads((_root(args) / "daemon.lock").read_text() or "{}")
+    except (OSError, ValueError):
+        return None
+    return Path(doc["mountpoint"]) if doc.get("mountpoint") else None
+
+
+def _store_path(args, path: str) -> str:
+    """A path from the store root (`work/a.txt`); `./x`, `../x` or an absolute path inside
+    the mount are taken from where they point."""
+    if not (path.startswith(("./", "../", "/")) or path in (".", "..")):
+        return path.strip("/")
+    mnt = _mountpoint(args)
+    full = Path(os.path.abspath(path))
+    if mnt is None or not (full == mnt or mnt in full.parents):
+        raise MemfsError(f"{path} is not inside the memfs mount{f' at {mnt}' if mnt else ''}",
+                         "name it from the store root, e.g. work/src/a.txt")
+    return str(full.relative_to(mnt)) if full != mnt else ""
+
+
+# -- log -------------------------------------------------------------------------------------
+def cmd_log(args) -> int:
+    _commit_pending(args)  # the command that just ran is in the log, not 100 ms later
+    store = _read(args)
+    try:
+        head = history.resolve(store, args.rev) if args.rev else store.head(args.branch)
+        hist = History(store, head)
+        since = parse_when(args.since) if args.since else None
+        limit = args.n if args.n > 0 else None
+        changes = args.stat or args.paths
+        docs, lines = [], []
+        if args.ops:
+            for s in _op_spans(hist, limit, since):
+                ch = diff_trees(store, _tree(store, s.target), s.commits[0].commit.tree) \
+                    if changes else None
+                docs.append(span_json(s, ch))
+                lines.append(span_line(s))
+                lines += change_lines(ch, args.stat) if ch is not None else []
+        else:
+            for c in _commits(hist, limit, since):
+                ch = diff_trees(store, _tree(store, c.parent), c.commit.tree) if changes else None
+                doc = c.to_json()
+                if ch is not None:
+                    doc["changes"] = [x.to_json() for x in ch]
+                docs.append(doc)
+                lines.append(commit_line(c))
+                lines += change_lines(ch, args.stat) if ch is not None else []
+    finally:
+        store.close()
+    emit(args, docs, "\n".join(lines) or "no commits")
+    return 0
+
+
+def _commits(hist: History, limit: int | None, since: int | None):
+    for i, c in enumerate(hist):
+        if (limit is not None and i >= limit) or (since is not None and c.time_ns < since):
+            return
+        yield c
+
+
+def _op_spans(hist: History, limit: int | None, since: int | None):
+    i, n, runs = 0, 0, {}
+    while limit is None or n < limit:
+        s = span_at(hist.get, i, runs)
+        if s is None or (since is not None and s.commits[0].time_ns < since):
+            return
+        yield s
+        i += len(s.commits)
+        n += 1
+
+
+def _tree(store: Store, cid: str | None) -> str | None:
+    return store.commit(cid).tree if cid else None
+
+
+def cmd_reflog(args) -> int:
+    store = _read(args)
+    try:
+        moves = store.reflog(args.n)
+    finally:
+        store.close()
+    lines = [f"{when(m['time'] * 1e9)}  {m['branch']}  {(m['old'] or '-')[:12]} -> "
+             f"{(m['new'] or '(deleted)')[:12]}  {m['reason']}" for m in moves]
+    emit(args, moves, "\n".join(lines) or "no undo, restore or checkpoint yet")
+    return 0
+
+
+# -- undo ------------------------------------------------------------------------------------
+def cmd_undo(args) -> int:
+    if args.to is not None:
+        kw = {"to": args.to}
+    elif args.commits is not None:
+        kw = {"commits": args.commits}
+    else:
+        kw = {"ops": args.count or 1}
+
+    def direct(store: Store) -> dict:
+        branch = store.current_branch()
+        head = store.head(branch)
+        if "to" in kw:
+            plan = undo.plan_to(store, head, kw["to"])
+        elif "commits" in kw:
+            plan = undo.plan_commits(store, head, kw["commits"])
+        else:
+            plan = undo.plan_operations(store, head, kw["ops"])
+        store.reset_head(branch, plan.target, plan.reason)
+        return plan.to_json()
+
+    res = _ask(args, "undo", direct, **kw)
+    n = res["commits"]
+    commits = f"{n} commit{'s' if n != 1 else ''}"
+    if "ops" in kw:
+        done = f"undid {', '.join(f'`{w}`' for w in res.get('undone') or [])} ({commits})"
+    elif "commits" in kw:
+        done = f"undid {commits}"
+    else:
+        done = f"went back to {kw['to']} ({commits} undone)"
+    lines = [f"{done}; head is now {res['head'][:12]}"]
+    if res.get("also"):
+        lines.append("  with it, changes made at the same time by: "
+                     + ", ".join(f"`{o}`" for o in res["also"]))
+    lines.append(f"  to redo: memfs restore {res['old_head'][:12]}")
+    emit(args, res, "\n".join(lines))
+    return 0
+
+
+# -- diff and show ---------------------------------------------------------------------------
+def _split_spec(args) -> tuple[list[str], list[str]]:
+    """(states, paths): what argparse left after `memfs diff` (it cannot tell `-- PATH` apart),
+    with the flags that may follow the states."""
+    revs, paths, seen_dashdash = [], [], False
+    items = iter(args.spec)
+    for item in items:
+        if seen_dashdash:
+            paths.append(item)
+        elif item == "--":
+            seen_dashdash = True
+        elif item in ("--json", "--stat"):
+            setattr(args, item[2:], True)
+        elif item == "--root" or item.startswith("--root="):
+            args.root = item.partition("=")[2] or next(items, None)
+        elif item.startswith("-") and item != "-":
+            raise MemfsError(f"memfs diff: unknown option {item}",
+                             "memfs diff [A] [B] [--stat] [--json] [-- PATH ...]")
+        else:
+            revs.append(item)
+    if len(revs) > 2:
+        raise MemfsError(f"memfs diff takes at most two states, not {len(revs)}: "
+                         f"{' '.join(revs)}", "put paths after `--`: memfs diff A B -- PATH")
+    return revs, [_store_path(args, p) for p in paths]
+
+
+def _state(store: Store, rev: str) -> tuple[str, str]:
+    """(commit id, tree) of a revision; `now` is the head (after the daemon committed)."""
+    cid = store.head() if rev == NOW else history.resolve(store, rev)
+    return cid, store.commit(cid).tree
+
+
+def cmd_diff(args) -> int:
+    revs, paths = _split_spec(args)
+    _commit_pending(args)
+    store = _read(args)
+    try:
+        if not revs:  # what the last operation changed: what `memfs undo` would take back
+            s = span_at(History(store, store.head()).get, 0)
+            if s is None or s.target is None:
+                raise MemfsError("nothing to compare: the store has one commit",
+                                 "make a change first")
+            revs = [s.target, NOW]
+        a_id, a_tree = _state(store, revs[0])
+        b_id, b_tree = _state(store, revs[1] if len(revs) > 1 else NOW)
+        changes = diff_trees(store, a_tree, b_tree, paths or None)
+        doc = {"a": a_id, "b": b_id, "paths": paths, "changes": [c.to_json() for c in changes]}
+        if args.json:
+            emit(args, doc)
+        elif args.stat:
+            emit(args, doc, "\n".join(change_lines(changes, True)) or "no differences")
+        else:
+            _write_text(diff_text(store, changes))
+    finally:
+        store.close()
+    return 0
+
+
+def _write_text(chunks) -> None:
+    out = sys.stdout
+    wrote = False
+    for text in chunks:
+        out.write(text)
+        wrote = True
+    if not wrote:
+        out.write("no differences\n")
+    out.flush()
+
+
+def cmd_show(args) -> int:
+    rev, sep, path = args.what.partition(":")
+    _commit_pending(args)
+    store = _read(args)
+    try:
+        cid, tree = _state(store, rev or "HEAD")
+        if not sep:
+            return _show_commit(args, store, cid)
+        rel = _store_path(args, path)
+        e = find_entry(store, tree, rel)
+        if e is None:
+            raise MemfsError(f"{rel or '/'} is not in {rev or 'HEAD'} ({cid[:12]})",
+                             f"see what it holds: memfs show {rev or 'HEAD'}:"
+                             f"{rel.rpartition('/')[0]}")
+        if e.kind == DIR:
+            entries = decode_dir(store.read_object(e.ref)) if e.ref else []
+            emit(args, {"commit": cid, "path": rel, "kind": "dir",
+                        "entries": [{"name": x.name, "kind": x.kind, "size": x.size,
+                                     "mode": f"{x.mode:o}"} for x in entries]},
+                 "\n".join(listing_lines(entries)) or "(empty directory)")
+        elif e.kind == LINK:
+            emit(args, {"commit": cid, "path": rel, "kind": "link", "target": e.ref}, e.ref)
+        elif e.kind == FILE:
+            if args.json:
+                raise MemfsError("--json shows commits and directories, not a file's bytes",
+                                 f"memfs show {args.what} > FILE writes the bytes")
+            out = sys.stdout.buffer
+            for piece in file_pieces(store, e.ref, e.size):
+                out.write(piece)
+            out.flush()
+        else:
+            emit(args, {"commit": cid, "path": rel, "kind": e.kind},
+                 f"{rel}: a {e.kind!r} entry (no bytes to show)")
+    finally:
+        store.close()
+    return 0
+
+
+def _show_commit(args, store: Store, cid: str) -> int:
+    c = history.logged(store, cid)
+    changes = diff_trees(store, _tree(store, c.parent), c.commit.tree)
+    doc = {**c.to_json(), "changes": [x.to_json() for x in changes]}
+    emit(args, doc, "\n".join([commit_line(c)] + change_lines(changes, True)))
+    return 0
+
+
+# -- checkpoints and marks -----------------------------------------------------------------------
+ACTIONS = ("list", "create", "delete")
+
+
+def cmd_checkpoint(args) -> int:
+    action, name = args.action, args.name
+    if action not in ACTIONS:
+        if name is not None:
+            raise MemfsError(f"unknown checkpoint action {action!r}",
+                             "use: memfs checkpoint list | create NAME | delete NAME")
+        action, name = "create", action
+    if action == "list":
+        if name is not None:
+            raise MemfsError("`memfs checkpoint list` takes no name",
+                             f"to create one named {name!r}: memfs checkpoint create {name}")
+        return _list_checkpoints(args)
+    if not name:
+        raise MemfsError(f"`memfs checkpoint {action}` needs a NAME",
+                         f"e.g. memfs checkpoint {action} before-refactor")
+    if action == "delete":
+        res = _ask(args, "checkpoint_delete",
+                   lambda s: history.delete_checkpoint(s, name).to_json(), name=name)
+        emit(args, res, f"deleted checkpoint {name} (it named {res['commit'][:12]}; "
+                        f"`memfs restore {res['commit'][:12]}` reaches that state while "
+                        "history keeps it)")
+        return 0
+
+    def direct(store: Store) -> dict:
+        cid = history.resolve(store, args.at) if args.at else store.head()
+        cp, old = history.create_checkpoint(store, name, cid, store.current_branch(),
+                                            force=args.force)
+        return {**cp.to_json(), "moved_from": old}
+
+    res = _ask(args, "checkpoint", direct, name=name, at=args.at, force=args.force)
+    text = f"checkpoint {name} at {res['commit'][:12]}"
+    if res.get("moved_from"):
+        text = f"checkpoint {name} moved from {res['moved_from'][:12]} to {res['commit'][:12]}"
+    emit(args, res, text)
+    return 0
+
+
+def _list_checkpoints(args) -> int:
+    store = _read(args)
+    try:
+        rows = []
+        for cp in history.checkpoints(store):
+            try:
+                made = history.logged(store, cp.commit)
+                label, made_at = made.commit.message, made.time_ns
+            except MemfsError:
+                label, made_at = "(commit no longer kept)", None
+            rows.append({**cp.to_json(), "label": label,
+                         "commit_time": made_at / 1e9 if made_at else None})
+    finally:
+        store.close()
+    lines = [f"{r['name']:<20} {r['commit'][:12]}  {when(r['time'] * 1e9)}  {r['branch']:<10} "
+             f"{r['label']}" for r in rows]
+    emit(args, rows, "\n".join(lines) or "no checkpoints (create one: memfs checkpoint create "
+                                         "NAME)")
+    return 0
+
+
+def cmd_mark(args) -> int:
+    def direct(store: Store) -> dict:
+        m = history.add_mark(store, args.name, store.head(), store.current_branch(), args.name)
+        return {"name": m.name, "commit": m.commit, "branch": m.branch, "time": m.time_ns / 1e9}
+
+    res = _ask(args, "mark", direct, name=args.name)
+    emit(args, res, f"marked {res['name']} at {res['commit'][:12]}: changes after this are a "
+                    "new operation")
+    return 0
+

@@ -1,0 +1,81 @@
+"""Where an undo goes: the last N operations, the last N commits, or back to a moment.
+
+A plan only reads; the caller moves the head (Store.reset_head, with the plan's reason in
+the reflog) and shows the tree. The workspace plans under its commit lock after committing
+what is pending; the CLI without a daemon plans on the store directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memfs.store.history import History, find_point
+from memfs.store.opspan import spans
+from memfs.store.store import Store, StoreError
+
+NOTHING = "there is nothing before the store's first commit"
+
+
+@dataclass(frozen=True)
+class UndoPlan:
+    target: str  # the commit the head moves to
+    old_head: str  # the head before: `memfs restore <old_head>` goes back
+    commits: int  # how many commits of the head's history are left behind
+    what: list[str] = field(default_factory=list)  # the operations undone, newest first
+    others: list[str] = field(default_factory=list)  # other operations sharing those commits
+    reason: str = ""  # for the reflog
+
+    def to_json(self) -> dict:
+        return {"head": self.target, "old_head": self.old_head, "commits": self.commits,
+                "undone": self.what, "also": self.others, "reason": self.reason}
+
+
+def plan_operations(store: Store, head: str, count: int = 1) -> UndoPlan:
+    if count < 1:
+        raise StoreError("undo takes a positive number of operations", "e.g. memfs undo 2")
+    hist = History(store, head)
+    got = spans(hist.get, count)
+    if not got:
+        raise StoreError("nothing to undo: " + NOTHING, "make a change first")
+    if len(got) < count:
+        raise StoreError(f"only {len(got)} operation(s) to undo, not {count}",
+                         f"memfs undo {len(got)} goes back to the first commit")
+    n = sum(len(s.commits) for s in got)
+    target = got[-1].target
+    assert target is not None  # spans() never takes the store's first commit
+    store.commit(target)  # a commit no longer kept is refused here, before the head moves
+    what = [s.label for s in got]
+    others = [o for s in got for o in s.others if o not in what]
+    label = what[0] if count == 1 else f"{count} operations"
+    return UndoPlan(target, head, n, what, others, f"undo {label} ({n} commit{_s(n)})")
+
+
+def plan_commits(store: Store, head: str, count: int) -> UndoPlan:
+    if count < 1:
+        raise StoreError("undo takes a positive number of commits", "e.g. memfs undo --commits 2")
+    hist = History(store, head)
+    last = hist.get(count)
+    if last is None:
+        raise StoreError(f"{head[:12]}~{count} goes past the first commit", "use a smaller N")
+    store.commit(last.id)
+    what = [c.commit.message for c in (hist.get(i) for i in range(count)) if c is not None]
+    return UndoPlan(last.id, head, count, what, [], f"undo {count} commit{_s(count)}")
+
+
+def plan_to(store: Store, head: str, where: str) -> UndoPlan:
+    point = find_point(store, where, head)
+    hist = History(store, head)
+    n = None
+    for i, c in enumerate(hist):
+        if c.id == point.commit:
+            n = i
+            break
+    if n is None:
+        raise StoreError(f"{where} ({point.commit[:12]}) is not in this branch's history",
+                         f"`memfs restore {where}` moves the branch there anyway")
+    what = [c.commit.message for c in (hist.get(i) for i in range(n)) if c is not None]
+    return UndoPlan(point.commit, head, n, what, [], f"undo --to {where}")
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"

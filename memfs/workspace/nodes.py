@@ -14,10 +14,40 @@ from __future__ import annotations
 import errno
 import itertools
 import stat
+import time
 from collections.abc import Callable
 
 from memfs.store.chunks import CHUNK_SIZE
-from memfs.store.trees import DIR, FILE, LINK, Entry, xattrs_from_store, xattrs_to_store
+from memfs.store.trees import (
+    BLK,
+    CHR,
+    DIR,
+    FIFO,
+    FILE,
+    LINK,
+    SOCK,
+    SPECIAL,
+    Entry,
+    name_to_bytes,
+    name_to_str,
+    xattrs_from_store,
+    xattrs_to_store,
+)
+
+# The clock the kernel stamps UTIME_NOW and its own attribute updates with (current_time() on
+# a filesystem without multigrain timestamps, as FUSE is). Every time memfs sets comes from it
+# too, so `touch` after a create never goes back in time (a fine clock runs up to a tick ahead).
+CLOCK_REALTIME_COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5)
+
+
+def now_ns() -> int:
+    """Now, in the kernel's coarse wall clock (its tick: a few ms)."""
+    return time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+
+
+KIND_BITS = {DIR: stat.S_IFDIR, FILE: stat.S_IFREG, LINK: stat.S_IFLNK, FIFO: stat.S_IFIFO,
+             SOCK: stat.S_IFSOCK, CHR: stat.S_IFCHR, BLK: stat.S_IFBLK}
+KIND_OF_MODE = {bits: kind for kind, bits in KIND_BITS.items()}
 
 
 class WorkspaceError(OSError):
@@ -120,11 +150,26 @@ class FileData:
         self.size = size
 
 
+class Inodes:
+    """The hard-linked inodes of one tree (the live tree's, or one history view's), kept in its
+    commit's inode table. A node in here is one inode under several names: `nodes` holds every
+    one loaded, so a second name found later is the same Node; `changed` those whose table row
+    the next commit rewrites (or drops, at link count 0). Loop thread only."""
+
+    __slots__ = ("table", "rows", "nodes", "changed")
+
+    def __init__(self, table: str | None) -> None:
+        self.table = table  # the committed table's object id
+        self.rows: dict[str, Entry] | None = None  # its rows, decoded on first use
+        self.nodes: dict[str, Node] = {}
+        self.changed: set[Node] = set()
+
+
 class Node:
     __slots__ = (
         "id", "kind", "mode", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "xattrs",
         "parent", "name", "ref", "dirty", "ver", "_children", "data", "target", "readonly",
-        "_data_loaded", "row",
+        "_data_loaded", "row", "rdev", "nlink", "ikey", "space", "links",
     )
 
     def __init__(self, nid: int, kind: str, mode: int, uid: int, gid: int, now_ns: int) -> None:
@@ -146,20 +191,28 @@ class Node:
         self.target = b""
         self.readonly = False
         self.row: tuple | None = None  # (name, encoded row) while clean: see encode_rows
+        self.rdev = 0  # character and block devices
+        # Names of a file (0 once unlinked); a directory's 2 + subdirectories, None until known
+        # (entries of older stores do not record it: counted when the listing is loaded).
+        self.nlink: int | None = 2 if kind == DIR else 1
+        self.ikey: str | None = None  # its inode-table key, once it has had a second name
+        self.space: Inodes | None = None  # the tree it belongs to (whose inode table)
+        self.links: set[tuple[Node, bytes]] | None = None  # linked: the names loaded so far
 
     @property
     def is_dir(self) -> bool:
         return self.kind == DIR
 
     def st_mode(self) -> int:
-        kind_bits = {DIR: stat.S_IFDIR, FILE: stat.S_IFREG, LINK: stat.S_IFLNK}[self.kind]
-        return kind_bits | (self.mode & 0o7777)
+        return KIND_BITS[self.kind] | (self.mode & 0o7777)
 
     def size(self) -> int:
         if self.kind == FILE:
             return self.data.size if self.data is not None else 0
         if self.kind == LINK:
             return len(self.target)
+        if self.kind in SPECIAL:
+            return 0
         return 4096
 
     def path(self) -> bytes:
@@ -171,11 +224,15 @@ class Node:
         return b"/".join(reversed(parts))
 
     def entry(self, ref: str, size: int) -> Entry:
-        from memfs.store.trees import name_to_str
-
+        """Its row in its directory, or (linked) in the inode table under its key."""
+        if self.kind in SPECIAL:
+            ref = str(self.rdev) if self.rdev else ""
+        name = self.ikey if self.ikey is not None else name_to_str(self.name)
+        nlink = self.nlink if self.kind == DIR or self.ikey is not None else None
         return Entry(
-            name_to_str(self.name), self.kind, self.mode & 0o7777, self.uid, self.gid,
+            name, self.kind, self.mode & 0o7777, self.uid, self.gid,
             self.mtime_ns, self.ctime_ns, size, ref, xattrs_to_store(self.xattrs), self.atime_ns,
+            nlink,
         )
 
     def apply_entry(self, e: Entry) -> None:
@@ -188,10 +245,12 @@ class Node:
         self.ref = e.ref
         self.dirty = False
         self.row = None
+        if e.nlink is not None or self.kind == DIR:
+            self.nlink = e.nlink
         if self.kind == LINK:
-            from memfs.store.trees import name_to_bytes
-
             self.target = name_to_bytes(e.ref)
+        elif self.kind in SPECIAL:
+            self.rdev = int(e.ref or 0)
         elif self.kind == DIR:
             self._children = None
         elif self.kind == FILE:

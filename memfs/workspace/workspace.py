@@ -26,19 +26,25 @@ import trio
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import (
+    BLK,
+    CHR,
     DIR,
     FILE,
+    HARD,
     LINK,
     Entry,
     decode_dir,
     decode_manifest,
+    encode_inodes,
     encode_manifest,
     encode_row,
     encode_rows,
+    hard_entry,
     name_to_bytes,
     name_to_str,
+    new_inode_key,
 )
-from memfs.workspace.nodes import FileData, Node, WorkspaceError, fail
+from memfs.workspace.nodes import FileData, Inodes, Node, WorkspaceError, fail, now_ns
 
 log = logging.getLogger("memfs.workspace")
 
@@ -48,9 +54,6 @@ RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
-
-# The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
-sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
 # The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
@@ -80,6 +83,18 @@ class _DirJob:
 
 
 @dataclass
+class _InodeJob:
+    """One changed row of the inode table: the entry (its ref filled in from `file` once the
+    content is written), or None to drop the row (its last name is gone)."""
+
+    node: Node
+    ver: int
+    key: str
+    entry: Entry | None
+    file: _FileJob | None = None
+
+
+@dataclass
 class _Plan:
     jobs: list[object] = field(default_factory=list)
     root: _DirJob | None = None
@@ -87,6 +102,10 @@ class _Plan:
     seq: int = 0
     processes: list[dict] = field(default_factory=list)
     intents: dict[str, bytes] | None = None  # backed mounts' branch intent (backing.py)
+    space: Inodes | None = None
+    table: str | None = None  # the inode table the commit names (the committed one if unchanged)
+    inodes: list[_InodeJob] | None = None  # the table's changed rows (None: table unchanged)
+    table_rows: dict[str, Entry] | None = None  # the new table (set by the commit thread)
 
 
 class Workspace:
@@ -97,7 +116,8 @@ class Workspace:
         self.head = store.head(self.branch)
         self.nodes: dict[int, Node] = {}
         self._next_id = ROOT_ID
-        self.root = self._load_root(store.commit(self.head).tree)
+        self.inodes = Inodes(store.inode_table(self.head))  # the live tree's linked inodes
+        self.root = self._load_root(store.commit(self.head).tree, self.inodes)
         self.invalidate: Invalidator = lambda entries, inodes: None
         self.mutation_seq = 0
         self.durable_seq = 0
@@ -131,22 +151,48 @@ class Workspace:
         self._next_id += 1
         return nid
 
-    def _new_node(self, kind: str, mode: int, uid: int, gid: int) -> Node:
-        node = Node(self._new_id(), kind, mode, uid, gid, time.time_ns())
+    def _new_node(self, kind: str, mode: int, uid: int, gid: int, space: Inodes | None) -> Node:
+        node = Node(self._new_id(), kind, mode, uid, gid, now_ns())
+        node.space = space
         self.nodes[node.id] = node
         return node
 
-    def _load_root(self, tree: str) -> Node:
+    def _load_root(self, tree: str, space: Inodes) -> Node:
         # The mount root belongs to whoever runs the daemon, as any mountpoint would.
-        root = self._new_node(DIR, 0o755, os.getuid(), os.getgid())
-        root.ref, root.dirty, root._children = tree, False, None
+        root = self._new_node(DIR, 0o755, os.getuid(), os.getgid(), space)
+        root.ref, root.dirty, root._children, root.nlink = tree, False, None, None
         return root
 
     def _node_from_entry(self, e: Entry, parent: Node) -> Node:
-        node = self._new_node(e.kind, e.mode, e.uid, e.gid)
+        """The node of one directory row; a hard-link row's is its inode's (one per tree)."""
+        name = name_to_bytes(e.name)
+        if e.kind == HARD:
+            return self._linked(parent, name, e.ref)
+        node = self._new_node(e.kind, e.mode, e.uid, e.gid, parent.space)
         node.apply_entry(e)
-        node.parent, node.name = parent, name_to_bytes(e.name)
+        node.parent, node.name = parent, name
         node.readonly = parent.readonly
+        return node
+
+    def _linked(self, d: Node, name: bytes, key: str) -> Node:
+        space = d.space
+        node = space.nodes.get(key)
+        if node is None:
+            if space.rows is None:
+                space.rows = self.store.inodes(space.table)
+            e = space.rows.get(key)
+            if e is None:
+                raise fail(errno.EIO, f"{name_to_str(d.path() + b'/' + name)} names inode {key}, "
+                                      "which its commit's inode table lacks: run `memfs fsck`")
+            node = self._new_node(e.kind, e.mode, e.uid, e.gid, space)
+            node.apply_entry(e)
+            node.nlink = e.nlink or 1
+            node.ikey, node.links, node.readonly = key, set(), d.readonly
+            space.nodes[key] = node
+        self.nodes.setdefault(node.id, node)  # a name found again after the kernel forgot it
+        node.links.add((d, name))
+        if node.parent is None:
+            node.parent, node.name = d, name
         return node
 
     def get(self, nid: int) -> Node:
@@ -158,9 +204,14 @@ class Workspace:
     def forget(self, nid: int) -> None:
         """The kernel dropped its last reference: a detached node can go, with its data."""
         node = self.nodes.get(nid)
-        if node is not None and node.parent is None and nid != ROOT_ID and not node.readonly:
+        if node is not None and not self._alive(node) and nid != ROOT_ID and not node.readonly:
             del self.nodes[nid]
             self._dirty_files.discard(node)
+
+    def _alive(self, node: Node) -> bool:
+        """Has it a name? A linked inode may have names only in directories not loaded yet."""
+        return node.parent is not None or (
+            node.ikey is not None and node.nlink > 0 and node.space is self.inodes)
 
     def children(self, d: Node) -> dict[bytes, Node]:
         if d.kind != DIR:
@@ -169,10 +220,16 @@ class Workspace:
             kids: dict[bytes, Node] = {}
             if d.ref:
                 for e in decode_dir(self.store.read_object(d.ref)):
-                    child = self._node_from_entry(e, d)
-                    kids[child.name] = child
+                    kids[name_to_bytes(e.name)] = self._node_from_entry(e, d)
             d._children = kids
+            d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
         return d._children
+
+    def dir_nlink(self, d: Node) -> int:
+        """2 + subdirectories (counted from its listing for entries of older stores)."""
+        if d.nlink is None:
+            self.children(d)
+        return d.nlink
 
     def _load_data(self, f: Node) -> FileData:
         if not f._data_loaded:
@@ -188,6 +245,12 @@ class Workspace:
     def _touch(self, node: Node | None) -> None:
         if self.stopped:
             raise fail(errno.EROFS, "memfs has stopped")
+        if node is not None and node.ikey is not None and node.space.nodes.get(node.ikey) is node:
+            node.space.changed.add(node)  # its row is in the inode table, not a directory
+            if node.parent is None:
+                node.dirty = True
+                node.ver += 1
+                node = self.root  # the table is committed with the root
         while node is not None:
             node.dirty = True
             node.ver += 1
@@ -244,7 +307,7 @@ class Workspace:
         return child
 
     def create(self, d: Node, name: bytes, kind: str, mode: int, uid: int, gid: int,
-               target: bytes = b"") -> Node:
+               target: bytes = b"", rdev: int = 0) -> Node:
         self._writable(d)
         _check_name(name)
         self._live_dir(d)
@@ -254,29 +317,71 @@ class Workspace:
         self._settle_first(d, name)
         if d.id == ROOT_ID and kind != DIR:
             raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
-        node = self._new_node(kind, mode & 0o7777, uid, gid)
+        node = self._new_node(kind, mode & 0o7777, uid, gid, d.space)
         node.target = target
+        node.rdev = rdev
         self._attach(d, name, node)
         d.mtime_ns = d.ctime_ns = node.mtime_ns
+        self._touch(node)
+        return node
+
+    def link(self, node: Node, d: Node, name: bytes) -> Node:
+        """link(2): one more name for `node`. Its first second name moves it into the inode
+        table (its old name's row becomes a hard-link row)."""
+        self._writable(d)
+        _check_name(name)
+        self._live_dir(d)
+        if node.kind == DIR:
+            raise fail(errno.EPERM, "hard links to directories are not allowed")
+        if node.readonly or node.id in self.disk_only or node.space is not d.space:
+            raise fail(errno.EXDEV, "only files of the live tree can be linked")
+        if not self._alive(node):
+            raise fail(errno.ENOENT)
+        kids = self.children(d)
+        if name in kids:
+            raise fail(errno.EEXIST)
+        if d.id == ROOT_ID:
+            raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
+        self._settle_first(d, name)
+        if node.ikey is None:
+            node.ikey, node.links, node.row = new_inode_key(), {(node.parent, node.name)}, None
+            node.space.nodes[node.ikey] = node
+            self._touch(node.parent)  # its row there becomes a hard-link row
+        node.nlink += 1
+        self._attach(d, name, node)
+        d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
+        self._touch(d)
         self._touch(node)
         return node
 
     def _attach(self, d: Node, name: bytes, node: Node) -> None:
         self.children(d)[name] = node
         node.parent, node.name = d, name
+        if node.links is not None:
+            node.links.add((d, name))
+        if node.kind == DIR and d.nlink is not None:
+            d.nlink += 1
 
-    def _detach(self, node: Node) -> None:
-        parent = node.parent
-        if parent is not None and parent._children is not None:
-            parent._children.pop(node.name, None)
-        node.parent = None
+    def _detach(self, d: Node, name: bytes, node: Node) -> None:
+        """Take one name away; a linked inode keeps another of its loaded names as `parent`."""
+        kids = d._children
+        if kids is not None and kids.get(name) is node:
+            del kids[name]
+            if node.kind == DIR and d.nlink is not None:
+                d.nlink -= 1
+        if node.links is None:
+            node.parent = None
+            return
+        node.links.discard((d, name))
+        if node.parent is d and node.name == name:
+            node.parent, node.name = next(iter(node.links), (None, name))
 
     def unlink(self, d: Node, name: bytes) -> Node:
         self._writable(d)
         node = self.lookup(d, name)
         if node.kind == DIR:
             raise fail(errno.EISDIR)
-        self._remove(d, node)
+        self._remove(d, name, node)
         return node
 
     def rmdir(self, d: Node, name: bytes) -> Node:
@@ -288,14 +393,23 @@ class Workspace:
             raise fail(errno.ENOTDIR)
         if self.children(node):
             raise fail(errno.ENOTEMPTY)
-        self._remove(d, node)
+        self._remove(d, name, node)
+        node.nlink = 0  # an open handle on it sees it gone, as on Linux
         return node
 
-    def _remove(self, d: Node, node: Node) -> None:
-        self._settle_first(d, node.name)
+    def _remove(self, d: Node, name: bytes, node: Node) -> None:
+        self._settle_first(d, name)
         self._touch(d)
-        self._detach(node)
-        d.mtime_ns = d.ctime_ns = node.ctime_ns = time.time_ns()
+        self._detach(d, name, node)
+        d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
+        self._unname(node)
+
+    def _unname(self, node: Node) -> None:
+        """One name fewer for a file (unlink, or replaced by rename)."""
+        if node.kind != DIR:
+            node.nlink -= 1
+            if node.ikey is not None:
+                self._touch(node)
 
     def rename(self, od: Node, oname: bytes, nd: Node, nname: bytes, flags: int = 0) -> Node | None:
         """POSIX rename; returns the node it replaced (now detached), if any."""
@@ -323,10 +437,12 @@ class Workspace:
                 raise fail(errno.EPERM)
             self._touch(od)
             self._touch(nd)
-            self._detach(src)
-            self._detach(dst)
+            self._detach(od, oname, src)
+            self._detach(nd, nname, dst)
             self._attach(nd, nname, src)
             self._attach(od, oname, dst)
+            od.mtime_ns = od.ctime_ns = nd.mtime_ns = nd.ctime_ns = now = now_ns()
+            src.ctime_ns = dst.ctime_ns = now
             self._touch(src)
             self._touch(dst)
             return None
@@ -341,12 +457,15 @@ class Workspace:
                 raise fail(errno.EISDIR)
             if dst.kind == DIR and self.children(dst):
                 raise fail(errno.ENOTEMPTY)
-        now = time.time_ns()
+        now = now_ns()
         self._touch(od)
-        self._detach(src)
+        self._detach(od, oname, src)
         if dst is not None:
-            self._detach(dst)
+            self._detach(nd, nname, dst)
             dst.ctime_ns = now
+            if dst.kind == DIR:
+                dst.nlink = 0
+            self._unname(dst)
         self._attach(nd, nname, src)
         src.ctime_ns = now
         od.mtime_ns = od.ctime_ns = nd.mtime_ns = nd.ctime_ns = now
@@ -381,7 +500,7 @@ class Workspace:
         n = fd.write(off, data, self._fetch)
         self._dirty_bytes += len(data)
         self._dirty_files.add(f)
-        f.mtime_ns = f.ctime_ns = time.time_ns()
+        f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
         if self._dirty_bytes >= DIRTY_BYTES_SOON:
             self._urgent.set()
@@ -400,7 +519,7 @@ class Workspace:
             raise fail(errno.EFBIG)
         fd.truncate(size, self._fetch)
         self._dirty_files.add(f)
-        f.mtime_ns = f.ctime_ns = time.time_ns()
+        f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
 
     def stored_bytes(self, f: Node) -> int:
@@ -444,14 +563,14 @@ class Workspace:
             node.atime_ns = atime_ns
         if mtime_ns is not None:
             node.mtime_ns = mtime_ns
-        node.ctime_ns = time.time_ns()
+        node.ctime_ns = now_ns()
         self._touch(node)
 
     def set_xattr(self, node: Node, name: bytes, value: bytes) -> None:
         self._writable(node)
         self._not_root(node)
         node.xattrs[name] = value
-        node.ctime_ns = time.time_ns()
+        node.ctime_ns = now_ns()
         self._touch(node)
 
     def remove_xattr(self, node: Node, name: bytes) -> None:
@@ -459,7 +578,7 @@ class Workspace:
         if name not in node.xattrs:
             raise fail(errno.ENODATA)
         del node.xattrs[name]
-        node.ctime_ns = time.time_ns()
+        node.ctime_ns = now_ns()
         self._touch(node)
 
     # -- group commit ----------------------------------------------------------------
@@ -539,6 +658,8 @@ class Workspace:
         self._dirty_bytes = sum(f.data.dirty_bytes() for f in self._dirty_files)
 
     def _attached(self, node: Node) -> bool:
+        if node.ikey is not None:
+            return self._alive(node)
         while node.parent is not None:
             node = node.parent
         return node is self.root
@@ -550,12 +671,39 @@ class Workspace:
         if self.backing is not None:
             plan.intents = self.backing.intent_bytes()
         plan.root = self._snap_dir(self.root, plan)
+        self._snap_inodes(plan)
         return plan
+
+    def _snap_inodes(self, plan: _Plan) -> None:
+        """The changed rows of the live inode table (content jobs for dirty files)."""
+        space = plan.space = self.inodes
+        plan.table = space.table
+        if not space.changed:
+            return
+        if space.rows is None:
+            space.rows = self.store.inodes(space.table)
+        plan.inodes = []
+        for node in space.changed:
+            if not self._alive(node):
+                plan.inodes.append(_InodeJob(node, node.ver, node.ikey, None))
+            elif node.kind == FILE and (node.dirty or node.ref is None):
+                fjob = self._snap_file(node)
+                plan.jobs.append(fjob)
+                plan.inodes.append(_InodeJob(node, node.ver, node.ikey,
+                                             node.entry("", fjob.size), fjob))
+            else:
+                ref = name_to_str(node.target) if node.kind == LINK else node.ref or ""
+                plan.inodes.append(_InodeJob(node, node.ver, node.ikey,
+                                             node.entry(ref, node.size())))
+        plan.table_rows = dict(space.rows)
 
     def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
         entries: list[tuple[object, object]] = []
-        for child in self.children(d).values():
+        for name, child in self.children(d).items():
             if child.id in self.disk_only:
+                continue
+            if child.ikey is not None:  # a hard-linked inode: its row is in the inode table
+                entries.append((encode_row(hard_entry(name_to_str(name), child.ikey)), None))
                 continue
             if child.kind == DIR and (child.dirty or child.ref is None):
                 job = self._snap_dir(child, plan)
@@ -621,12 +769,28 @@ class Workspace:
                         else:
                             rows.append(e)
                     j.ref = tx.put_object(encode_rows(rows))
+            if plan.inodes is not None:
+                plan.table = self._write_inodes(tx, plan)
             _maybe_crash("after-objects")
             commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
-                                   plan.processes)
+                                   plan.processes, plan.table)
             if plan.intents is not None:
                 tx.put_intents(commit.id, plan.intents)
             return commit
+
+    @staticmethod
+    def _write_inodes(tx, plan: _Plan) -> str | None:
+        """Commit thread: the new inode table (None once no inode has a second name)."""
+        rows = plan.table_rows
+        for j in plan.inodes:
+            if j.entry is None:
+                rows.pop(j.key, None)
+                continue
+            if j.file is not None:
+                j.entry.ref = j.file.ref
+            rows[j.key] = j.entry
+        return tx.put_object(encode_inodes([encode_row(e) for e in rows.values()])) if rows \
+            else None
 
     def _apply(self, plan: _Plan) -> None:
         """Back on the loop: mark clean what did not change while the commit ran."""
@@ -646,6 +810,17 @@ class Workspace:
         for node, ver in plan.clean:
             if node.ver == ver:
                 node.dirty = False
+        space = plan.space
+        if plan.inodes is not None:
+            space.table, space.rows = plan.table, plan.table_rows
+            for j in plan.inodes:
+                node = j.node
+                if node.ver != j.ver:
+                    continue
+                space.changed.discard(node)
+                node.dirty = False
+                if j.entry is None:
+                    space.nodes.pop(j.key, None)
 
     # -- history ----------------------------------------------------------------------
     # The history operations hold the commit lock and move the branch head with no await
@@ -710,6 +885,12 @@ class Workspace:
         tree = self.store.commit(commit_id).tree
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []
+        old, self.inodes = self.inodes, Inodes(self.store.inode_table(commit_id))
+        for node in old.nodes.values():  # linked inodes are never kept (see _remap_dir)
+            node.parent, node.nlink = None, 0
+            inodes.append(node.id)
+        old.nodes.clear()
+        self.root.space, self.root.nlink = self.inodes, None
         self._remap_dir(self.root, tree, entries, inodes)
         self.root.ref, self.root.dirty = tree, False
         self.invalidate(entries, inodes)
@@ -719,7 +900,8 @@ class Workspace:
     def _remap_dir(self, d: Node, tree: str, entries: list, inodes: list) -> None:
         """Directories keep their inode (a shell's cwd survives an undo); a file or link
         whose committed form differs becomes a new inode, because with the writeback cache
-        the kernel keeps its own size and mtime for a cached regular file."""
+        the kernel keeps its own size and mtime for a cached regular file. A hard-linked inode
+        always becomes a new one: its other names may be in directories not loaded."""
         inodes.append(d.id)
         old = d._children
         d._children = None
@@ -734,19 +916,22 @@ class Workspace:
                 children_loaded = node._children
                 node.apply_entry(e)
                 node._children = children_loaded
+                node.space = d.space
                 self._remap_dir(node, e.ref, entries, inodes)
                 kids[name] = node
-            elif e is not None and e.kind == node.kind and _same(node, e):
+            elif e is not None and e.kind == node.kind and node.ikey is None and _same(node, e):
+                node.space = d.space
                 kids[name] = node
             else:
-                node.parent = None
+                node.parent, node.nlink = None, 0
                 self._empty_subtree(node, inodes)
                 entries.append((d.id, name))
                 inodes.append(node.id)
+        d._children = kids
         for name, e in fresh.items():
             if name not in kids:
                 kids[name] = self._node_from_entry(e, d)
-        d._children = kids
+        d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
 
     def _empty_subtree(self, node: Node, inodes: list) -> None:
         """A removed directory, and every directory below it that a shell may still be
@@ -755,6 +940,7 @@ class Workspace:
             return
         for child in node._children.values():
             inodes.append(child.id)
+            child.nlink = 0
             self._empty_subtree(child, inodes)
         node._children, node.ref = {}, None
 
@@ -764,12 +950,13 @@ class Workspace:
         Cached per place it is reached from (`place`, e.g. "branches/main"), never shared
         between two places: one directory inode under two names would make the kernel move
         its dentry (a shell's cwd would jump from history/ to branches/)."""
-        tree = self.store.commit(commit_id).tree
-        key = (place, tree)
+        tree, table = self.store.commit(commit_id).tree, self.store.inode_table(commit_id)
+        key = (place, tree, table)
         node = self._views.get(key)
         if node is None:
-            node = self._new_node(DIR, 0o555, 0, 0)
+            node = self._new_node(DIR, 0o555, 0, 0, Inodes(table))
             node.ref, node.dirty, node._children, node.readonly = tree, False, None, True
+            node.nlink = None
             if len(self._views) > 256:
                 self._views.clear()
             self._views[key] = node
@@ -822,5 +1009,5 @@ def _maybe_crash(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-__all__ = ["Workspace", "WorkspaceError", "Node", "ROOT_ID", "DIR", "FILE", "LINK",
+__all__ = ["Workspace", "WorkspaceError", "Node", "ROOT_ID", "DIR", "FILE", "LINK", "CHR", "BLK",
            "RENAME_NOREPLACE", "RENAME_EXCHANGE", "decode_manifest"]

@@ -34,15 +34,31 @@ from memfs.store.trees import (
     xattrs_to_store,
 )
 
-# The clock the kernel stamps UTIME_NOW and its own attribute updates with (current_time() on
-# a filesystem without multigrain timestamps, as FUSE is). Every time memfs sets comes from it
-# too, so `touch` after a create never goes back in time (a fine clock runs up to a tick ahead).
+# One clock with the kernel. The kernel stamps UTIME_NOW (touch) with current_time(): its coarse
+# wall clock, which since Linux 6.13 (multigrain timestamps) is also never below the fine times
+# it has handed to other filesystems. A fine clock runs up to a tick ahead of that, so a touch
+# after a memfs change went back in time; CLOCK_REALTIME_COARSE alone can lag the kernel's floor
+# by a tick, so a memfs change after a touch went back. memfs's clock is therefore the coarse
+# clock, never below the latest "now" the kernel has sent (any setattr time not in the future).
 CLOCK_REALTIME_COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5)
+_last_ns = 0  # loop thread only
 
 
 def now_ns() -> int:
-    """Now, in the kernel's coarse wall clock (its tick: a few ms)."""
-    return time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    """Now, for every time memfs sets: the kernel's coarse clock, never going back."""
+    global _last_ns
+    t = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    if t < _last_ns:
+        return _last_ns
+    _last_ns = t
+    return t
+
+
+def saw_kernel_time(t: int) -> None:
+    """A time the kernel sent (utimes): if it is a "now", later stamps must not be earlier."""
+    global _last_ns
+    if _last_ns < t <= time.time_ns():
+        _last_ns = t
 
 
 KIND_BITS = {DIR: stat.S_IFDIR, FILE: stat.S_IFREG, LINK: stat.S_IFLNK, FIFO: stat.S_IFIFO,

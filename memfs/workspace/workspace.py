@@ -44,7 +44,15 @@ from memfs.store.trees import (
     name_to_str,
     new_inode_key,
 )
-from memfs.workspace.nodes import FileData, Inodes, Node, WorkspaceError, fail, now_ns
+from memfs.workspace.nodes import (
+    FileData,
+    Inodes,
+    Node,
+    WorkspaceError,
+    fail,
+    now_ns,
+    saw_kernel_time,
+)
 
 log = logging.getLogger("memfs.workspace")
 
@@ -561,8 +569,10 @@ class Workspace:
             node.gid = gid
         if atime_ns is not None:
             node.atime_ns = atime_ns
+            saw_kernel_time(atime_ns)
         if mtime_ns is not None:
             node.mtime_ns = mtime_ns
+            saw_kernel_time(mtime_ns)
         node.ctime_ns = now_ns()
         self._touch(node)
 

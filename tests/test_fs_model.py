@@ -87,9 +87,9 @@ def links(root: Path) -> dict[str, tuple[int, tuple[str, ...]]]:
             stats[os.path.relpath(p, root)] = os.lstat(p)
     stats["."] = os.lstat(root)
     by_ino: dict[int, list[str]] = {}
-    for rel, st in stats.items():
-        by_ino.setdefault(st.st_ino, []).append(rel)
-    return {rel: (st.st_nlink, tuple(sorted(by_ino[st.st_ino]))) for rel, st in stats.items()}
+    for rel, s in stats.items():
+        by_ino.setdefault(s.st_ino, []).append(rel)
+    return {rel: (s.st_nlink, tuple(sorted(by_ino[s.st_ino]))) for rel, s in stats.items()}
 
 
 def read_file(path: str) -> bytes:

@@ -7,6 +7,7 @@ sockets and devices are kept with their type and st_rdev; directories count 2 + 
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sqlite3
@@ -133,6 +134,9 @@ def test_links_survive_undo_restore_branch_switch_and_show_in_views(mounted) -> 
                  mounted.mnt / ".memfs" / "branches" / "main" / "work"):
         vf, vg = view / "a" / "f", view / "g"
         assert vf.read_bytes() == b"v1" and shared(vf, vg) and os.lstat(vg).st_nlink == 2
+        with pytest.raises(OSError) as exc:  # a view's file is not the live tree's to link
+            os.link(vf, w / "from-history")
+        assert exc.value.errno == errno.EXDEV
     mounted.cli("branch", "create", "side")
     g.unlink()
     (w / "new").write_bytes(b"n")

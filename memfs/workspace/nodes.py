@@ -16,6 +16,7 @@ import itertools
 import stat
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import (
@@ -33,6 +34,9 @@ from memfs.store.trees import (
     xattrs_from_store,
     xattrs_to_store,
 )
+
+if TYPE_CHECKING:
+    from memfs.workspace.inodes import Inodes
 
 # One clock with the kernel. The kernel stamps UTIME_NOW (touch) with current_time(): its coarse
 # wall clock, which since Linux 6.13 (multigrain timestamps) is also never below the fine times
@@ -166,21 +170,6 @@ class FileData:
         self.size = size
 
 
-class Inodes:
-    """The hard-linked inodes of one tree (the live tree's, or one history view's), kept in its
-    commit's inode table. A node in here is one inode under several names: `nodes` holds every
-    one loaded, so a second name found later is the same Node; `changed` those whose table row
-    the next commit rewrites (or drops, at link count 0). Loop thread only."""
-
-    __slots__ = ("table", "rows", "nodes", "changed")
-
-    def __init__(self, table: str | None) -> None:
-        self.table = table  # the committed table's object id
-        self.rows: dict[str, Entry] | None = None  # its rows, decoded on first use
-        self.nodes: dict[str, Node] = {}
-        self.changed: set[Node] = set()
-
-
 class Node:
     __slots__ = (
         "id", "kind", "mode", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "xattrs",
@@ -212,7 +201,7 @@ class Node:
         # (entries of older stores do not record it: counted when the listing is loaded).
         self.nlink: int | None = 2 if kind == DIR else 1
         self.ikey: str | None = None  # its inode-table key, once it has had a second name
-        self.space: Inodes | None = None  # the tree it belongs to (whose inode table)
+        self.space: Inodes | None = None  # the tree it belongs to (memfs.workspace.inodes)
         self.links: set[tuple[Node, bytes]] | None = None  # linked: the names loaded so far
 
     @property

@@ -35,7 +35,6 @@ from memfs.store.trees import (
     Entry,
     decode_dir,
     decode_manifest,
-    encode_inodes,
     encode_manifest,
     encode_row,
     encode_rows,
@@ -44,9 +43,9 @@ from memfs.store.trees import (
     name_to_str,
     new_inode_key,
 )
+from memfs.workspace.inodes import Inodes, TablePlan
 from memfs.workspace.nodes import (
     FileData,
-    Inodes,
     Node,
     WorkspaceError,
     fail,
@@ -91,18 +90,6 @@ class _DirJob:
 
 
 @dataclass
-class _InodeJob:
-    """One changed row of the inode table: the entry (its ref filled in from `file` once the
-    content is written), or None to drop the row (its last name is gone)."""
-
-    node: Node
-    ver: int
-    key: str
-    entry: Entry | None
-    file: _FileJob | None = None
-
-
-@dataclass
 class _Plan:
     jobs: list[object] = field(default_factory=list)
     root: _DirJob | None = None
@@ -110,10 +97,7 @@ class _Plan:
     seq: int = 0
     processes: list[dict] = field(default_factory=list)
     intents: dict[str, bytes] | None = None  # backed mounts' branch intent (backing.py)
-    space: Inodes | None = None
-    table: str | None = None  # the inode table the commit names (the committed one if unchanged)
-    inodes: list[_InodeJob] | None = None  # the table's changed rows (None: table unchanged)
-    table_rows: dict[str, Entry] | None = None  # the new table (set by the commit thread)
+    inodes: TablePlan | None = None  # the inode table's part (memfs.workspace.inodes)
 
 
 class Workspace:
@@ -186,9 +170,7 @@ class Workspace:
         space = d.space
         node = space.nodes.get(key)
         if node is None:
-            if space.rows is None:
-                space.rows = self.store.inodes(space.table)
-            e = space.rows.get(key)
+            e = space.load_rows(self.store).get(key)
             if e is None:
                 raise fail(errno.EIO, f"{name_to_str(d.path() + b'/' + name)} names inode {key}, "
                                       "which its commit's inode table lacks: run `memfs fsck`")
@@ -681,31 +663,9 @@ class Workspace:
         if self.backing is not None:
             plan.intents = self.backing.intent_bytes()
         plan.root = self._snap_dir(self.root, plan)
-        self._snap_inodes(plan)
+        plan.inodes = self.inodes.snapshot(self.store, self._alive, self._snap_file)
+        plan.jobs.extend(plan.inodes.file_jobs)
         return plan
-
-    def _snap_inodes(self, plan: _Plan) -> None:
-        """The changed rows of the live inode table (content jobs for dirty files)."""
-        space = plan.space = self.inodes
-        plan.table = space.table
-        if not space.changed:
-            return
-        if space.rows is None:
-            space.rows = self.store.inodes(space.table)
-        plan.inodes = []
-        for node in space.changed:
-            if not self._alive(node):
-                plan.inodes.append(_InodeJob(node, node.ver, node.ikey, None))
-            elif node.kind == FILE and (node.dirty or node.ref is None):
-                fjob = self._snap_file(node)
-                plan.jobs.append(fjob)
-                plan.inodes.append(_InodeJob(node, node.ver, node.ikey,
-                                             node.entry("", fjob.size), fjob))
-            else:
-                ref = name_to_str(node.target) if node.kind == LINK else node.ref or ""
-                plan.inodes.append(_InodeJob(node, node.ver, node.ikey,
-                                             node.entry(ref, node.size())))
-        plan.table_rows = dict(space.rows)
 
     def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
         entries: list[tuple[object, object]] = []
@@ -779,28 +739,13 @@ class Workspace:
                         else:
                             rows.append(e)
                     j.ref = tx.put_object(encode_rows(rows))
-            if plan.inodes is not None:
-                plan.table = self._write_inodes(tx, plan)
+            plan.inodes.write(tx)
             _maybe_crash("after-objects")
             commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
-                                   plan.processes, plan.table)
+                                   plan.processes, plan.inodes.table)
             if plan.intents is not None:
                 tx.put_intents(commit.id, plan.intents)
             return commit
-
-    @staticmethod
-    def _write_inodes(tx, plan: _Plan) -> str | None:
-        """Commit thread: the new inode table (None once no inode has a second name)."""
-        rows = plan.table_rows
-        for j in plan.inodes:
-            if j.entry is None:
-                rows.pop(j.key, None)
-                continue
-            if j.file is not None:
-                j.entry.ref = j.file.ref
-            rows[j.key] = j.entry
-        return tx.put_object(encode_inodes([encode_row(e) for e in rows.values()])) if rows \
-            else None
 
     def _apply(self, plan: _Plan) -> None:
         """Back on the loop: mark clean what did not change while the commit ran."""
@@ -820,17 +765,7 @@ class Workspace:
         for node, ver in plan.clean:
             if node.ver == ver:
                 node.dirty = False
-        space = plan.space
-        if plan.inodes is not None:
-            space.table, space.rows = plan.table, plan.table_rows
-            for j in plan.inodes:
-                node = j.node
-                if node.ver != j.ver:
-                    continue
-                space.changed.discard(node)
-                node.dirty = False
-                if j.entry is None:
-                    space.nodes.pop(j.key, None)
+        plan.inodes.apply()
 
     # -- history ----------------------------------------------------------------------
     # The history operations hold the commit lock and move the branch head with no await

@@ -12,6 +12,7 @@ import os
 import socket
 import sqlite3
 import stat
+import subprocess
 import threading
 from pathlib import Path
 
@@ -301,3 +302,34 @@ def test_no_change_carries_an_earlier_time_than_the_one_before(mounted) -> None:
                 backwards.append((i, a, b, sa.st_mtime_ns - sb.st_mtime_ns,
                                   sa.st_ctime_ns - sb.st_ctime_ns))
     assert not backwards, f"{len(backwards)} steps went back in time, e.g. {backwards[:5]}"
+
+
+def test_git_clone_local_and_cp_al_hard_link_through_the_mount(mounted) -> None:
+    """The tools that hard-link (git clone --local, cp -al) work as on a native directory."""
+    mounted.require_real()
+    w = mounted.work
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+    def git(*args: str, cwd: Path) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
+                              text=True).stdout
+
+    (w / "src").mkdir()
+    git("init", "-q", cwd=w / "src")
+    for i in range(3):
+        (w / "src" / f"f{i}").write_text(f"{i}\n")
+        git("add", f"f{i}", cwd=w / "src")
+        git("commit", "-qm", f"c{i}", cwd=w / "src")
+    git("clone", "-q", "--local", "src", "clone", cwd=w)
+    shared_objects = [p for p in (w / "clone" / ".git" / "objects").rglob("*")
+                      if p.is_file() and os.lstat(p).st_nlink == 2]
+    assert len(shared_objects) >= 9  # 3 commits, 3 trees, 3 blobs, each also in src
+    git("fsck", "--strict", cwd=w / "clone")
+    assert git("log", "--oneline", cwd=w / "clone").count("\n") == 3
+    subprocess.run(["cp", "-al", str(w / "src"), str(w / "copy")], check=True)
+    assert os.lstat(w / "copy" / "f0").st_ino == os.lstat(w / "src" / "f0").st_ino
+    mounted.remount()
+    git("fsck", "--strict", cwd=w / "clone")
+    assert os.lstat(w / "copy" / "f1").st_nlink == 2
+    fsck(mounted)

@@ -1,7 +1,8 @@
 """Model-based test: random POSIX call sequences on memfs and on a native dir, side by side.
 
 The native directory is the model. After every call, both sides must have returned the same
-thing (value or errno) and show the same tree (types, modes, sizes, bytes, link targets).
+thing (value or errno) and show the same tree (types, modes, sizes, bytes, link targets), the
+same link counts, and the same names sharing one inode (hard links).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import ctypes
 import errno
 import itertools
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,7 +56,7 @@ def outcome(fn: Callable[[], object]) -> tuple[str, object]:
 def write_at(path: str, offset: int, payload: bytes, flags: int, trunc_on_open: bool) -> int:
     """Write at `offset` (-1: at the fd's position); O_TRUNC either in open or as ftruncate."""
     open_flags = flags if trunc_on_open else flags & ~os.O_TRUNC
-    fd = os.open(path, os.O_WRONLY | open_flags)
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | open_flags)
     try:
         if flags & os.O_TRUNC and not trunc_on_open:
             os.ftruncate(fd, 0)
@@ -64,20 +66,35 @@ def write_at(path: str, offset: int, payload: bytes, flags: int, trunc_on_open: 
 
 
 def create(path: str, mode: int) -> None:
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+    os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CREAT | os.O_EXCL, mode))
 
 
 def fsync_path(path: str) -> None:
     """fsync a file or a directory: forces a commit in memfs, between the other operations."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
+def links(root: Path) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """Each path's st_nlink and the paths sharing its inode (hard links), for comparison."""
+    stats = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            stats[os.path.relpath(p, root)] = os.lstat(p)
+    stats["."] = os.lstat(root)
+    by_ino: dict[int, list[str]] = {}
+    for rel, s in stats.items():
+        by_ino.setdefault(s.st_ino, []).append(rel)
+    return {rel: (s.st_nlink, tuple(sorted(by_ino[s.st_ino]))) for rel, s in stats.items()}
+
+
 def read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: opens, reads nothing
+    with open(fd, "rb") as f:
         return f.read()
 
 
@@ -147,6 +164,20 @@ def run_model(mount_base: Path, native_base: Path, max_examples: int) -> None:
         def symlink(self, p: str, link: str) -> None:
             self.both(lambda r: os.symlink(link, r / p))
 
+        @rule(src=paths, dst=paths)
+        def link(self, src: str, dst: str) -> None:
+            self.both(lambda r: os.link(r / src, r / dst, follow_symlinks=False))
+
+        @rule(p=paths, mode=modes)
+        def mkfifo(self, p: str, mode: int) -> None:
+            self.both(lambda r: os.mkfifo(r / p, mode))
+
+        # No devices here: memfs is mounted nodev (as FUSE mounts are), so opening one is EACCES
+        # where the native directory would open it (test_fs_links covers devices).
+        @rule(p=paths, mode=modes, kind=st.sampled_from([stat.S_IFREG, stat.S_IFSOCK]))
+        def mknod(self, p: str, mode: int, kind: int) -> None:
+            self.both(lambda r: os.mknod(r / p, mode | kind, os.makedev(1, 7)))
+
         @rule(p=paths, mode=modes)
         def chmod(self, p: str, mode: int) -> None:
             self.both(lambda r: os.chmod(r / p, mode))
@@ -163,10 +194,17 @@ def run_model(mount_base: Path, native_base: Path, max_examples: int) -> None:
         def listdir(self, p: str) -> None:
             self.both(lambda r: sorted(os.listdir(r / p)))
 
+        @rule(p=paths)
+        def stat(self, p: str) -> None:
+            self.both(lambda r: (lambda s: (s.st_mode, s.st_nlink, s.st_size, s.st_rdev))(
+                os.lstat(r / p)))
+
         @invariant()
         def same_tree(self) -> None:
             got, want = snapshot(self.m), snapshot(self.n)
             assert got == want, "\n".join(diff_snapshots(got, want))
+            got_links, want_links = links(self.m), links(self.n)
+            assert got_links == want_links, "\n".join(diff_snapshots(got_links, want_links))
 
     run_state_machine_as_test(
         SideBySide,

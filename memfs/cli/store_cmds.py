@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_branch)
 
-    p = sub.add_parser("fsck", help="check that every commit's objects and chunks exist")
+    p = sub.add_parser("fsck", help="check every commit's objects, chunks and link counts")
     add_json_flag(p)
     p.set_defaults(func=cmd_fsck)
 

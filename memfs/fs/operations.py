@@ -21,8 +21,8 @@ from memfs.fs.memory_view import MemDir, MemError, MemFile, MemoryView
 from memfs.fs.virtual import VDir, VFile, VirtualTree
 from memfs.workspace.agent_memory import open_memory
 from memfs.workspace.attribution import CURRENT
-from memfs.workspace.nodes import Node, WorkspaceError
-from memfs.workspace.workspace import DIR, FILE, LINK, ROOT_ID, Workspace
+from memfs.workspace.nodes import KIND_OF_MODE, Node, WorkspaceError
+from memfs.workspace.workspace import BLK, CHR, DIR, FILE, LINK, ROOT_ID, Workspace
 
 log = logging.getLogger("memfs.fs")
 
@@ -120,8 +120,10 @@ class MemfsOperations(pyfuse3.Operations):
             a.st_mode = node.st_mode()
             if node.readonly:
                 a.st_mode &= ~0o222
-            # An unlinked node still open somewhere has no name left: nlink 0, as Linux says.
-            a.st_nlink = 1 if node.parent is not None or node.id == ROOT_ID or node.readonly else 0
+            # Exact link counts: a file's names (0 once unlinked but still open), a directory's
+            # 2 + subdirectories (0 once removed), as ext4 says.
+            a.st_nlink = self.ws.dir_nlink(node) if node.kind == DIR else node.nlink
+            a.st_rdev = node.rdev
             if node.readonly:  # views of branches move with the branch head: never cached;
                 # a past commit's never changes
                 a.entry_timeout = a.attr_timeout = HISTORY_TIMEOUT if \
@@ -298,7 +300,7 @@ class MemfsOperations(pyfuse3.Operations):
         return node.target
 
     # -- namespace changes -----------------------------------------------------------
-    def _new(self, parent_inode, name, kind, mode, ctx, target=b"") -> Node:
+    def _new(self, parent_inode, name, kind, mode, ctx, target=b"", rdev=0) -> Node:
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
         if parent.id == ROOT_ID and name == CONTROL_NAME:
@@ -309,7 +311,7 @@ class MemfsOperations(pyfuse3.Operations):
             gid = parent.gid
             if kind == DIR:
                 mode |= stat.S_ISGID
-        node = self.ws.create(parent, name, kind, mode, ctx.uid, gid, target)
+        node = self.ws.create(parent, name, kind, mode, ctx.uid, gid, target, rdev)
         if self.ws.backing is not None and kind == FILE:
             self.ws.backing.note_created(node, node.path())
         return node
@@ -326,10 +328,14 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        if not stat.S_ISREG(mode):
-            raise pyfuse3.FUSEError(errno.EPERM)
+        """Regular files, FIFOs, sockets (bind) and devices: memfs keeps them; the kernel
+        checks CAP_MKNOD before asking and opens FIFOs and devices itself."""
+        kind = KIND_OF_MODE.get(stat.S_IFMT(mode))
+        if kind is None or kind in (DIR, LINK):
+            raise pyfuse3.FUSEError(errno.EINVAL)
         await self._enter(ctx)
-        return self._counted(self._new(parent_inode, name, FILE, mode, ctx))
+        return self._counted(self._new(parent_inode, name, kind, mode, ctx,
+                                       rdev=rdev if kind in (CHR, BLK) else 0))
 
     @_guard
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -347,7 +353,18 @@ class MemfsOperations(pyfuse3.Operations):
 
     @_guard
     async def link(self, inode, new_parent_inode, new_name, ctx):
-        raise pyfuse3.FUSEError(errno.EPERM)
+        node = self._node(inode)
+        if not isinstance(node, Node):
+            raise pyfuse3.FUSEError(errno.EXDEV)  # .memfs/ files are generated, not stored
+        await self._enter(ctx)
+        parent = self._wnode(new_parent_inode)
+        self._ctx(ctx)
+        if parent.id == ROOT_ID and new_name == CONTROL_NAME:
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        self.ws.link(node, parent, new_name)
+        if self.ws.backing is not None and node.kind == FILE:
+            self.ws.backing.note_created(node, parent.path() + b"/" + new_name)
+        return self._counted(node)
 
     @_guard
     async def unlink(self, parent_inode, name, ctx):
@@ -543,7 +560,8 @@ class MemfsOperations(pyfuse3.Operations):
         # The kernel takes no reference for "." and "..", so they are not counted.
         for i in range(max(0, start_id - 2), len(snap)):
             name, node = snap[i]
-            if isinstance(node, Node) and isinstance(dir_node, Node) and node.parent is not dir_node:
+            if isinstance(node, Node) and isinstance(dir_node, Node) and \
+                    self.ws.children(dir_node).get(name) is not node:
                 continue  # removed since the snapshot
             if not pyfuse3.readdir_reply(token, name, self._attr(node), i + 3):
                 return

@@ -21,7 +21,16 @@ from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
 from memfs.store import db
 from memfs.store.chunks import ChunkStore
-from memfs.store.trees import DIR, FILE, LINK, decode_dir, decode_manifest, encode_dir, object_id
+from memfs.store.trees import (
+    DIR,
+    FILE,
+    HARD,
+    Entry,
+    decode_inodes,
+    decode_manifest,
+    encode_dir,
+    object_id,
+)
 
 DEFAULT_BRANCH = "main"
 EMPTY_TREE = encode_dir([])
@@ -31,6 +40,12 @@ BINDING_KEY = "backing:"  # meta key prefix: a store mount's backing directory (
 # intent bytes}, so it rewinds with undo and branch switch exactly as the tree does.
 INTENT_SCHEMA = """
 CREATE TABLE IF NOT EXISTS commit_intents (commit_id TEXT PRIMARY KEY, data TEXT NOT NULL);
+"""
+
+# The inode table of a commit whose tree has hard-linked inodes (memfs.store.trees): absent for
+# every other commit, so stores made before hard links read unchanged.
+INODES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS commit_inodes (commit_id TEXT PRIMARY KEY, inodes TEXT NOT NULL);
 """
 
 
@@ -56,6 +71,18 @@ class StoreError(MemfsError):
     pass
 
 
+@dataclass(frozen=True)
+class Refs:
+    """What one entry or one commit holds on to. GC's mark phase and fsck both follow these,
+    so a new kind of reference is added here once (Store.references)."""
+
+    trees: tuple[str, ...] = ()  # directory objects, each to be walked in turn
+    objects: tuple[str, ...] = ()  # other objects: file manifests, an inode table, intents
+    chunks: tuple[str, ...] = ()  # content chunks (a manifest's included)
+    inode: str | None = None  # the inode-table key a hard-link row names
+    inodes: tuple[Entry, ...] = ()  # a commit's inode-table rows, each followed like an entry
+
+
 class Transaction:
     """One durable step: chunks, objects, a commit. Used only by the writer."""
 
@@ -74,17 +101,21 @@ class Transaction:
         return oid
 
     def add_commit(
-        self, parent: str | None, tree: str, branch: str, message: str, processes: list[dict]
+        self, parent: str | None, tree: str, branch: str, message: str, processes: list[dict],
+        inodes: str | None = None,
     ) -> Commit:
+        """`inodes`: the object id of the tree's inode table, when it has hard links."""
         now = time.time_ns()
         seq = self.conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM commits").fetchone()[0]
-        body = json.dumps([parent, tree, branch, now, message, seq]).encode()
-        cid = object_id(body)
+        body = json.dumps([parent, tree, branch, now, message, seq] + ([inodes] if inodes else []))
+        cid = object_id(body.encode())
         procs = json.dumps(processes)
         self.conn.execute(
             "INSERT INTO commits VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (cid, seq, parent, tree, branch, now, message, procs),
         )
+        if inodes:
+            self.conn.execute("INSERT INTO commit_inodes VALUES (?, ?)", (cid, inodes))
         self.conn.execute(
             "INSERT INTO branches (name, head) VALUES (?, ?) "
             "ON CONFLICT(name) DO UPDATE SET head = excluded.head",
@@ -111,6 +142,7 @@ class Store:
 
             db.create_schema(self._writer)
             self._writer.executescript(INTENT_SCHEMA)
+            self._writer.executescript(INODES_SCHEMA)
             history.create_schema(self._writer)
             fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
         self._reader = db.connect(self.db_path, readonly=readonly)
@@ -335,38 +367,45 @@ class Store:
             cid = self.commit(cid).parent
         return {}
 
-    # -- consistency ---------------------------------------------------------------
+    # -- references and consistency ---------------------------------------------------
+    def inode_table(self, commit_id: str) -> str | None:
+        """The object id of a commit's inode table (None: the tree has no hard links)."""
+        rows = self._query("SELECT inodes FROM commit_inodes WHERE commit_id = ?", (commit_id,))
+        return rows[0][0] if rows else None
+
+    def inodes(self, table: str | None) -> dict[str, Entry]:
+        """An inode table's rows by inode key ({} for None)."""
+        return decode_inodes(self.read_object(table)) if table else {}
+
+    def references(self, item: Entry | Commit) -> Refs:
+        """Everything one directory entry or one commit references directly (a manifest's
+        chunks included). The one place that knows the store's kinds of reference."""
+        if isinstance(item, Commit):
+            table = self.inode_table(item.id)
+            intents = self._query("SELECT data FROM commit_intents WHERE commit_id = ?",
+                                  (item.id,))
+            held = tuple(json.loads(intents[0][0]).values()) if intents else ()
+            return Refs(trees=(item.tree,), objects=((table,) if table else ()) + held,
+                        inodes=tuple(self.inodes(table).values()))
+        if item.kind == DIR:
+            return Refs(trees=(item.ref,))
+        if item.kind == FILE:
+            chunks = tuple(self.file_chunks(item.ref).values())
+            return Refs(objects=(item.ref[2:],) if item.ref.startswith("m:") else (),
+                        chunks=chunks)
+        if item.kind == HARD:
+            return Refs(inode=item.ref)
+        return Refs()  # symlinks and special files hold only their own row
+
     def fsck(self) -> list[str]:
-        """Every branch, checkpoint and commit names trees whose objects and chunks exist."""
-        problems: list[str] = []
-        seen: set[str] = set()
-        for (tree,) in self._query("SELECT tree FROM commits"):
-            self._check_tree(tree, seen, problems)
+        """Objects, chunks and link counts of every commit (memfs.store.fsck)."""
+        from memfs.store.fsck import check_store
+
+        problems = check_store(self)
         for name, head in self.branches().items():
             if not self._query("SELECT 1 FROM commits WHERE id = ?", (head,)):
                 problems.append(f"branch {name} points at missing commit {head}")
         return problems
-
-    def _check_tree(self, oid: str, seen: set[str], problems: list[str]) -> None:
-        if oid in seen:
-            return
-        seen.add(oid)
-        try:
-            entries = decode_dir(self.read_object(oid))
-        except Exception as exc:  # noqa: BLE001 - fsck reports, never raises
-            problems.append(f"tree {oid}: {exc}")
-            return
-        for e in entries:
-            if e.kind == DIR:
-                self._check_tree(e.ref, seen, problems)
-            elif e.kind == FILE:
-                for chunk in self.file_chunks(e.ref).values():
-                    try:
-                        self.read_chunk(chunk)
-                    except (KeyError, OSError) as exc:
-                        problems.append(f"{e.name}: {exc}")
-            elif e.kind != LINK:
-                problems.append(f"{e.name}: unknown kind {e.kind!r}")
 
     def file_chunks(self, ref: str) -> dict[int, str]:
         if not ref:

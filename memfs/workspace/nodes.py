@@ -14,10 +14,60 @@ from __future__ import annotations
 import errno
 import itertools
 import stat
+import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from memfs.store.chunks import CHUNK_SIZE
-from memfs.store.trees import DIR, FILE, LINK, Entry, xattrs_from_store, xattrs_to_store
+from memfs.store.trees import (
+    BLK,
+    CHR,
+    DIR,
+    FIFO,
+    FILE,
+    LINK,
+    SOCK,
+    SPECIAL,
+    Entry,
+    name_to_bytes,
+    name_to_str,
+    xattrs_from_store,
+    xattrs_to_store,
+)
+
+if TYPE_CHECKING:
+    from memfs.workspace.inodes import Inodes
+
+# One clock with the kernel. The kernel stamps UTIME_NOW (touch) with current_time(): its coarse
+# wall clock, which since Linux 6.13 (multigrain timestamps) is also never below the fine times
+# it has handed to other filesystems. A fine clock runs up to a tick ahead of that, so a touch
+# after a memfs change went back in time; CLOCK_REALTIME_COARSE alone can lag the kernel's floor
+# by a tick, so a memfs change after a touch went back. memfs's clock is therefore the coarse
+# clock, never below the latest "now" the kernel has sent (any setattr time not in the future).
+CLOCK_REALTIME_COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5)
+_last_ns = 0  # loop thread only
+
+
+def now_ns() -> int:
+    """Now, for every time memfs sets: the kernel's coarse clock, never going back."""
+    global _last_ns
+    t = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    if t < _last_ns:
+        return _last_ns
+    _last_ns = t
+    return t
+
+
+def saw_kernel_time(t: int) -> None:
+    """A time the kernel sent (utimes): if it is a "now", later stamps must not be earlier."""
+    global _last_ns
+    if _last_ns < t <= time.time_ns():
+        _last_ns = t
+
+
+KIND_BITS = {DIR: stat.S_IFDIR, FILE: stat.S_IFREG, LINK: stat.S_IFLNK, FIFO: stat.S_IFIFO,
+             SOCK: stat.S_IFSOCK, CHR: stat.S_IFCHR, BLK: stat.S_IFBLK}
+KIND_OF_MODE = {bits: kind for kind, bits in KIND_BITS.items()}
 
 
 class WorkspaceError(OSError):
@@ -124,7 +174,7 @@ class Node:
     __slots__ = (
         "id", "kind", "mode", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "xattrs",
         "parent", "name", "ref", "dirty", "ver", "_children", "data", "target", "readonly",
-        "_data_loaded", "row",
+        "_data_loaded", "row", "rdev", "nlink", "ikey", "space", "links",
     )
 
     def __init__(self, nid: int, kind: str, mode: int, uid: int, gid: int, now_ns: int) -> None:
@@ -146,20 +196,28 @@ class Node:
         self.target = b""
         self.readonly = False
         self.row: tuple | None = None  # (name, encoded row) while clean: see encode_rows
+        self.rdev = 0  # character and block devices
+        # Names of a file (0 once unlinked); a directory's 2 + subdirectories, None until known
+        # (entries of older stores do not record it: counted when the listing is loaded).
+        self.nlink: int | None = 2 if kind == DIR else 1
+        self.ikey: str | None = None  # its inode-table key, once it has had a second name
+        self.space: Inodes | None = None  # the tree it belongs to (memfs.workspace.inodes)
+        self.links: set[tuple[Node, bytes]] | None = None  # linked: the names loaded so far
 
     @property
     def is_dir(self) -> bool:
         return self.kind == DIR
 
     def st_mode(self) -> int:
-        kind_bits = {DIR: stat.S_IFDIR, FILE: stat.S_IFREG, LINK: stat.S_IFLNK}[self.kind]
-        return kind_bits | (self.mode & 0o7777)
+        return KIND_BITS[self.kind] | (self.mode & 0o7777)
 
     def size(self) -> int:
         if self.kind == FILE:
             return self.data.size if self.data is not None else 0
         if self.kind == LINK:
             return len(self.target)
+        if self.kind in SPECIAL:
+            return 0
         return 4096
 
     def path(self) -> bytes:
@@ -171,11 +229,15 @@ class Node:
         return b"/".join(reversed(parts))
 
     def entry(self, ref: str, size: int) -> Entry:
-        from memfs.store.trees import name_to_str
-
+        """Its row in its directory, or (linked) in the inode table under its key."""
+        if self.kind in SPECIAL:
+            ref = str(self.rdev) if self.rdev else ""
+        name = self.ikey if self.ikey is not None else name_to_str(self.name)
+        nlink = self.nlink if self.kind == DIR or self.ikey is not None else None
         return Entry(
-            name_to_str(self.name), self.kind, self.mode & 0o7777, self.uid, self.gid,
+            name, self.kind, self.mode & 0o7777, self.uid, self.gid,
             self.mtime_ns, self.ctime_ns, size, ref, xattrs_to_store(self.xattrs), self.atime_ns,
+            nlink,
         )
 
     def apply_entry(self, e: Entry) -> None:
@@ -188,10 +250,12 @@ class Node:
         self.ref = e.ref
         self.dirty = False
         self.row = None
+        if e.nlink is not None or self.kind == DIR:
+            self.nlink = e.nlink
         if self.kind == LINK:
-            from memfs.store.trees import name_to_bytes
-
             self.target = name_to_bytes(e.ref)
+        elif self.kind in SPECIAL:
+            self.rdev = int(e.ref or 0)
         elif self.kind == DIR:
             self._children = None
         elif self.kind == FILE:

@@ -29,8 +29,11 @@ from memfs.store import Store, history
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
 from memfs.store.trees import (
+    BLK,
+    CHR,
     DIR,
     FILE,
+    HARD,
     LINK,
     Entry,
     decode_dir,
@@ -38,12 +41,22 @@ from memfs.store.trees import (
     encode_manifest,
     encode_row,
     encode_rows,
+    hard_entry,
     name_to_bytes,
     name_to_str,
+    new_inode_key,
 )
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.history_ops import HistoryOps
-from memfs.workspace.nodes import FileData, Node, WorkspaceError, fail
+from memfs.workspace.inodes import Inodes, TablePlan
+from memfs.workspace.nodes import (
+    FileData,
+    Node,
+    WorkspaceError,
+    fail,
+    now_ns,
+    saw_kernel_time,
+)
 
 log = logging.getLogger("memfs.workspace")
 
@@ -90,6 +103,7 @@ class _Plan:
     processes: list[dict] = field(default_factory=list)
     ops: list[OpRecord] = field(default_factory=list)  # in the order of their last change
     intents: dict[str, bytes] | None = None  # backed mounts' branch intent (backing.py)
+    inodes: TablePlan | None = None  # the inode table's part (memfs.workspace.inodes)
 
 
 class Workspace(HistoryOps):
@@ -100,7 +114,8 @@ class Workspace(HistoryOps):
         self.head = store.head(self.branch)
         self.nodes: dict[int, Node] = {}
         self._next_id = ROOT_ID
-        self.root = self._load_root(store.commit(self.head).tree)
+        self.inodes = Inodes(store.inode_table(self.head))  # the live tree's linked inodes
+        self.root = self._load_root(store.commit(self.head).tree, self.inodes)
         self.invalidate: Invalidator = lambda entries, inodes: None
         self.mutation_seq = 0
         self.durable_seq = 0
@@ -140,22 +155,46 @@ class Workspace(HistoryOps):
         self._next_id += 1
         return nid
 
-    def _new_node(self, kind: str, mode: int, uid: int, gid: int) -> Node:
-        node = Node(self._new_id(), kind, mode, uid, gid, time.time_ns())
+    def _new_node(self, kind: str, mode: int, uid: int, gid: int, space: Inodes | None) -> Node:
+        node = Node(self._new_id(), kind, mode, uid, gid, now_ns())
+        node.space = space
         self.nodes[node.id] = node
         return node
 
-    def _load_root(self, tree: str) -> Node:
+    def _load_root(self, tree: str, space: Inodes) -> Node:
         # The mount root belongs to whoever runs the daemon, as any mountpoint would.
-        root = self._new_node(DIR, 0o755, os.getuid(), os.getgid())
-        root.ref, root.dirty, root._children = tree, False, None
+        root = self._new_node(DIR, 0o755, os.getuid(), os.getgid(), space)
+        root.ref, root.dirty, root._children, root.nlink = tree, False, None, None
         return root
 
     def _node_from_entry(self, e: Entry, parent: Node) -> Node:
-        node = self._new_node(e.kind, e.mode, e.uid, e.gid)
+        """The node of one directory row; a hard-link row's is its inode's (one per tree)."""
+        name = name_to_bytes(e.name)
+        if e.kind == HARD:
+            return self._linked(parent, name, e.ref)
+        node = self._new_node(e.kind, e.mode, e.uid, e.gid, parent.space)
         node.apply_entry(e)
-        node.parent, node.name = parent, name_to_bytes(e.name)
+        node.parent, node.name = parent, name
         node.readonly = parent.readonly
+        return node
+
+    def _linked(self, d: Node, name: bytes, key: str) -> Node:
+        space = d.space
+        node = space.nodes.get(key)
+        if node is None:
+            e = space.load_rows(self.store).get(key)
+            if e is None:
+                raise fail(errno.EIO, f"{name_to_str(d.path() + b'/' + name)} names inode {key}, "
+                                      "which its commit's inode table lacks: run `memfs fsck`")
+            node = self._new_node(e.kind, e.mode, e.uid, e.gid, space)
+            node.apply_entry(e)
+            node.nlink = e.nlink or 1
+            node.ikey, node.links, node.readonly = key, set(), d.readonly
+            space.nodes[key] = node
+        self.nodes.setdefault(node.id, node)  # a name found again after the kernel forgot it
+        node.links.add((d, name))
+        if node.parent is None:
+            node.parent, node.name = d, name
         return node
 
     def get(self, nid: int) -> Node:
@@ -167,13 +206,19 @@ class Workspace(HistoryOps):
     def forget(self, nid: int) -> None:
         """The kernel dropped its last reference: a detached node can go, with its data."""
         node = self.nodes.get(nid)
-        if node is None or node.parent is not None or nid == ROOT_ID:
+        if node is None or nid == ROOT_ID:
             return
         if node.readonly:
-            self.forget_view(node)
-        else:
+            if node.parent is None:
+                self.forget_view(node)
+        elif not self._alive(node):
             del self.nodes[nid]
             self._dirty_files.discard(node)
+
+    def _alive(self, node: Node) -> bool:
+        """Has it a name? A linked inode may have names only in directories not loaded yet."""
+        return node.parent is not None or (
+            node.ikey is not None and node.nlink > 0 and node.space is self.inodes)
 
     def children(self, d: Node) -> dict[bytes, Node]:
         if d.kind != DIR:
@@ -182,10 +227,16 @@ class Workspace(HistoryOps):
             kids: dict[bytes, Node] = {}
             if d.ref:
                 for e in decode_dir(self.store.read_object(d.ref)):
-                    child = self._node_from_entry(e, d)
-                    kids[child.name] = child
+                    kids[name_to_bytes(e.name)] = self._node_from_entry(e, d)
             d._children = kids
+            d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
         return d._children
+
+    def dir_nlink(self, d: Node) -> int:
+        """2 + subdirectories (counted from its listing for entries of older stores)."""
+        if d.nlink is None:
+            self.children(d)
+        return d.nlink
 
     def _load_data(self, f: Node) -> FileData:
         if not f._data_loaded:
@@ -201,6 +252,12 @@ class Workspace(HistoryOps):
     def _touch(self, node: Node | None) -> None:
         if self.stopped:
             raise fail(errno.EROFS, "memfs has stopped")
+        if node is not None and node.ikey is not None and node.space.nodes.get(node.ikey) is node:
+            node.space.changed.add(node)  # its row is in the inode table, not a directory
+            if node.parent is None:
+                node.dirty = True
+                node.ver += 1
+                node = self.root  # the table is committed with the root
         while node is not None:
             node.dirty = True
             node.ver += 1
@@ -285,7 +342,7 @@ class Workspace(HistoryOps):
         return child
 
     def create(self, d: Node, name: bytes, kind: str, mode: int, uid: int, gid: int,
-               target: bytes = b"") -> Node:
+               target: bytes = b"", rdev: int = 0) -> Node:
         self._writable(d)
         _check_name(name)
         self._live_dir(d)
@@ -295,29 +352,71 @@ class Workspace(HistoryOps):
         self._settle_first(d, name)
         if d.id == ROOT_ID and kind != DIR:
             raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
-        node = self._new_node(kind, mode & 0o7777, uid, gid)
+        node = self._new_node(kind, mode & 0o7777, uid, gid, d.space)
         node.target = target
+        node.rdev = rdev
         self._attach(d, name, node)
         d.mtime_ns = d.ctime_ns = node.mtime_ns
+        self._touch(node)
+        return node
+
+    def link(self, node: Node, d: Node, name: bytes) -> Node:
+        """link(2): one more name for `node`. Its first second name moves it into the inode
+        table (its old name's row becomes a hard-link row)."""
+        self._writable(d)
+        _check_name(name)
+        self._live_dir(d)
+        if node.kind == DIR:
+            raise fail(errno.EPERM, "hard links to directories are not allowed")
+        if node.readonly or node.id in self.disk_only or node.space is not d.space:
+            raise fail(errno.EXDEV, "only files of the live tree can be linked")
+        if not self._alive(node):
+            raise fail(errno.ENOENT)
+        kids = self.children(d)
+        if name in kids:
+            raise fail(errno.EEXIST)
+        if d.id == ROOT_ID:
+            raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
+        self._settle_first(d, name)
+        if node.ikey is None:
+            node.ikey, node.links, node.row = new_inode_key(), {(node.parent, node.name)}, None
+            node.space.nodes[node.ikey] = node
+            self._touch(node.parent)  # its row there becomes a hard-link row
+        node.nlink += 1
+        self._attach(d, name, node)
+        d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
+        self._touch(d)
         self._touch(node)
         return node
 
     def _attach(self, d: Node, name: bytes, node: Node) -> None:
         self.children(d)[name] = node
         node.parent, node.name = d, name
+        if node.links is not None:
+            node.links.add((d, name))
+        if node.kind == DIR and d.nlink is not None:
+            d.nlink += 1
 
-    def _detach(self, node: Node) -> None:
-        parent = node.parent
-        if parent is not None and parent._children is not None:
-            parent._children.pop(node.name, None)
-        node.parent = None
+    def _detach(self, d: Node, name: bytes, node: Node) -> None:
+        """Take one name away; a linked inode keeps another of its loaded names as `parent`."""
+        kids = d._children
+        if kids is not None and kids.get(name) is node:
+            del kids[name]
+            if node.kind == DIR and d.nlink is not None:
+                d.nlink -= 1
+        if node.links is None:
+            node.parent = None
+            return
+        node.links.discard((d, name))
+        if node.parent is d and node.name == name:
+            node.parent, node.name = next(iter(node.links), (None, name))
 
     def unlink(self, d: Node, name: bytes) -> Node:
         self._writable(d)
         node = self.lookup(d, name)
         if node.kind == DIR:
             raise fail(errno.EISDIR)
-        self._remove(d, node)
+        self._remove(d, name, node)
         return node
 
     def rmdir(self, d: Node, name: bytes) -> Node:
@@ -329,14 +428,23 @@ class Workspace(HistoryOps):
             raise fail(errno.ENOTDIR)
         if self.children(node):
             raise fail(errno.ENOTEMPTY)
-        self._remove(d, node)
+        self._remove(d, name, node)
+        node.nlink = 0  # an open handle on it sees it gone, as on Linux
         return node
 
-    def _remove(self, d: Node, node: Node) -> None:
-        self._settle_first(d, node.name)
+    def _remove(self, d: Node, name: bytes, node: Node) -> None:
+        self._settle_first(d, name)
         self._touch(d)
-        self._detach(node)
-        d.mtime_ns = d.ctime_ns = node.ctime_ns = time.time_ns()
+        self._detach(d, name, node)
+        d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
+        self._unname(node)
+
+    def _unname(self, node: Node) -> None:
+        """One name fewer for a file (unlink, or replaced by rename)."""
+        if node.kind != DIR:
+            node.nlink -= 1
+            if node.ikey is not None:
+                self._touch(node)
 
     def rename(self, od: Node, oname: bytes, nd: Node, nname: bytes, flags: int = 0) -> Node | None:
         """POSIX rename; returns the node it replaced (now detached), if any."""
@@ -364,10 +472,12 @@ class Workspace(HistoryOps):
                 raise fail(errno.EPERM)
             self._touch(od)
             self._touch(nd)
-            self._detach(src)
-            self._detach(dst)
+            self._detach(od, oname, src)
+            self._detach(nd, nname, dst)
             self._attach(nd, nname, src)
             self._attach(od, oname, dst)
+            od.mtime_ns = od.ctime_ns = nd.mtime_ns = nd.ctime_ns = now = now_ns()
+            src.ctime_ns = dst.ctime_ns = now
             self._touch(src)
             self._touch(dst)
             return None
@@ -382,12 +492,15 @@ class Workspace(HistoryOps):
                 raise fail(errno.EISDIR)
             if dst.kind == DIR and self.children(dst):
                 raise fail(errno.ENOTEMPTY)
-        now = time.time_ns()
+        now = now_ns()
         self._touch(od)
-        self._detach(src)
+        self._detach(od, oname, src)
         if dst is not None:
-            self._detach(dst)
+            self._detach(nd, nname, dst)
             dst.ctime_ns = now
+            if dst.kind == DIR:
+                dst.nlink = 0
+            self._unname(dst)
         self._attach(nd, nname, src)
         src.ctime_ns = now
         od.mtime_ns = od.ctime_ns = nd.mtime_ns = nd.ctime_ns = now
@@ -422,7 +535,7 @@ class Workspace(HistoryOps):
         n = fd.write(off, data, self._fetch)
         self._dirty_bytes += len(data)
         self._dirty_files.add(f)
-        f.mtime_ns = f.ctime_ns = time.time_ns()
+        f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
         if self._dirty_bytes >= DIRTY_BYTES_SOON:
             self._urgent.set()
@@ -441,7 +554,7 @@ class Workspace(HistoryOps):
             raise fail(errno.EFBIG)
         fd.truncate(size, self._fetch)
         self._dirty_files.add(f)
-        f.mtime_ns = f.ctime_ns = time.time_ns()
+        f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
 
     def stored_bytes(self, f: Node) -> int:
@@ -483,16 +596,18 @@ class Workspace(HistoryOps):
             node.gid = gid
         if atime_ns is not None:
             node.atime_ns = atime_ns
+            saw_kernel_time(atime_ns)
         if mtime_ns is not None:
             node.mtime_ns = mtime_ns
-        node.ctime_ns = time.time_ns()
+            saw_kernel_time(mtime_ns)
+        node.ctime_ns = now_ns()
         self._touch(node)
 
     def set_xattr(self, node: Node, name: bytes, value: bytes) -> None:
         self._writable(node)
         self._not_root(node)
         node.xattrs[name] = value
-        node.ctime_ns = time.time_ns()
+        node.ctime_ns = now_ns()
         self._touch(node)
 
     def remove_xattr(self, node: Node, name: bytes) -> None:
@@ -500,7 +615,7 @@ class Workspace(HistoryOps):
         if name not in node.xattrs:
             raise fail(errno.ENODATA)
         del node.xattrs[name]
-        node.ctime_ns = time.time_ns()
+        node.ctime_ns = now_ns()
         self._touch(node)
 
     # -- group commit ----------------------------------------------------------------
@@ -581,6 +696,8 @@ class Workspace(HistoryOps):
         self._dirty_bytes = sum(f.data.dirty_bytes() for f in self._dirty_files)
 
     def _attached(self, node: Node) -> bool:
+        if node.ikey is not None:
+            return self._alive(node)
         while node.parent is not None:
             node = node.parent
         return node is self.root
@@ -597,12 +714,17 @@ class Workspace(HistoryOps):
         if self.backing is not None:
             plan.intents = self.backing.intent_bytes()
         plan.root = self._snap_dir(self.root, plan)
+        plan.inodes = self.inodes.snapshot(self.store, self._alive, self._snap_file)
+        plan.jobs.extend(plan.inodes.file_jobs)
         return plan
 
     def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
         entries: list[tuple[object, object]] = []
-        for child in self.children(d).values():
+        for name, child in self.children(d).items():
             if child.id in self.disk_only:
+                continue
+            if child.ikey is not None:  # a hard-linked inode: its row is in the inode table
+                entries.append((encode_row(hard_entry(name_to_str(name), child.ikey)), None))
                 continue
             if child.kind == DIR and (child.dirty or child.ref is None):
                 job = self._snap_dir(child, plan)
@@ -668,9 +790,10 @@ class Workspace(HistoryOps):
                         else:
                             rows.append(e)
                     j.ref = tx.put_object(encode_rows(rows))
+            plan.inodes.write(tx)
             _maybe_crash("after-objects")
             commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
-                                   plan.processes)
+                                   plan.processes, plan.inodes.table)
             history.put_ops(tx.conn, commit.id, plan.ops)
             if plan.intents is not None:
                 tx.put_intents(commit.id, plan.intents)
@@ -707,6 +830,7 @@ class Workspace(HistoryOps):
         for node, ver in plan.clean:
             if node.ver == ver:
                 node.dirty = False
+        plan.inodes.apply()
 
     # -- history ----------------------------------------------------------------------
     # The history operations hold the commit lock and move the branch head with no await
@@ -756,6 +880,12 @@ class Workspace(HistoryOps):
         tree = self.store.commit(commit_id).tree
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []
+        old, self.inodes = self.inodes, Inodes(self.store.inode_table(commit_id))
+        for node in old.nodes.values():  # linked inodes are never kept (see _remap_dir)
+            node.parent, node.nlink = None, 0
+            inodes.append(node.id)
+        old.nodes.clear()
+        self.root.space, self.root.nlink = self.inodes, None
         self._remap_dir(self.root, tree, entries, inodes)
         self.root.ref, self.root.dirty = tree, False
         self.invalidate(entries, inodes)
@@ -765,7 +895,8 @@ class Workspace(HistoryOps):
     def _remap_dir(self, d: Node, tree: str, entries: list, inodes: list) -> None:
         """Directories keep their inode (a shell's cwd survives an undo); a file or link
         whose committed form differs becomes a new inode, because with the writeback cache
-        the kernel keeps its own size and mtime for a cached regular file."""
+        the kernel keeps its own size and mtime for a cached regular file. A hard-linked inode
+        always becomes a new one: its other names may be in directories not loaded."""
         inodes.append(d.id)
         old = d._children
         d._children = None
@@ -780,19 +911,22 @@ class Workspace(HistoryOps):
                 children_loaded = node._children
                 node.apply_entry(e)
                 node._children = children_loaded
+                node.space = d.space
                 self._remap_dir(node, e.ref, entries, inodes)
                 kids[name] = node
-            elif e is not None and e.kind == node.kind and _same(node, e):
+            elif e is not None and e.kind == node.kind and node.ikey is None and _same(node, e):
+                node.space = d.space
                 kids[name] = node
             else:
-                node.parent = None
+                node.parent, node.nlink = None, 0
                 self._empty_subtree(node, inodes)
                 entries.append((d.id, name))
                 inodes.append(node.id)
+        d._children = kids
         for name, e in fresh.items():
             if name not in kids:
                 kids[name] = self._node_from_entry(e, d)
-        d._children = kids
+        d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
 
     def _empty_subtree(self, node: Node, inodes: list) -> None:
         """A removed directory, and every directory below it that a shell may still be
@@ -801,6 +935,7 @@ class Workspace(HistoryOps):
             return
         for child in node._children.values():
             inodes.append(child.id)
+            child.nlink = 0
             self._empty_subtree(child, inodes)
         node._children, node.ref = {}, None
 
@@ -816,8 +951,10 @@ class Workspace(HistoryOps):
         key = (place, commit_id)
         node = self._views.get(key)
         if node is None:
-            node = self._new_node(DIR, 0o555, 0, 0)
+            table = self.store.inode_table(commit_id)
+            node = self._new_node(DIR, 0o555, 0, 0, Inodes(table))
             node.ref, node.dirty, node._children, node.readonly = commit.tree, False, None, True
+            node.nlink = None
             node.mtime_ns = node.ctime_ns = node.atime_ns = commit.time_ns
             self._remember_view(key, node, immutable)
         else:
@@ -881,5 +1018,5 @@ def _maybe_crash(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-__all__ = ["Workspace", "WorkspaceError", "Node", "ROOT_ID", "DIR", "FILE", "LINK",
+__all__ = ["Workspace", "WorkspaceError", "Node", "ROOT_ID", "DIR", "FILE", "LINK", "CHR", "BLK",
            "RENAME_NOREPLACE", "RENAME_EXCHANGE", "decode_manifest"]

@@ -1,0 +1,106 @@
+"""The inode table of one tree: its hard-linked inodes, and what a group commit writes of them.
+
+An inode with a second name lives in its commit's inode table (memfs.store.trees): directory
+rows name it by key, the table keeps its metadata, content and link count once. `Inodes` holds
+one tree's (the live tree's, or one history view's): every such Node loaded, so a second name
+found later is the same Node, and those the next commit must rewrite. Loop thread only, except
+`TablePlan.write`, which the commit thread runs on the plan's own copy of the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from memfs.store.trees import FILE, LINK, Entry, encode_inodes, encode_row, name_to_str
+
+if TYPE_CHECKING:
+    from memfs.workspace.nodes import Node
+
+
+class Inodes:
+    __slots__ = ("table", "rows", "nodes", "changed")
+
+    def __init__(self, table: str | None) -> None:
+        self.table = table  # the committed table's object id (None: no hard links)
+        self.rows: dict[str, Entry] | None = None  # its rows, decoded on first use
+        self.nodes: dict[str, Node] = {}
+        self.changed: set[Node] = set()  # rows the next commit rewrites (or drops)
+
+    def load_rows(self, store) -> dict[str, Entry]:
+        if self.rows is None:
+            self.rows = store.inodes(self.table)
+        return self.rows
+
+    def snapshot(self, store, alive: Callable[[Node], bool], snap_file: Callable) -> TablePlan:
+        """On the loop, with the rest of the commit snapshot: the changed rows, with a
+        content job (snap_file's) for each dirty file among them."""
+        plan = TablePlan(self, self.table)
+        if not self.changed:
+            return plan
+        plan.rows = dict(self.load_rows(store))
+        plan.jobs = []
+        for node in self.changed:
+            if not alive(node):  # its last name is gone: the row goes
+                plan.jobs.append(InodeJob(node, node.ver, node.ikey, None))
+            elif node.kind == FILE and (node.dirty or node.ref is None):
+                fjob = snap_file(node)
+                plan.file_jobs.append(fjob)
+                plan.jobs.append(InodeJob(node, node.ver, node.ikey, node.entry("", fjob.size),
+                                          fjob))
+            else:
+                ref = name_to_str(node.target) if node.kind == LINK else node.ref or ""
+                plan.jobs.append(InodeJob(node, node.ver, node.ikey,
+                                          node.entry(ref, node.size())))
+        return plan
+
+
+@dataclass
+class InodeJob:
+    """One changed row: the entry (its ref set from `file` once the content is written), or
+    None to drop the row."""
+
+    node: Node
+    ver: int
+    key: str
+    entry: Entry | None
+    file: object | None = None  # the workspace's _FileJob for a dirty file
+
+
+@dataclass
+class TablePlan:
+    space: Inodes
+    table: str | None  # the table the commit names: the committed one while unchanged
+    jobs: list[InodeJob] | None = None  # None: the table is unchanged
+    rows: dict[str, Entry] | None = None  # a copy of the committed rows, changed by write()
+    file_jobs: list = field(default_factory=list)
+
+    def write(self, tx) -> None:
+        """Commit thread, after the content jobs: the new table (None once empty)."""
+        if self.jobs is None:
+            return
+        for j in self.jobs:
+            if j.entry is None:
+                self.rows.pop(j.key, None)
+                continue
+            if j.file is not None:
+                j.entry.ref = j.file.ref
+            self.rows[j.key] = j.entry
+        self.table = tx.put_object(encode_inodes([encode_row(e) for e in self.rows.values()])) \
+            if self.rows else None
+
+    def apply(self) -> None:
+        """Back on the loop once durable: clean what did not change meanwhile."""
+        if self.jobs is None:
+            return
+        space = self.space
+        space.table, space.rows = self.table, self.rows
+        for j in self.jobs:
+            node = j.node
+            if node.ver != j.ver:
+                continue
+            space.changed.discard(node)
+            node.dirty = False
+            if j.entry is None:
+                space.nodes.pop(j.key, None)

@@ -1,0 +1,94 @@
+"""Stores made before hard links (commit 194a09a's format) open and read unchanged.
+
+tests/data/store-before-links.tar.gz was written by that commit's Workspace: two commits on
+main (and a branch `side` at the first), with a sparse two-chunk file, an explicit mtime and
+atime, a 0755 script with a binary xattr, a symlink, an empty read-only file and a name that
+is not UTF-8. No entry records a link count and the store has no inode tables.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from memfs.store import Store
+
+pytestmark = pytest.mark.mount
+
+DATA = Path(__file__).parent / "data" / "store-before-links.tar.gz"
+ODD = os.fsdecode("ünïcödé".encode() + b"\xff")
+
+
+@pytest.fixture
+def old_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    root.mkdir()
+    with tarfile.open(DATA) as tar:
+        tar.extractall(root, filter="data")
+    return root
+
+
+def commits(root: Path) -> list[tuple]:
+    return sqlite3.connect(root / "store.db").execute(
+        "SELECT id, parent, tree FROM commits ORDER BY seq").fetchall()
+
+
+def test_old_store_fsck_is_clean_and_commits_are_unchanged(old_root: Path) -> None:
+    before = commits(old_root)
+    store = Store.open(old_root, create=False)
+    try:
+        assert store.fsck() == []
+        assert all(store.inode_table(cid) is None for cid, _, _ in before)
+    finally:
+        store.close()
+    assert commits(old_root) == before
+
+
+def check_first_commit(work: Path) -> None:
+    main_c = work / "src" / "main.c"
+    assert main_c.read_bytes() == b"int main(void) { return 0; }\n"
+    st = os.lstat(main_c)
+    assert (st.st_mtime_ns, st.st_atime_ns) == (1_600_000_000_123_456_789,
+                                                1_600_000_001_000_000_000)
+    assert (st.st_uid, st.st_gid) == (1000, 1000)
+    big = (work / "src" / "deep" / "big.bin").read_bytes()
+    assert len(big) == (5 << 20) + 17 and big[: 2 << 20] == bytes(range(256)) * 8192
+    assert big[2 << 20: 5 << 20] == bytes(3 << 20) and big.endswith(b"tail after a hole")
+    assert os.getxattr(work / "script.sh", "user.note") == b"\x00\xffbinary"
+    assert os.readlink(work / "link") == "src/main.c"
+    assert (work / "empty").exists() and (work / ODD).exists()
+    # Link counts that the old entries never recorded are counted from the listings.
+    assert os.lstat(work).st_nlink == 3 and os.lstat(work / "src").st_nlink == 3
+    assert os.lstat(work / "src" / "deep").st_nlink == 2 and st.st_nlink == 1
+
+
+def test_old_store_mounts_and_reads_every_commit(mount_factory, old_root: Path) -> None:
+    m = mount_factory(root=old_root)
+    m.require_real()
+    first, second = (cid for cid, _, _ in commits(old_root)[-2:])
+    w = m.work
+    assert (w / "src" / "main.c").read_bytes() == b"int main(void) { return 1; }\n"
+    assert not (w / "empty").exists()
+    assert stat.S_IMODE(os.lstat(w / "script.sh").st_mode) == 0o755
+    assert stat.S_IMODE(os.lstat(w / "src").st_mode) == 0o750
+    check_first_commit(m.mnt / ".memfs" / "history" / first / "work")
+    check_first_commit(m.mnt / ".memfs" / "branches" / "side" / "work")
+    # New work on the old store: a hard link, a FIFO; old history still reads the same.
+    os.link(w / "script.sh", w / "src" / "again.sh")
+    os.mkfifo(w / "pipe")
+    m.remount()
+    assert os.lstat(w / "script.sh").st_ino == os.lstat(w / "src" / "again.sh").st_ino
+    assert os.lstat(w / "src" / "again.sh").st_nlink == 2
+    assert os.getxattr(w / "src" / "again.sh", "user.note") == b"\x00\xffbinary"
+    check_first_commit(m.mnt / ".memfs" / "history" / first / "work")
+    assert (m.mnt / ".memfs" / "history" / second / "work" / "src" / "main.c").read_bytes() \
+        == b"int main(void) { return 1; }\n"
+    m.cli("branch", "switch", "side")
+    check_first_commit(w)
+    res = m.cli("fsck", check=False)
+    assert res.returncode == 0, res.stdout + res.stderr

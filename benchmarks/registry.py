@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,15 @@ class Context:
     scale: float
     daemon_pid: int | None
     side: str
+    drop_caches: bool = True  # may a workload drop the kernel's caches (root only)
+
+    def cold(self) -> None:
+        """Drop the kernel's page, dentry and inode caches (a cold start for both sides); a
+        no-op without root, which the run's header says."""
+        if self.drop_caches and os.geteuid() == 0:
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
 
     def n(self, full: int) -> int:
         return max(1, int(full * self.scale))
@@ -34,6 +44,7 @@ class Measure:
     amount: float
     seconds: float
     extra: dict[str, float] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)  # FUSE requests, memfs side only
 
     @property
     def rate(self) -> float:

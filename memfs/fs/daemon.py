@@ -29,7 +29,7 @@ from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
 STOP_DRAIN_LIMIT = 60  # seconds a stop waits for running backing work before cutting it
-READ_ONLY_OPS = ("ping", "status", "log", "branch_list", "backing_events", "backing_states")
+READ_ONLY_OPS = ("ping", "status", "requests", "log", "branch_list", "backing_events", "backing_states")
 
 
 class RootLock:
@@ -185,6 +185,8 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
         return {"pid": os.getpid()}
     if op == "status":
         return ws.status()
+    if op == "requests":
+        return dict(ops.requests)
     if op == "sync":
         await ws.sync()
         return ws.status()

@@ -14,8 +14,8 @@ import sys
 import tarfile
 from pathlib import Path
 
-from benchmarks.fs_workloads import git, make_source_tree, timed
-from benchmarks.registry import Context, Measure, workload
+from benchmarks.fs_workloads import git, make_source_tree
+from benchmarks.registry import Context, Measure, timed, workload
 
 TREE_FILES = 5_000
 

@@ -7,10 +7,9 @@ import random
 import subprocess
 import tarfile
 import threading
-import time
 from pathlib import Path
 
-from benchmarks.registry import Context, Measure, workload
+from benchmarks.registry import Context, Measure, timed, workload
 
 GIT_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -21,12 +20,6 @@ GIT_ENV = {
     "GIT_COMMITTER_NAME": "bench",
     "GIT_COMMITTER_EMAIL": "bench@memfs.invalid",
 }
-
-
-def timed(fn) -> float:  # type: ignore[no-untyped-def]
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 def make_empty_files(d: Path, n: int) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,38 @@ class Workload:
 
 
 WORKLOADS: dict[str, Workload] = {}
+
+
+class RequestCount:
+    """FUSE requests the daemon answered in a workload's last `timed()` section, the one its
+    Measure reports (set-up, and another workload run first as a fallback, are not counted).
+    run_side installs `source` for the memfs side only."""
+
+    source: Callable[[], dict[str, int]] | None = None
+    counted: dict[str, int] = {}
+
+    @classmethod
+    def start(cls) -> dict[str, int]:
+        cls.counted = {}
+        return cls.source() if cls.source else {}
+
+    @classmethod
+    def stop(cls, before: dict[str, int]) -> None:
+        if cls.source is None:
+            return
+        for op, n in cls.source().items():
+            if n > before.get(op, 0):
+                cls.counted[op] = cls.counted.get(op, 0) + n - before.get(op, 0)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds `fn` took; the daemon's requests meanwhile go to RequestCount.counted."""
+    before = RequestCount.start()
+    t0 = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - t0
+    RequestCount.stop(before)
+    return seconds
 
 
 def workload(name: str, group: str, unit: str, min_ratio: float | None = None

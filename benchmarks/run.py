@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.daemon import BenchMount
-from benchmarks.registry import WORKLOADS, Context, Measure, Workload
+from benchmarks.registry import WORKLOADS, Context, Measure, RequestCount, Workload
 
 # Modules that register workloads; another group (e.g. "reconcile") adds its module here.
 MODULES = ("benchmarks.fs_workloads", "benchmarks.agent_workloads",
@@ -75,16 +75,14 @@ def run_side(side: str, wl: list[Workload], d: Path, scratch: Path, scale: float
              pid: int | None, requests: Callable[[], dict[str, int]] | None = None
              ) -> dict[str, Measure]:
     """Run the workloads in order on one side; with `requests`, each Measure also gets the
-    FUSE requests the daemon answered during it (counted before and after, untimed)."""
+    FUSE requests the daemon answered in its timed section (see RequestCount)."""
     out = {}
+    RequestCount.source = requests
     for w in wl:
         ctx = Context(dir=d, scratch=scratch, scale=scale, daemon_pid=pid, side=side)
-        before = requests() if requests else {}
+        RequestCount.counted = {}
         out[w.name] = m = w.fn(ctx)
-        if requests:
-            after = requests()
-            m.requests = {op: n - before.get(op, 0) for op, n in after.items()
-                          if n > before.get(op, 0)}
+        m.requests = dict(RequestCount.counted)
         print(f"  {side:7} {w.name:22} {m.rate:12,.1f} {w.unit}  ({m.seconds:.2f}s)",
               file=sys.stderr, flush=True)
     return out

@@ -26,6 +26,13 @@ class Context:
     side: str
     drop_caches: bool = True  # may a workload drop the kernel's caches (root only)
 
+    def forget_inodes(self) -> None:
+        """Drop the kernel's dentry and inode caches (not the page cache of what stays)."""
+        if self.drop_caches and os.geteuid() == 0:
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("2\n")
+
     def cold(self) -> None:
         """Drop the kernel's page, dentry and inode caches (a cold start for both sides); a
         no-op without root, which the run's header says."""

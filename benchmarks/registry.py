@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,22 @@ class Context:
     scale: float
     daemon_pid: int | None
     side: str
+    drop_caches: bool = True  # may a workload drop the kernel's caches (root only)
+
+    def forget_inodes(self) -> None:
+        """Drop the kernel's dentry and inode caches (not the page cache of what stays)."""
+        if self.drop_caches and os.geteuid() == 0:
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("2\n")
+
+    def cold(self) -> None:
+        """Drop the kernel's page, dentry and inode caches (a cold start for both sides); a
+        no-op without root, which the run's header says."""
+        if self.drop_caches and os.geteuid() == 0:
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
 
     def n(self, full: int) -> int:
         return max(1, int(full * self.scale))
@@ -34,6 +52,7 @@ class Measure:
     amount: float
     seconds: float
     extra: dict[str, float] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)  # FUSE requests, memfs side only
 
     @property
     def rate(self) -> float:
@@ -51,6 +70,38 @@ class Workload:
 
 
 WORKLOADS: dict[str, Workload] = {}
+
+
+class RequestCount:
+    """FUSE requests the daemon answered in a workload's last `timed()` section, the one its
+    Measure reports (set-up, and another workload run first as a fallback, are not counted).
+    run_side installs `source` for the memfs side only."""
+
+    source: Callable[[], dict[str, int]] | None = None
+    counted: dict[str, int] = {}
+
+    @classmethod
+    def start(cls) -> dict[str, int]:
+        cls.counted = {}
+        return cls.source() if cls.source else {}
+
+    @classmethod
+    def stop(cls, before: dict[str, int]) -> None:
+        if cls.source is None:
+            return
+        for op, n in cls.source().items():
+            if n > before.get(op, 0):
+                cls.counted[op] = cls.counted.get(op, 0) + n - before.get(op, 0)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds `fn` took; the daemon's requests meanwhile go to RequestCount.counted."""
+    before = RequestCount.start()
+    t0 = time.perf_counter()
+    fn()
+    seconds = time.perf_counter() - t0
+    RequestCount.stop(before)
+    return seconds
 
 
 def workload(name: str, group: str, unit: str, min_ratio: float | None = None

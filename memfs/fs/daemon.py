@@ -33,7 +33,8 @@ from memfs.workspace.workspace import Workspace
 log = logging.getLogger("memfs.daemon")
 STOP_DRAIN_LIMIT = 60  # seconds a stop waits for running backing work before cutting it
 LOCK_PATIENCE = 1.0  # seconds to wait out a CLI's liveness probe of the root lock
-READ_ONLY_OPS = ("ping", "status", "log", "branch_list", "backing_events", "backing_states")
+READ_ONLY_OPS = ("ping", "status", "requests", "log", "branch_list", "backing_events",
+                 "backing_states")
 
 
 class RootLock:
@@ -282,6 +283,8 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
                 "mountpoint": ws.served_by.mountpoint if ws.served_by else None}
     if op == "status":
         return ws.status()
+    if op == "requests":
+        return dict(ops.requests)
     if op == "sync":
         await ws.sync()
         return ws.status()

@@ -7,6 +7,7 @@ would end pyfuse3.main() and leave a dead mount behind.
 
 from __future__ import annotations
 
+import collections
 import errno
 import functools
 import logging
@@ -34,8 +35,11 @@ STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (b
 
 
 def _guard(fn: Callable) -> Callable:
+    name = fn.__name__
+
     @functools.wraps(fn)
     async def wrapper(self, *args, **kwargs):
+        self.requests[name] += 1
         token = CURRENT.set(None)  # a request's operation ends with it (attribution.py)
         try:
             return await fn(self, *args, **kwargs)
@@ -88,6 +92,9 @@ class MemfsOperations(pyfuse3.Operations):
             self.virtual._id,
         )
         self.lookups: dict[int, int] = {}
+        # Requests answered, by operation: `memfs status --requests` and scripts/bench read it
+        # (one dict increment per request; the loop is its only writer).
+        self.requests: collections.Counter[str] = collections.Counter()
         self.handles: dict[int, Handle] = {}
         self._next_fh = 1
         self._dir_snapshots: dict[int, list[tuple[bytes, object]]] = {}
@@ -250,6 +257,7 @@ class MemfsOperations(pyfuse3.Operations):
     async def forget(self, inode_list):
         # pyfuse3 awaits forget with no error handling: anything raised here, even a
         # FUSEError, would end pyfuse3.main(). So it is not _guard-ed; it logs and goes on.
+        self.requests["forget"] += 1
         try:
             self._forget(inode_list)
         except Exception:

@@ -20,7 +20,7 @@ import pytest
 from memfs.errors import MemfsError
 from memfs.store.journal import EvidenceRecord, FingerprintRow, Journal
 
-A, B = "a" * 32, "b" * 32
+A, B, C = "a" * 32, "b" * 32, "c" * 32
 FIU = ["/usr/lib/fiu/fiu_run_preload.so", "/usr/lib/fiu/fiu_posix_preload.so"]
 
 
@@ -45,6 +45,55 @@ def test_evidence_root_and_restart(tmp_path: Path):
     assert j2.root("work") == (1, 3) and j2.evidence_under("work") == {}
     aside = sqlite3.connect(db).execute("SELECT count(*) FROM journal_evidence_aside").fetchone()
     assert aside == (4,)
+
+
+def test_a_journal_made_before_priors_gets_the_column_and_keeps_its_intents(tmp_path: Path):
+    """Existing journals keep working: an intents table without `prior` gets it at open; its
+    rows read prior None (not recorded), new adoptions carry theirs ("" absent, a digest)."""
+    db = tmp_path / "store.db"
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE journal_intents (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, mount TEXT NOT NULL, path TEXT NOT NULL,
+            op TEXT NOT NULL, branch TEXT, old TEXT, new TEXT,
+            state TEXT NOT NULL DEFAULT 'pending', created_at REAL NOT NULL, settled_at REAL);
+        INSERT INTO journal_intents (mount, path, op, branch, old, new, created_at)
+            VALUES ('work', 'a.txt', 'adopt', 'main', 'aaaa', 'bbbb', 0);
+    """)
+    old.close()
+    j = Journal(db)
+    k = Journal(db)  # a second opener finds the column there
+    (legacy,) = j.pending_intents("work")
+    assert (legacy.op, legacy.old, legacy.new, legacy.prior) == ("adopt", "aaaa", "bbbb", None)
+    j.begin_intent("work", "b.txt", "adopt", old=A, new=B, branch="main", prior=A)
+    j.begin_intent("work", "c.txt", "adopt", old=None, new=B, branch="main", prior=None)
+    assert [i.prior for i in k.pending_intents("work")] == [None, A, ""]
+    j.close()
+    k.close()
+
+
+def test_a_redo_supersedes_only_its_own_branchs_intents(tmp_path: Path):
+    """Completing main's intent abandons main's older ones for the path, never side's: only
+    side's tree can tell whether side's step happened."""
+    j = Journal(tmp_path / "store.db")
+    j.record_evidence("work", [("a.txt", A)], root=(1, 2))
+    side = j.begin_intent("work", "a.txt", "adopt", old=A, new=B, branch="side", prior=A)
+    old_main = j.begin_intent("work", "a.txt", "write", old=A, new=C, branch="main")
+    redo = j.begin_intent("work", "a.txt", "write", old=A, new=C, branch="main")
+    j.complete_intent(redo)
+    assert [i.id for i in j.pending_intents("work")] == [side]
+    assert old_main not in [i.id for i in j.pending_intents("work")]
+    j.close()
+
+
+def test_accept_root_abandons_the_old_directorys_intents(tmp_path: Path):
+    j = Journal(tmp_path / "store.db")
+    j.record_evidence("work", [("a.txt", A)], root=(1, 2))
+    j.begin_intent("work", "a.txt", "write", old=A, new=B, branch="main")
+    j.begin_intent("other", "a.txt", "write", old=A, new=B, branch="main", root=(1, 9))
+    j.accept_root("work", 1, 3)
+    assert j.pending_intents("work") == [] and len(j.pending_intents("other")) == 1
+    j.close()
 
 
 def test_intents_write_ahead(tmp_path: Path):

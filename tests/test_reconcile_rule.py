@@ -181,7 +181,23 @@ def test_another_branchs_push_seen_on_disk():
     other = decide(TB, ABSENT, A, w)
     assert other.state == State.NOT_IN_BRANCH and other.owes is None and other.record is None
     assert other.resolve_pending is None
-    assert decide(TA, ABSENT, A, w).resolve_pending == "not-done"
+    # Not done (or disk moved on): decided from the evidence, and left pending for its branch.
+    assert decide(TA, ABSENT, A, w).resolve_pending is None
+    moved = decide(TC, TA, A, w)
+    assert moved.action == Action.ADOPT_DISK and moved.resolve_pending is None
+    assert moved.record_conflict is None  # no interrupted conflict on a branch that never pushed
+
+
+def test_not_done_adoption_is_decided_from_its_prior():
+    """Seed 002: an adoption's intent carries the prior its decision resolved. Killed after
+    the intent, another branch agreed with disk (P moved to disk's B); this branch's tree still
+    holds A: decided from the moved P it would be a draft owed to disk (a write over the edit
+    being adopted); from its prior A it is adopted, as it would have been without the crash."""
+    w = PathIntent(pending=Pending("adopt", A, B, prior=A))
+    dec = decide(TB, TA, B, w)
+    assert dec.action == Action.ADOPT_DISK and dec.resolve_pending == "not-done" and not dec.owes
+    legacy = PathIntent(pending=Pending("adopt", A, B))  # no prior recorded: P as it stands
+    assert decide(TB, TA, B, legacy).state == State.WORKSPACE_DRAFT
 
 
 # --- properties over the whole input space -------------------------------------------------
@@ -195,7 +211,7 @@ pendings = st.one_of(
     st.none(),
     st.builds(Pending, st.sampled_from(["write", "unlink", "adopt"]),
               st.one_of(st.just(ABSENT), digests), st.one_of(st.just(ABSENT), digests),
-              st.booleans()),
+              st.booleans(), st.one_of(st.none(), st.just(ABSENT), digests)),
 )
 conflicts = st.one_of(st.none(), st.builds(Conflict, st.sampled_from([k.value for k in ConflictKind]),
                                            st.one_of(st.none(), digests)))
@@ -215,6 +231,11 @@ def test_rule_invariants(d, s, p, intent):
     pend = intent.pending
     if pend is not None and dec.resolve_pending == "done":
         effective_p = pend.new
+    if pend is not None and dec.resolve_pending == "not-done" and pend.op == "adopt" \
+            and pend.prior is not None:
+        effective_p = pend.prior  # the tree never took the step: decided from its prior
+    if pend is not None and not pend.on_this_branch:
+        assert dec.resolve_pending is None  # another branch's intent is its branch's to settle
     if pend is not None and not pend.on_this_branch and pend.op != "adopt" and dv == pend.new:
         effective_p = pend.new
         assert dec.record is None  # not completed here

@@ -13,7 +13,7 @@ the one-way imports (reconcile never imports the workspace or the FUSE layer).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,7 +21,7 @@ from memfs.errors import MemfsError
 from memfs.reconcile.contained import Refused, RootId, crash_point
 from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
 from memfs.reconcile.plan import MaterializePlan
-from memfs.reconcile.rule import ABSENT, Decision, _Absent
+from memfs.reconcile.rule import ABSENT, Decision, Pending, _Absent
 
 
 class JournalLike(Protocol):
@@ -99,16 +99,25 @@ def adopt(
     journal.complete_intent(iid)
 
 
-def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision]) -> dict[str, str]:
+def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision],
+           decided: Mapping[str, Pending] | None = None) -> dict[str, str]:
     """Apply the rule's resolution of pending intents: done (an adoption that landed) completes;
     not-done and interrupted abandon (an interrupted path's conflict goes into branch intent by
-    the caller, from decision.record_conflict). Returns path -> resolution."""
+    the caller, from decision.record_conflict). `decided`: the pending intents the decisions
+    were made with (PassPlan.pending); exactly those are settled (another branch's intent of
+    the same path is not this decision's to settle). Without it, each path's newest intent.
+    Returns path -> resolution."""
     settled: dict[str, str] = {}
-    pending = {i.path: i for i in journal.pending_intents(mount)}
+    intents = journal.pending_intents(mount)
+    pending = {i.id: i for i in intents}
+    ids = {i.path: i.id for i in intents} if decided is None else \
+        {p: pend.id for p, pend in decided.items()}
     for path, dec in decisions.items():
-        if dec.resolve_pending is None or path not in pending:
+        if dec.resolve_pending is None or path not in ids:
             continue
-        intent = pending[path]
+        intent = pending.get(ids[path])
+        if intent is None:
+            continue  # settled meanwhile (a change through the mount settles adoptions)
         try:
             if dec.resolve_pending == "done":
                 journal.complete_intent(intent.id)

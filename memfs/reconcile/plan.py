@@ -63,14 +63,22 @@ def _under(path: str, scope: str) -> bool:
 
 
 def pending_from_journal(intents: Iterable[object], branch: str | None) -> dict[str, Pending]:
-    """Journal intents (memfs.store.journal.Intent) as the rule's Pending, newest per path."""
+    """Journal intents (memfs.store.journal.Intent, in id order) as the rule's Pending: per
+    path the newest of this branch's, else the newest of another branch's (which this branch
+    only reads, never settles)."""
     out: dict[str, Pending] = {}
     for it in intents:
         op = it.op  # type: ignore[attr-defined]
         old = ABSENT if it.old is None else it.old  # type: ignore[attr-defined]
         new = ABSENT if it.new is None else it.new  # type: ignore[attr-defined]
         on_branch = it.branch in (None, branch)  # type: ignore[attr-defined]
-        out[it.path] = Pending(op, old, new, on_branch)  # type: ignore[attr-defined]
+        raw = getattr(it, "prior", None)
+        prior = None if raw is None else ABSENT if raw == "" else raw
+        have = out.get(it.path)  # type: ignore[attr-defined]
+        if have is not None and have.on_this_branch and not on_branch:
+            continue
+        out[it.path] = Pending(op, old, new, on_branch, prior,  # type: ignore[attr-defined]
+                               it.id)  # type: ignore[attr-defined]
     return out
 
 
@@ -84,6 +92,7 @@ class PassPlan:
     branch: str | None
     decisions: dict[str, Decision] = field(default_factory=dict)
     regions: list[object] = field(default_factory=list)
+    pending: Mapping[str, Pending] = field(default_factory=dict)  # what it was decided with
 
     def listing(self) -> dict[str, tuple[str, str | None]]:
         """path -> (state, conflict kind) for every path that lists (absent-on-both excluded),
@@ -146,7 +155,7 @@ def plan_pass(
         paths.update(intent)
         paths.update(pending)
     paths.update(files)
-    plan = PassPlan(branch, regions=list(observation.regions))
+    plan = PassPlan(branch, regions=list(observation.regions), pending=pending)
     decisions = plan.decisions
     # A damaged table answers "unverified" for paths it has no entry for: no fast path then.
     marked = None if intent.damaged else intent.entries

@@ -108,13 +108,18 @@ class Pending:
     (taking disk into this branch's tree). `old`/`new` are the side's expected values before and
     after, as evidence values (digest or ABSENT). An adoption planned on another branch is left
     for that branch (`on_this_branch=False`); another branch's disk effect that shows on disk
-    decides this branch's state as if disk agreed with it, and is neither completed nor replayed
-    here."""
+    decides this branch's state as if disk agreed with it, and any other branch's intent is
+    neither completed, abandoned nor replayed here: only its own branch's tree can tell."""
 
     op: Literal["write", "unlink", "adopt"]
     old: _Absent | str
     new: _Absent | str
     on_this_branch: bool = True
+    # An adoption's prior: the evidence its decision resolved (None: not recorded, an intent
+    # older than the journal's column). Not done, it is decided again from there, since P may
+    # have moved since with another branch's agreement while this branch's tree stood still.
+    prior: _Absent | str | None = None
+    id: int = 0  # the journal's intent id (0 in tables of cases): what settling resolves
 
 
 @dataclass(frozen=True)
@@ -385,10 +390,16 @@ def _settle_pending(
     """
     side = _value(d) if pending.op in ("write", "unlink") else _value(s)
     rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict)
-    if _eq(side, pending.new) and not pending.on_this_branch:
-        # Another branch's push shows on disk: decide as if disk agreed with it, but neither
-        # complete it (its own branch does, with barriers) nor replay it here.
-        return _with(decide(d, s, pending.new, rest), record=None)
+    if not pending.on_this_branch:
+        if _eq(side, pending.new):
+            # Another branch's push shows on disk: decide as if disk agreed with it, but
+            # neither complete it (its own branch does, with barriers) nor replay it here.
+            return _with(decide(d, s, pending.new, rest), record=None)
+        # Not (or not yet) done, or disk moved on: for this branch that is disk as it is,
+        # decided from the evidence; the intent stays pending for its own branch, which alone
+        # can say whether it was interrupted (recording it here would put a conflict on a
+        # branch that never pushed anything).
+        return decide(d, s, p, rest)
     if _eq(side, pending.new):
         if pending.op == "adopt":
             # The adoption landed; completing its intent records P := new, and the rest of
@@ -409,6 +420,13 @@ def _settle_pending(
     if _eq(side, pending.old):
         # Not done: decide from the evidence as it stands. (Not from `old`: a forced write's old
         # is a disk copy the evidence never agreed with, and must not become agreed by a crash.)
+        # An adoption is decided from the prior it resolved: its tree never took the step, and
+        # whatever moved P since (another branch agreeing with disk while this one was not
+        # selected) says nothing about this tree. Decided from a moved P, the old copy would
+        # read as a draft, and materialize would write it over the disk edit being adopted.
+        # (An intent written before priors were recorded has none: P as it stands, as before.)
+        if pending.op == "adopt" and pending.prior is not None:
+            return _with(decide(d, s, pending.prior, rest), resolve_pending="not-done")
         return _with(decide(d, s, p, rest), resolve_pending="not-done")
     return Decision(
         Action.INTERRUPTED, State.CONFLICT, conflict=ConflictKind.INTERRUPTED,

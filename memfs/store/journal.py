@@ -77,6 +77,7 @@ CREATE TABLE IF NOT EXISTS journal_intents (
     branch TEXT,
     old TEXT,                  -- expected value before ('' = absent)
     new TEXT,                  -- value after ('' = absent)
+    prior TEXT,                -- adopt: the P its decision resolved ('' = absent, NULL = unrecorded)
     state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'abandoned')),
     created_at REAL NOT NULL,
     settled_at REAL
@@ -115,7 +116,13 @@ INSERT OR IGNORE INTO journal_changes VALUES (0, 0);
     for table in ("journal_evidence", "journal_fingerprints")
     for what in ("INSERT", "UPDATE", "DELETE"))
 
-_ABSENT_COL = ""  # how an absent old/new value is stored in journal_intents
+# Columns added after the first release: a journal made before them gets them at open
+# (ALTER TABLE ... ADD COLUMN; their rows read NULL, "not recorded", which each reader handles).
+ADDED_COLUMNS = (
+    ("journal_intents", "prior", "TEXT"),
+)
+
+_ABSENT_COL = ""  # how an absent old/new/prior value is stored in journal_intents
 FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"  # tests: a file whose existence fails the next write
 REOPEN_REMEDY = ("run `memfs sync --reopen` (it reopens the journal's view of the store in the "
                  "running daemon, then observes again; restarting memfs does the same) before any "
@@ -143,6 +150,9 @@ class Intent:
     old: str | None  # None: absent
     new: str | None
     state: str
+    # adopt: the evidence its decision resolved: None when not recorded (an intent written
+    # before the column existed), "" when P was agreed absence, else the digest.
+    prior: str | None = None
 
 
 class FingerprintRow(NamedTuple):
@@ -202,6 +212,28 @@ def _under(path: str, prefix: str) -> bool:
     return prefix == "" or path == prefix or path.startswith(prefix + "/")
 
 
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Bring a journal made by an older memfs up to ADDED_COLUMNS, under the write lock (two
+    processes opening one old journal at once add each column once)."""
+    def missing() -> list[tuple[str, str, str]]:
+        have: dict[str, set[str]] = {}
+        for table, _, _ in ADDED_COLUMNS:
+            if table not in have:
+                have[table] = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        return [c for c in ADDED_COLUMNS if c[1] not in have[c[0]]]
+
+    if not missing():
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for table, col, decl in missing():
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {col} {decl}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
 def _is_poison(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is None:
@@ -236,6 +268,7 @@ class Journal:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.executescript(SCHEMA)
+        _add_columns(conn)
         return conn
 
     def reopen(self) -> None:
@@ -359,7 +392,8 @@ class Journal:
         return (row[0], row[1]) if row else None
 
     def accept_root(self, mount: str, dev: int, ino: int) -> int:
-        """Take a replaced root on purpose: set its evidence aside so nothing reads as deleted.
+        """Take a replaced root on purpose: set its evidence aside so nothing reads as deleted,
+        and abandon the old directory's pending intents.
 
         Returns how many evidence records were set aside.
         """
@@ -374,6 +408,10 @@ class Journal:
             n = c.execute("DELETE FROM journal_evidence WHERE mount=?", (mount,)).rowcount
             c.execute("DELETE FROM journal_fingerprints WHERE mount=?", (mount,))
             c.execute("DELETE FROM journal_pins WHERE mount=?", (mount,))
+            # Pending intents were about the old directory: on this one their old and new
+            # values mean nothing (one matching neither would read as an interrupted push).
+            c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? "
+                      "WHERE mount=? AND state='pending'", (now, mount))
             c.execute(
                 "INSERT OR REPLACE INTO journal_roots (mount, dev, ino, recorded_at)"
                 " VALUES (?, ?, ?, ?)", (mount, dev, ino, now))
@@ -461,33 +499,39 @@ class Journal:
     def begin_intent(
         self, mount: str, path: str, op: Literal["write", "unlink", "adopt"], *,
         old: str | None, new: str | None, branch: str | None = None,
-        root: tuple[int, int] | None = None,
+        root: tuple[int, int] | None = None, prior: str | None | bool = False,
     ) -> int:
-        """Durably record an intent before its effect; `old`/`new` None mean absent."""
+        """Durably record an intent before its effect; `old`/`new` None mean absent. `prior`
+        (adoptions): the evidence the decision resolved, None for agreed absence (False: not
+        given)."""
         with self._write() as c:
             self._ensure_root(c, mount, root)
             cur = c.execute(
-                "INSERT INTO journal_intents (mount, path, op, branch, old, new, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO journal_intents (mount, path, op, branch, old, new, prior, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (mount, path, op, branch, _ABSENT_COL if old is None else old,
-                 _ABSENT_COL if new is None else new, time.time()))
+                 _ABSENT_COL if new is None else new,
+                 None if prior is False else _ABSENT_COL if prior is None else prior,
+                 time.time()))
             return int(cur.lastrowid or 0)
 
     def complete_intent(self, intent_id: int) -> None:
         """Mark an intent done and record its new value as P, in one transaction. Call only once
         the effect is durable (data and every directory up to the root fsynced)."""
         with self._write() as c:
-            row = c.execute("SELECT mount, path, new, state FROM journal_intents WHERE id=?",
-                            (intent_id,)).fetchone()
+            row = c.execute("SELECT mount, path, new, state, branch FROM journal_intents "
+                            "WHERE id=?", (intent_id,)).fetchone()
             if row is None or row[3] != "pending":
                 raise MemfsError(f"intent {intent_id} is not pending", "observe the path again")
             mount, path, new = row[0], row[1], row[2]
             c.execute("UPDATE journal_intents SET state='done', settled_at=? WHERE id=?",
                       (time.time(), intent_id))
-            # A redo supersedes the interrupted intents of the same path it completes.
+            # A redo supersedes the interrupted intents of the same path it completes, on its
+            # own branch: another branch's pending push or adoption stays for that branch to
+            # resolve (its tree is the only side that can tell whether it happened).
             c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? WHERE mount=? "
-                      "AND path=? AND state='pending' AND id<?",
-                      (time.time(), mount, path, intent_id))
+                      "AND path=? AND state='pending' AND id<? AND branch IS ?",
+                      (time.time(), mount, path, intent_id, row[4]))
             digest = None if new == _ABSENT_COL else new
             c.execute(
                 "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
@@ -505,13 +549,13 @@ class Journal:
 
     @staticmethod
     def _pending(c: sqlite3.Connection, mount: str, path: str | None) -> list[Intent]:
-        sql = ("SELECT id, mount, path, op, branch, old, new, state FROM journal_intents "
+        sql = ("SELECT id, mount, path, op, branch, old, new, state, prior FROM journal_intents "
                "WHERE state='pending' AND mount=?")
         args: tuple[str, ...] = (mount,)
         if path is not None:
             sql += " AND path=?"
             args += (path,)
-        return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7])
+        return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7], r[8])
                 for r in c.execute(sql + " ORDER BY id", args)]
 
     # -- fingerprint cache -------------------------------------------------------------------

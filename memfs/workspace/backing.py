@@ -554,7 +554,7 @@ class Backing(DaemonTasks):
         if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
             # Attaching names the directory on purpose: evidence of another one is set aside.
             await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
-            self.pins.pop(mount, None)
+            self._root_accepted(mount)
         kids = self.ws.children(self.ws.root)
         if name_to_bytes(mount) not in kids:
             self.ws.create(self.ws.root, name_to_bytes(mount), DIR, 0o755, os.getuid(),
@@ -680,6 +680,11 @@ class Backing(DaemonTasks):
         was = None if refusal is None else refusal.message
         self.record_event("journal-reopened", was_refusing=was)
         return {"was_refusing": was}
+
+    def _root_accepted(self, mount: str) -> None:
+        """Journal.accept_root cleared the pin and abandoned the pending intents: forget ours."""
+        self.pins.pop(mount, None)
+        self.pending_adopts = {k: i for k, i in self.pending_adopts.items() if k[0] != mount}
 
     def _read_pins(self) -> dict[str, str]:
         return {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
@@ -831,7 +836,7 @@ class Backing(DaemonTasks):
                 # and turn every draft into an unknown-provenance conflict.
                 aside = await trio.to_thread.run_sync(self.journal.accept_root, mount,
                                                       rst.st_dev, rst.st_ino)
-                self.pins.pop(mount, None)
+                self._root_accepted(mount)
                 log.info("mount %s: root accepted, %d evidence records set aside", mount, aside)
         gathered = await self._gather_on_one_branch(b, st, scope)
         if isinstance(gathered, dict):
@@ -1063,7 +1068,7 @@ class Backing(DaemonTasks):
             return self.ws.branch == branch and self.epoch == epoch
 
         def run():
-            settle(self.journal, mount, plan.decisions)
+            settle(self.journal, mount, plan.decisions, plan.pending)
             result = run_materialize(self.journal, mount, b.dir,
                                      RootId(obs.root.dev, obs.root.ino), mplan, content,
                                      branch=branch, still_selected=still_selected)
@@ -1143,7 +1148,7 @@ class Backing(DaemonTasks):
         from memfs.reconcile.apply import settle
 
         if plan.settling:
-            settle(self.journal, b.mount, plan.settling)
+            settle(self.journal, b.mount, plan.settling, plan.pending)
         root = RootId(obs.root.dev, obs.root.ino)
         for path, c in sp.record_conflicts.items():
             digest = getattr(c, "disk", None)
@@ -1177,9 +1182,11 @@ class Backing(DaemonTasks):
                 continue
             old = view.get(path, ABSENT)
             new = take[path].digest if isinstance(take[path], Content) else None
+            prior = evidence[path]  # what the decision resolved: a not-done redo starts there
             ids[path] = self.journal.begin_intent(
                 b.mount, path, "adopt", old=old.digest if isinstance(old, Content) else None,
-                new=new, branch=branch, root=(root.dev, root.ino))
+                new=new, branch=branch, root=(root.dev, root.ino),
+                prior=None if prior is ABSENT else prior)
             crash_point("backing:after-adopt-intent")  # intent durable, tree not yet changed
         return contents, ids
 

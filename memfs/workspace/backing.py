@@ -76,6 +76,7 @@ from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Intent, Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
+from memfs.workspace.backing_paths import parse_store_path
 from memfs.workspace.backing_tasks import (
     AGENT_WATCH,
     DEFAULT_SCAN_DEADLINE,
@@ -180,11 +181,10 @@ class _PlanInputs:
 
 
 def split_path(path: str) -> tuple[str, str]:
-    """'mount/a/b' -> ('mount', 'a/b'); surrounding slashes ignored."""
-    parts = [p for p in path.strip("/").split("/") if p]
-    if not parts:
-        raise MemfsError("no mount named in the path", "name it as MOUNT[/PATH], e.g. work/src")
-    return parts[0], "/".join(parts[1:])
+    """'mount/a/b' -> ('mount', 'a/b'), by the one spelling every command takes
+    (backing_paths.parse_store_path: aliases such as '//', '.', '..' are refused)."""
+    p = parse_store_path(path)
+    return p.mount, p.rel
 
 
 def ref_chunks(store, ref: str, size: int) -> Iterator[bytes]:
@@ -644,6 +644,11 @@ class Backing(DaemonTasks):
         """`memfs sync [PATH]`: without a path every bound mount, never discarding a draft; a
         path (MOUNT[/REL]) takes disk under it and lists what it `discarded`. `reopen` first
         reopens the journal (after a failed write), so the passes decide from the file."""
+        if accept_root and path is not None:
+            raise MemfsError(
+                f"--accept-root takes a mount's whole root, not a path ({path!r})",
+                "run `memfs sync --accept-root` without a path to take the replaced directory; "
+                "`memfs sync PATH` takes disk at a path once the root is available")
         reopened = await self.reopen() if reopen else None
         out = {}
         if path is None:

@@ -186,12 +186,14 @@ class Observation:
                 return DiskUnknown(r.reason)
         if not _under(path, self.scope):
             return DiskUnknown("outside the observed scope")
+        if path in self.listed:
+            return ABSENT  # a directory, listed completely: no file there
         parts = path.split("/")
         for i in range(len(parts) - 1, -1, -1):
             ancestor = "/".join(parts[:i])
-            if ancestor in self.listed:
-                # The nearest completely listed ancestor lacks the next component, or holds a
-                # file where a directory would be: proven absent.
+            if ancestor in self.listed or ancestor in self.files:
+                # The nearest completely listed ancestor lacks the next component, or a file
+                # stands where a directory would be: proven absent.
                 return ABSENT
         return DiskUnknown("not observed")
 

@@ -33,6 +33,7 @@ from memfs.reconcile.rule import (
     _Absent,
     decide,
     decide_unchanged,
+    type_clash,
 )
 
 EvidenceMap = Mapping[str, "str | _Absent"]  # a missing key is NO_EVIDENCE
@@ -176,7 +177,73 @@ def plan_pass(
                                 pi.damaged)
         decisions[path] = decide(observation.disk(path), store_view.get(path, ABSENT),
                                  evidence.get(path, NO_EVIDENCE), pi)
+    for path, dec in _clashes(decisions, store_view, observation).items():
+        decisions[path] = dec
     return plan
+
+
+# --- type changes: a file where the other side keeps a directory ------------------------------
+
+
+def _removes(dec: Decision) -> bool:
+    """Does applying this decision take the store's file away (disk's deletion, or a binary
+    or oversize disk copy the store drops to show disk-only)?"""
+    if dec.action != Action.ADOPT_DISK:
+        return False
+    return dec.state == State.DISK_ONLY or dec.detail == Detail.REMOVE
+
+
+def _puts(dec: Decision) -> bool:
+    """Does applying this decision put a file into the tree (taken in, or shown disk-only)?"""
+    return dec.action == Action.ADOPT_DISK and dec.detail in (Detail.INGEST, Detail.DISK_ONLY)
+
+
+def _blocked(puts: Iterable[str], kept: Callable[[str], bool], keys: Sequence[str],
+             ) -> dict[str, str | None]:
+    """The paths of `puts` the tree cannot take: a kept store file at an ancestor (-> that
+    ancestor: disk made a directory of a file) or below it (-> None: disk made a file of a
+    directory). `keys`: every store path, sorted; `kept(p)`: the store keeps its file at p."""
+    import bisect
+
+    out: dict[str, str | None] = {}
+    for t in puts:
+        parts = t.split("/")
+        above = next((a for a in ("/".join(parts[:i]) for i in range(1, len(parts)))
+                      if kept(a)), None)
+        if above is not None:
+            out[t] = above
+            continue
+        prefix = t + "/"
+        i = bisect.bisect_left(keys, prefix)
+        while i < len(keys) and keys[i].startswith(prefix):
+            if kept(keys[i]):
+                out[t] = None
+                break
+            i += 1
+    return out
+
+
+def _clashes(decisions: Mapping[str, Decision], store_view: Mapping[str, Content],
+             observation: Observed) -> dict[str, Decision]:
+    """The type changes the rule's per-file decisions cannot see: a file disk holds (to be
+    taken in or shown disk-only) where the store keeps a directory with content it does not
+    give up, or below a file the store keeps. Each becomes a type-changed conflict (truthful in
+    the listing; nothing taken, recorded or owed there) instead of an adoption the tree could
+    never apply (it used to list as synced and be skipped at every pass). Cheap when nothing is
+    put: a quiet pass puts nothing."""
+    puts = [p for p, d in decisions.items() if d is not SYNCED_UNCHANGED and _puts(d)]
+    if not puts:
+        return {}
+    keys = sorted(store_view)
+
+    def kept(p: str) -> bool:
+        if p not in store_view:
+            return False
+        dec = decisions.get(p)
+        return dec is None or not _removes(dec)
+
+    return {t: type_clash(above or t, disk_dir=above is not None)
+            for t, above in _blocked(puts, kept, keys).items()}
 
 
 # --- sync ------------------------------------------------------------------------------------
@@ -261,8 +328,9 @@ def plan_sync(
             continue
         s = store_view.get(p, ABSENT)
         take, record = _take_for(d)
-        if dec.state == State.NOT_IN_BRANCH:
-            out.take[p] = take
+        if dec.state == State.NOT_IN_BRANCH or dec.detail == Detail.TYPE_CLASH:
+            out.take[p] = take  # (a type change: what it gives up is listed for the paths
+            # the store keeps under or above it, also under this path or still blocking)
         elif s != take or dec.state in (State.WORKSPACE_DELETED, State.CONFLICT):
             op: Literal["modified", "deleted", "restored"] = (
                 "restored" if s is ABSENT else "deleted" if take is ABSENT else "modified")
@@ -270,7 +338,32 @@ def plan_sync(
             out.take[p] = take
         out.record[p] = record
         out.clear_intent.append(p)
+    if path is not None:
+        _still_blocked(out, plan, observation, store_view)
     return out
+
+
+def _still_blocked(out: SyncPlan, plan: PassPlan, observation: Observed,
+                   store_view: Mapping[str, Content]) -> None:
+    """A path sync takes disk under its path; a type change whose blocking entry lies outside
+    that path (the store keeps a file above it) still cannot be taken: drop it from the take.
+    What a sync puts: text taken in, and (taken as ABSENT while disk holds a file) disk-only."""
+    puts = [p for p, t in out.take.items()
+            if isinstance(t, Content) or isinstance(observation.disk(p), Content)]
+    if not puts:
+        return
+
+    def kept(p: str) -> bool:
+        if p not in store_view or out.take.get(p) is ABSENT:
+            return False
+        dec = plan.decisions.get(p)
+        return dec is None or not _removes(dec)
+
+    for t in _blocked(puts, kept, sorted(store_view)):
+        out.take.pop(t, None)
+        out.record.pop(t, None)
+        if t in out.clear_intent:
+            out.clear_intent.remove(t)
 
 
 # --- materialize ---------------------------------------------------------------------------
@@ -360,6 +453,11 @@ def plan_materialize(
         d = observation.disk(p)
         if isinstance(d, DiskUnknown):  # pragma: no cover - the rule already said unverified
             continue
+        if dec.owes == "write":
+            clash = _write_clash(p, observation, mount)
+            if clash is not None:
+                out.skipped.append(Skipped(p, "conflict: type-changed", *clash))
+                continue
         expected: str | _Absent = ABSENT if d is ABSENT else (d.digest or "")
         effect_force = "force" in need or (named and force)
         if dec.owes == "write":
@@ -369,6 +467,28 @@ def plan_materialize(
         elif dec.detail == Detail.PENDING_WRITE_SEEN:
             out.unlinks.append(Unlink(p, "", False))  # already gone: completes with barriers
     return out
+
+
+def _write_clash(rel: str, observation: Observed, mount: str) -> tuple[str, str] | None:
+    """(reason, remedy) when disk's structure cannot take a file at rel: disk holds a file
+    at an ancestor (the workspace made a directory there), or a directory at rel (with files
+    in it: an empty one is refused by the effect itself, saying so). Neither is forced over:
+    writing would first have to remove what disk holds, which no materialize does."""
+    parts = rel.split("/")
+    for i in range(1, len(parts)):
+        above = "/".join(parts[:i])
+        if above in observation.files:
+            where = f"{mount}/{above}" if mount else above
+            return (f"disk holds a file at {above!r}, where the workspace has a directory",
+                    f"`memfs sync {where}` takes disk's file (the workspace's {above}/ is "
+                    "discarded), or move that file away on disk and materialize again")
+    listed = getattr(observation, "listed", ())
+    if rel in listed:
+        where = f"{mount}/{rel}" if mount else rel
+        return (f"disk holds a directory at {rel!r}, where the workspace has a file",
+                f"`memfs sync {where}` takes disk's directory (the workspace's file is "
+                "discarded), or move that directory away on disk and materialize again")
+    return None
 
 
 def _skip(rel: str, dec: Decision, missing: set[str], mount: str = "") -> Skipped:

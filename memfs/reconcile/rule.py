@@ -170,6 +170,7 @@ class Detail(enum.StrEnum):
     REMOVE = "remove"
     DISK_ONLY = "disk-only"
     PENDING_WRITE_SEEN = "pending-write-seen"  # disk shows our write; only a barriered push completes it
+    TYPE_CLASH = "type-clash"  # a file one side holds where the other keeps a directory, or under a file
 
 
 class ConflictKind(enum.StrEnum):
@@ -179,6 +180,7 @@ class ConflictKind(enum.StrEnum):
     UNKNOWN_PROVENANCE = "unknown-provenance"
     STORE_ORIGIN_COLLISION = "store-origin-collision"
     INTERRUPTED = "interrupted"
+    TYPE_CHANGED = "type-changed"  # a file on one side where the other keeps a directory
 
 
 Requirement = Literal["named", "force", "apply_deletions"]
@@ -228,6 +230,24 @@ def decide_unchanged(disk: str | None, store: str | None, p: Evidence) -> Decisi
     if disk is not None and disk == store and p == disk:
         return SYNCED_UNCHANGED
     return None
+
+
+def type_clash(where: str, *, disk_dir: bool) -> Decision:
+    """The decision for a file disk holds that the store cannot take in, because the store
+    keeps (a draft, a conflict, a file disk never had) a directory at that path (`disk_dir`
+    False: disk replaced a directory by a file) or a file at `where`, an ancestor of it (True:
+    disk replaced a file by a directory). Decided from the structure at each pass, not
+    recorded: it ends as soon as one side gives way (a path sync takes disk's side; removing
+    the workspace's entries, or moving disk's away, lets the rule decide each file again).
+    Nothing is recorded or owed at the path itself: the store holds no file there."""
+    if disk_dir:
+        reason = (f"disk holds a directory at {where!r} where the workspace keeps a file; "
+                  f"a sync of {where!r} takes disk's side")
+    else:
+        reason = ("disk holds a file where the workspace keeps a directory with changes; "
+                  "a sync of this path takes disk's file")
+    return Decision(Action.CONFLICT, State.CONFLICT, Detail.TYPE_CLASH,
+                    conflict=ConflictKind.TYPE_CHANGED, reason=reason)
 
 
 def _value(side: Disk | Store) -> _Absent | str | None:

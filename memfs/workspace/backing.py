@@ -84,7 +84,8 @@ from memfs.workspace.backing_tasks import (
     WATCH_REMEDY,
     DaemonTasks,
 )
-from memfs.workspace.nodes import FileData, Node, WorkspaceError
+from memfs.workspace.backing_tree import TreeEdit
+from memfs.workspace.nodes import Node, WorkspaceError
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -227,10 +228,12 @@ def read_contained(root_dir: str, expected: RootId | None, rel: str,
 
 
 def _batches(take: dict, obs: Observation) -> list[list[str]]:
-    """The paths a pass takes, cut so that one batch reads at most BATCH_BYTES of disk."""
+    """The paths a pass takes, cut so that one batch reads at most BATCH_BYTES of disk;
+    removals first, so a file disk made where a directory was (or the reverse) goes in once
+    what stood in its way is gone (backing_tree)."""
     out: list[list[str]] = [[]]
     size = 0
-    for path in sorted(take):
+    for path in sorted(take, key=lambda p: (isinstance(take[p], Content), p)):
         fact = obs.files.get(path)
         n = fact.size if fact is not None and isinstance(take[path], Content) else 0
         if out[-1] and (size + n > BATCH_BYTES or len(out[-1]) >= BATCH_FILES):
@@ -591,11 +594,10 @@ class Backing(DaemonTasks):
         if mount not in self.bindings:
             raise MemfsError(f"mount {mount!r} is not bound", "see `memfs status`")
         async with self._lock(mount):
-            entries: list[tuple[int, bytes]] = []
-            inodes: list[int] = []
+            edit = TreeEdit(self.ws, self.overlay, mount, self._mount_node(mount))
             for m, rel in list(self.overlay):
                 if m == mount:
-                    self._drop_overlay(m, rel, entries, inodes)
+                    edit.drop_overlay(rel)
             self.store.set_binding(mount, None)
             await trio.to_thread.run_sync(self.journal.clear_pin, mount)
             self.pins.pop(mount, None)
@@ -604,7 +606,7 @@ class Backing(DaemonTasks):
             self.intents.pop(mount, None)
             for memo in (self._facts, self._facts_seen, self._walk_memos, self._plans):
                 memo.pop(mount, None)
-            self.ws.invalidate(entries, inodes)
+            self.ws.invalidate(edit.entries, edit.inodes)
         return {"mount": mount, "detached": True}
 
     # -- the control plane ---------------------------------------------------------------
@@ -866,8 +868,7 @@ class Backing(DaemonTasks):
             return {"mount": mount, "refused": sp.refused}
         versions = {p: nodes[p].ver for p in sp.take if p in nodes}
         await trio.to_thread.run_sync(self._prepare, b, obs, sp, plan)
-        entries: list[tuple[int, bytes]] = []
-        inodes: list[int] = []
+        edit = TreeEdit(self.ws, self.overlay, mount, None)
         applied: list[str] = []
         skipped: list[str] = []
         intent_ids: dict[str, int] = {}
@@ -881,7 +882,7 @@ class Backing(DaemonTasks):
             changed = self.epoch != epoch or self.ws.branch != branch
             if changed:
                 break
-            mnode = self._mount_node(mount)
+            edit.mnode = self._mount_node(mount)
             for path in batch:
                 take = sp.take[path]
                 if self._node_at(mount, path) is not nodes.get(path) or (
@@ -894,28 +895,30 @@ class Backing(DaemonTasks):
                     if data is None:
                         skipped.append(path)
                         continue
-                    fact = obs.files[path]
-                    if self._put_file(mnode, path, data, fact.fingerprint.mtime_ns,
-                                      entries, inodes):
+                    if edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns):
                         applied.append(path)
                     else:
                         skipped.append(path)
                 else:
-                    self._remove_file(mnode, path, entries, inodes)
+                    edit.remove_file(path, obs)
                     applied.append(path)
             if len(batches) > 1:
                 await self.ws.sync()  # a large take never holds more than a batch in memory
         if changed:
             skipped += [p for p in sp.take if p not in applied and p not in skipped]
         else:
-            mnode = self._mount_node(mount)
+            edit.mnode = self._mount_node(mount)
             self._apply_intent(mount, sp, set(skipped))
-            self._apply_overlay(mount, scope, obs, plan, mnode, entries, inodes, set(skipped))
+            # Disk-only: the plan's, and (a path sync) binary files it took over a type change.
+            want = plan.disk_only | {p for p, t in sp.take.items() if t is ABSENT and
+                                     (f := obs.files.get(p)) is not None and f.kind != "text"}
+            edit.apply_overlay(scope, obs, want, set(skipped))
             self._apply_states(st, scope, obs, plan, sp, set(skipped))
             for path, c in sorted(sp.record_conflicts.items()):
                 if path not in skipped:
                     self.record_event("conflict-recorded", mount=mount, path=path,
                                       kind=str(getattr(c, "kind", c)))
+        entries, inodes = edit.entries, edit.inodes
         self.ws.invalidate(entries, inodes)
         # Evidence only once the tree it agrees with is durable. A pass that changed nothing
         # and vouches for nothing new (the steady state of on-access) does not wait for
@@ -1328,107 +1331,7 @@ class Backing(DaemonTasks):
             memo[3] = out  # shared from here on: nobody writes a view
         return out
 
-    # -- applying to the live tree (on the loop, no await) -----------------------------
-    def _parent(self, mnode: Node | None, rel: str, create: bool,
-                entries: list[tuple[int, bytes]]) -> Node | None:
-        d = mnode
-        for part in rel.split("/")[:-1]:
-            if d is None:
-                return None
-            name = name_to_bytes(part)
-            child = self.ws.children(d).get(name)
-            if child is None:
-                if not create:
-                    return None
-                child = self.ws.create(d, name, DIR, 0o755, os.getuid(), os.getgid())
-                entries.append((d.id, name))
-            elif child.kind != DIR or child.id in self.ws.disk_only:
-                return None
-            d = child
-        return d
-
-    def _put_file(self, mnode: Node | None, rel: str, data: bytes, mtime_ns: int,
-                  entries: list[tuple[int, bytes]], inodes: list[int]) -> bool:
-        """Put disk's bytes at rel as a new node (a new inode: no cache shows the old)."""
-        parent = self._parent(mnode, rel, True, entries)
-        if parent is None:
-            return False
-        name = name_to_bytes(rel.rsplit("/", 1)[-1])
-        old = self.ws.children(parent).get(name)
-        mode, uid, gid = 0o644, os.getuid(), os.getgid()
-        if old is not None:
-            if old.kind != FILE:
-                return False
-            mode, uid, gid = old.mode, old.uid, old.gid
-            self.ws.unlink(parent, name)
-            inodes.append(old.id)
-        node = self.ws.create(parent, name, FILE, mode, uid, gid)
-        if data:
-            self.ws.write(node, 0, data)
-        node.mtime_ns = node.atime_ns = mtime_ns
-        entries.append((parent.id, name))
-        inodes.append(parent.id)
-        return True
-
-    def _remove_file(self, mnode: Node | None, rel: str, entries: list[tuple[int, bytes]],
-                     inodes: list[int]) -> None:
-        parent = self._parent(mnode, rel, False, entries)
-        if parent is None:
-            return
-        name = name_to_bytes(rel.rsplit("/", 1)[-1])
-        old = self.ws.children(parent).get(name)
-        if old is None or old.kind != FILE or old.id in self.ws.disk_only:
-            return
-        self.ws.unlink(parent, name)
-        entries.append((parent.id, name))
-        inodes.extend((old.id, parent.id))
-
-    def _drop_overlay(self, mount: str, rel: str, entries: list[tuple[int, bytes]],
-                      inodes: list[int]) -> None:
-        node = self.overlay.pop((mount, rel), None)
-        if node is None or node.parent is None:
-            return
-        parent = node.parent
-        try:
-            self.ws.unlink(parent, node.name)
-        except WorkspaceError:
-            return
-        entries.append((parent.id, node.name))
-        inodes.extend((node.id, parent.id))
-
-    def _apply_overlay(self, mount: str, scope: str, obs: Observation, plan,
-                       mnode: Node | None, entries: list[tuple[int, bytes]], inodes: list[int],
-                       skipped: set[str]) -> None:
-        """Disk-only files as read-only nodes with their real size; gone ones removed."""
-        want = {p for p in plan.disk_only if p in obs.files and p not in skipped}
-        for (m, rel), node in list(self.overlay.items()):
-            if m != mount or not _under(rel, scope) or rel in skipped:
-                continue
-            fact = obs.files.get(rel)
-            stale = fact is None or node.size() != fact.size or \
-                node.mtime_ns != fact.fingerprint.mtime_ns
-            if rel not in want and isinstance(obs.disk(rel), Content | type(ABSENT)) or (
-                    rel in want and stale):
-                self._drop_overlay(m, rel, entries, inodes)
-        for rel in sorted(want):
-            if (mount, rel) in self.overlay:
-                continue
-            parent = self._parent(mnode, rel, True, entries)
-            if parent is None:
-                continue
-            name = name_to_bytes(rel.rsplit("/", 1)[-1])
-            if name in self.ws.children(parent):
-                continue  # the store holds something there (a draft): it shows instead
-            fact = obs.files[rel]
-            node = self.ws.create(parent, name, FILE, 0o444, os.getuid(), os.getgid())
-            node.data = FileData(fact.size)
-            node.readonly = True
-            node.mtime_ns = node.atime_ns = fact.fingerprint.mtime_ns
-            self.ws.disk_only[node.id] = (mount, rel)
-            self.overlay[(mount, rel)] = node
-            entries.append((parent.id, name))
-            inodes.append(parent.id)
-
+    # -- applying to the live tree (on the loop, no await; see backing_tree.TreeEdit) --
     def _apply_intent(self, mount: str, sp: SyncPlan, skipped: set[str]) -> None:
         table = self.intents.get(mount, IntentTable())
         for path in sp.clear_intent:
@@ -1455,7 +1358,12 @@ class Backing(DaemonTasks):
             del st.regions[p]
         listing = plan.listing()
         for path, take in sp.take.items():
-            if path in skipped or path not in listing:
+            if path in skipped:
+                # Not taken (changed in the workspace since, open for writing, disk changed
+                # since): the next pass decides it; until then it is not known synced.
+                listing[path] = ("unverified", None)
+                continue
+            if path not in listing:
                 continue
             fact = obs.files.get(path)
             if take is ABSENT and fact is None:

@@ -127,3 +127,19 @@ def test_a_directory_removed_on_disk_leaves_no_empty_directory_in_the_mount(back
     sh(f"rm {disk}/keep/k.txt")  # the directory stays on disk: it stays in the mount
     m.cli("sync")
     assert os.listdir(m.work / "keep") == []
+
+
+def test_the_workspace_replaces_a_file_by_a_directory(backed):  # noqa: F811
+    """The workspace's own type change reaches disk with --apply-deletions: the file goes
+    first, then the files below the new directory (a bare materialize says why it waits)."""
+    m, disk = backed
+    sh(f"rm {m.work}/a.txt && mkdir {m.work}/a.txt && echo n > {m.work}/a.txt/n.txt")
+    res = m.cli_json("materialize")["mounts"]["work"]
+    assert res["deletions_left"] == ["a.txt"] and res["written"] == []
+    (skip,) = res["skipped"]
+    assert skip["path"] == "a.txt/n.txt" and "--apply-deletions" in skip["remedy"]
+    assert (disk / "a.txt").read_text() == "a1\n"
+    res = m.cli_json("materialize", "--apply-deletions")["mounts"]["work"]
+    assert res["removed"] == ["a.txt"] and res["written"] == ["a.txt/n.txt"]
+    assert (disk / "a.txt" / "n.txt").read_text() == "n\n"
+    assert states(m)["work/a.txt/n.txt"] == ("synced", None)

@@ -164,9 +164,9 @@ def run_materialize(
                    for s in mplan.skipped]
     if mplan.refused:
         return out
-    for w in mplan.writes:
+    def write(w) -> None:
         if not _still(still_selected, out, w.path):
-            continue
+            return
         data, digest = content(w.path)
         try:
             push_write(journal, mount, root_path, root, w.path, data, new_digest=digest,
@@ -178,6 +178,12 @@ def run_materialize(
         except Refused as exc:
             out.skipped.append({"path": w.path, "state": "refused", "reason": exc.message,
                                 "remedy": exc.remedy})
+
+    # Writes before unlinks (a move in the workspace: the new name is on disk before the old
+    # goes), except a write below a file this plan unlinks, which can only go after it.
+    for w in mplan.writes:
+        if not w.after_unlinks:
+            write(w)
     for u in mplan.unlinks:
         if not _still(still_selected, out, u.path):
             continue
@@ -191,6 +197,9 @@ def run_materialize(
         except Refused as exc:
             out.skipped.append({"path": u.path, "state": "refused", "reason": exc.message,
                                 "remedy": exc.remedy})
+    for w in mplan.writes:
+        if w.after_unlinks:
+            write(w)
     return out
 
 

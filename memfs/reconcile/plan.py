@@ -374,6 +374,7 @@ class Write:
     path: str
     expected: str | _Absent  # disk as the decision saw it
     force: bool  # skip the effect's freshness check (a named, forced path only)
+    after_unlinks: bool = False  # below a disk file this plan unlinks (a file made a directory)
 
 
 @dataclass(frozen=True)
@@ -454,7 +455,11 @@ def plan_materialize(
         if isinstance(d, DiskUnknown):  # pragma: no cover - the rule already said unverified
             continue
         if dec.owes == "write":
-            clash = _write_clash(p, observation, mount)
+            unlinked = {u.path for u in out.unlinks}  # ancestors sort first: decided already
+            clash = _write_clash(p, observation, mount, unlinked)
+            if clash == "after-unlinks":
+                out.writes.append(Write(p, ABSENT, False, after_unlinks=True))
+                continue
             if clash is not None:
                 out.skipped.append(Skipped(p, "conflict: type-changed", *clash))
                 continue
@@ -469,19 +474,26 @@ def plan_materialize(
     return out
 
 
-def _write_clash(rel: str, observation: Observed, mount: str) -> tuple[str, str] | None:
+def _write_clash(rel: str, observation: Observed, mount: str, unlinked: set[str],
+                 ) -> tuple[str, str] | str | None:
     """(reason, remedy) when disk's structure cannot take a file at rel: disk holds a file
     at an ancestor (the workspace made a directory there), or a directory at rel (with files
     in it: an empty one is refused by the effect itself, saying so). Neither is forced over:
-    writing would first have to remove what disk holds, which no materialize does."""
+    writing would first have to remove what disk holds, which no materialize does unasked.
+    "after-unlinks": the ancestor file is one this plan unlinks (--apply-deletions of the
+    workspace's own type change): the write goes after the unlinks."""
     parts = rel.split("/")
     for i in range(1, len(parts)):
         above = "/".join(parts[:i])
+        if above in unlinked:
+            return "after-unlinks"
         if above in observation.files:
             where = f"{mount}/{above}" if mount else above
             return (f"disk holds a file at {above!r}, where the workspace has a directory",
                     f"`memfs sync {where}` takes disk's file (the workspace's {above}/ is "
-                    "discarded), or move that file away on disk and materialize again")
+                    "discarded); if the workspace deleted that file, `memfs materialize "
+                    f"--apply-deletions {where}` removes it first; or move it away on disk "
+                    "and materialize again")
     listed = getattr(observation, "listed", ())
     if rel in listed:
         where = f"{mount}/{rel}" if mount else rel

@@ -369,3 +369,29 @@ def test_a_snapshot_outlives_commits_to_other_tables(tmp_path: Path):
     assert after.evidence == {"a.txt": A, "b.txt": B}
     assert after.fingerprints is first.fingerprints
     j.close()
+
+
+def test_names_that_are_not_utf8_are_kept_as_their_bytes(tmp_path: Path):
+    """Every path column takes a name that is not UTF-8 (a surrogate escape in Python) as its
+    own bytes, and gives the same escape back: evidence, prefix reads, intents, fingerprints."""
+    db = tmp_path / "store.db"
+    j = Journal(db)
+    bad, under = "bad-\udce9.txt", "d\udcff/x"
+    j.record_evidence("work", [(bad, A), (under, B), ("d/ok", A)], root=(1, 2))
+    assert j.evidence("work", bad) == EvidenceRecord(A)
+    assert set(j.evidence_under("work", "d\udcff")) == {under}
+    assert set(j.evidence_under("work", "d")) == {"d/ok"}
+    i = j.begin_intent("work", bad, "write", old=A, new=B, branch="main")
+    assert [x.path for x in j.pending_intents("work", bad)] == [bad]
+    j.complete_intent(i)
+    assert j.evidence("work", bad) == EvidenceRecord(B)
+    fp = FingerprintRow(1, 2, 3, 4, 5, A, "text", 6)
+    j.put_fingerprints("work", {under: fp})
+    assert j.pass_inputs("work", "d\udcff").fingerprints == {under: fp}
+    raw = sqlite3.connect(db).execute(
+        "SELECT CAST(path AS BLOB) FROM journal_evidence WHERE path >= 'bad' AND path < 'bae'"
+    ).fetchall()
+    assert raw == [(b"bad-\xe9.txt",)]  # the name's own bytes
+    j.forget_evidence("work", [bad])
+    assert j.evidence("work", bad) is None
+    j.close()

@@ -5,7 +5,8 @@ branch is switched or a change undone, so neither may P. Branch-local intent (to
 origin, conflicts) is elsewhere (memfs.reconcile.intent) and rewinds with the branch.
 
 The journal lives in the store's SQLite file (`<root>/store.db`, WAL, synchronous=FULL) in
-tables prefixed `journal_`, through its own connection.
+tables prefixed `journal_`, through its own connection. Paths are names, and Linux names are
+bytes: a path column holds the name's own bytes, valid UTF-8 or not (see _db and _text).
 
 The failed-append rule (seed 002): if SQLite reports an I/O error (or a full disk, or
 corruption) inside a write, what reached the file is no longer known to this connection's view:
@@ -212,6 +213,26 @@ def _under(path: str, prefix: str) -> bool:
     return prefix == "" or path == prefix or path.startswith(prefix + "/")
 
 
+def _db(path: str) -> str | bytes:
+    """A path as a parameter (bound as CAST(? AS TEXT)): a name that is not UTF-8 (a
+    surrogate escape, as the walk and the store keep it) goes in as its bytes, so the column
+    holds the name's own bytes; everything else as the text it is (existing journals: the same
+    bytes either way)."""
+    if path.isascii():
+        return path
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape")
+    return path
+
+
+def _text(raw: bytes) -> str:
+    """The connection's text_factory: a column holding a name that is not UTF-8 reads back as
+    its surrogate escape (the default factory refuses the whole query over one such row)."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
 def _add_columns(conn: sqlite3.Connection) -> None:
     """Bring a journal made by an older memfs up to ADDED_COLUMNS, under the write lock (two
     processes opening one old journal at once add each column once)."""
@@ -264,6 +285,7 @@ class Journal:
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
+        conn.text_factory = _text  # names are bytes (see _db)
         conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
@@ -455,8 +477,8 @@ class Journal:
     def evidence(self, mount: str, path: str) -> EvidenceRecord | None:
         """P for a path: None when there is no evidence at all (P unknown)."""
         row = self._read(lambda c: c.execute(
-            "SELECT digest FROM journal_evidence WHERE mount=? AND path=?",
-            (mount, path)).fetchone())
+            "SELECT digest FROM journal_evidence WHERE mount=? AND path=CAST(? AS TEXT)",
+            (mount, _db(path))).fetchone())
         return EvidenceRecord(row[0]) if row else None
 
     def evidence_under(self, mount: str, prefix: str = "") -> dict[str, EvidenceRecord]:
@@ -470,8 +492,8 @@ class Journal:
             return c.execute("SELECT path, digest FROM journal_evidence WHERE mount=?", (mount,))
         return c.execute(
             "SELECT path, digest FROM journal_evidence WHERE mount=? AND "
-            "(path=? OR (path >= ? AND path < ?))",
-            (mount, prefix, prefix + "/", prefix + "0"))  # '0' sorts right after '/'
+            "(path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) AND path < CAST(? AS TEXT)))",
+            (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))  # '0' follows '/'
 
     def record_evidence(
         self, mount: str, items: Iterable[tuple[str, str | None]], *,
@@ -485,14 +507,14 @@ class Journal:
             items = list(items)
             c.executemany(
                 "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
-                " VALUES (?, ?, ?, ?)", [(mount, p, d, now) for p, d in items])
+                " VALUES (?, CAST(? AS TEXT), ?, ?)", [(mount, _db(p), d, now) for p, d in items])
             self._patch_memo(c, mount, evidence=dict(items))
 
     def forget_evidence(self, mount: str, paths: Iterable[str]) -> None:
         """Drop P (the write-ahead rule's exception: a drop forgets first, with no intent)."""
         with self._write() as c:
-            c.executemany("DELETE FROM journal_evidence WHERE mount=? AND path=?",
-                          [(mount, p) for p in paths])
+            c.executemany("DELETE FROM journal_evidence WHERE mount=? AND path=CAST(? AS TEXT)",
+                          [(mount, _db(p)) for p in paths])
 
     # -- write-ahead intents -----------------------------------------------------------------
 
@@ -508,8 +530,8 @@ class Journal:
             self._ensure_root(c, mount, root)
             cur = c.execute(
                 "INSERT INTO journal_intents (mount, path, op, branch, old, new, prior, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (mount, path, op, branch, _ABSENT_COL if old is None else old,
+                "created_at) VALUES (?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?)",
+                (mount, _db(path), op, branch, _ABSENT_COL if old is None else old,
                  _ABSENT_COL if new is None else new,
                  None if prior is False else _ABSENT_COL if prior is None else prior,
                  time.time()))
@@ -530,12 +552,12 @@ class Journal:
             # own branch: another branch's pending push or adoption stays for that branch to
             # resolve (its tree is the only side that can tell whether it happened).
             c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? WHERE mount=? "
-                      "AND path=? AND state='pending' AND id<? AND branch IS ?",
-                      (time.time(), mount, path, intent_id, row[4]))
+                      "AND path=CAST(? AS TEXT) AND state='pending' AND id<? AND branch IS ?",
+                      (time.time(), mount, _db(path), intent_id, row[4]))
             digest = None if new == _ABSENT_COL else new
             c.execute(
                 "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
-                " VALUES (?, ?, ?, ?)", (mount, path, digest, time.time()))
+                " VALUES (?, CAST(? AS TEXT), ?, ?)", (mount, _db(path), digest, time.time()))
             self._patch_memo(c, mount, evidence={path: digest})
 
     def abandon_intent(self, intent_id: int) -> None:
@@ -551,10 +573,10 @@ class Journal:
     def _pending(c: sqlite3.Connection, mount: str, path: str | None) -> list[Intent]:
         sql = ("SELECT id, mount, path, op, branch, old, new, state, prior FROM journal_intents "
                "WHERE state='pending' AND mount=?")
-        args: tuple[str, ...] = (mount,)
+        args: tuple[str | bytes, ...] = (mount,)
         if path is not None:
-            sql += " AND path=?"
-            args += (path,)
+            sql += " AND path=CAST(? AS TEXT)"
+            args += (_db(path),)
         return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7], r[8])
                 for r in c.execute(sql + " ORDER BY id", args)]
 
@@ -573,8 +595,9 @@ class Journal:
         if not prefix:
             rows = c.execute(cols, (mount,))
         else:
-            rows = c.execute(cols + " AND (path=? OR (path >= ? AND path < ?))",
-                             (mount, prefix, prefix + "/", prefix + "0"))
+            rows = c.execute(cols + " AND (path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) "
+                             "AND path < CAST(? AS TEXT)))",
+                             (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))
         # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file. Paths and
         # digests interned: see pass_inputs.
         return {intern(r[0]): _new(FingerprintRow, (r[1], r[2], r[3], r[4], r[5], intern(r[6]),
@@ -622,10 +645,12 @@ class Journal:
     def put_fingerprints(self, mount: str, rows: dict[str, FingerprintRow | None]) -> None:
         """Store (or with None, drop) cached fingerprints."""
         with self._write() as c:
-            c.executemany("DELETE FROM journal_fingerprints WHERE mount=? AND path=?",
-                          [(mount, p) for p, r in rows.items() if r is None])
+            c.executemany("DELETE FROM journal_fingerprints WHERE mount=? AND "
+                          "path=CAST(? AS TEXT)",
+                          [(mount, _db(p)) for p, r in rows.items() if r is None])
             c.executemany(
-                "INSERT OR REPLACE INTO journal_fingerprints VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [(mount, p, r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
+                "INSERT OR REPLACE INTO journal_fingerprints VALUES "
+                "(?,CAST(? AS TEXT),?,?,?,?,?,?,?,?)",
+                [(mount, _db(p), r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
                   r.hashed_at_ns) for p, r in rows.items() if r is not None])
             self._patch_memo(c, mount, fingerprints=rows)

@@ -181,6 +181,14 @@ class _PlanInputs:
                 and (self.evidence is other.evidence or self.evidence == other.evidence))
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def split_path(path: str) -> tuple[str, str]:
     """'mount/a/b' -> ('mount', 'a/b'), by the one spelling every command takes
     (backing_paths.parse_store_path: aliases such as '//', '.', '..' are refused)."""
@@ -539,6 +547,12 @@ class Backing(DaemonTasks):
         mount = binding.mount
         if not mount or "/" in mount or mount.startswith("."):
             raise MemfsError(f"invalid mount name {mount!r}", "name a top-level directory")
+        if not _utf8(mount):
+            # Names below a mount may be any bytes; the mount's own name keys the journal,
+            # the bindings and every MOUNT/PATH a command takes, so it is kept to text.
+            raise MemfsError(f"mount name {mount.encode('utf-8', 'surrogateescape')!r} is not "
+                             "UTF-8", "name the mount in UTF-8 (the directory it binds, and "
+                             "every name below, may be any bytes)")
         # Every look at the directory runs in a thread: a path into our own mount would
         # otherwise block the loop that has to answer it.
         await trio.to_thread.run_sync(self._check_dir, binding.dir)

@@ -329,8 +329,19 @@ def unlink_file(
         os.close(root_fd)
 
 
-def sweep_scratch(root_path: str | os.PathLike[str], *, root: RootId) -> list[str]:
-    """Remove scratch files a crashed write left (call when no effect runs, e.g. at attach)."""
+def is_scratch(name: str) -> bool:
+    """Is this one of write_file's scratch names (TEMP_PREFIX and 16 hex digits)? Only those
+    are swept: a user's own `.memfs-tmp-notes` is not ours to remove."""
+    tail = name[len(TEMP_PREFIX):]
+    return (name.startswith(TEMP_PREFIX) and len(tail) == 16
+            and all(c in "0123456789abcdef" for c in tail))
+
+
+def sweep_scratch(root_path: str | os.PathLike[str], *, root: RootId | None,
+                  skip: frozenset[str] = frozenset({".git"})) -> list[str]:
+    """Remove scratch files a crashed write left (call when no effect runs on this root: the
+    first pass of a mount in a process, under the mount's lock). Directories named in `skip`
+    (the VCS directories no write enters) are not walked."""
     removed: list[str] = []
     root_fd, _ = open_root(root_path, root)
     try:
@@ -341,10 +352,10 @@ def sweep_scratch(root_path: str | os.PathLike[str], *, root: RootId) -> list[st
                 for name in os.listdir(dfd):
                     st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
                     child = f"{rel}/{name}" if rel else name
-                    if name.startswith(TEMP_PREFIX) and stat.S_ISREG(st.st_mode):
+                    if is_scratch(name) and stat.S_ISREG(st.st_mode):
                         os.unlink(name, dir_fd=dfd)
                         removed.append(child)
-                    elif stat.S_ISDIR(st.st_mode) and name not in (".git",):
+                    elif stat.S_ISDIR(st.st_mode) and name not in skip:
                         try:
                             stack.append((os.open(name, FILE_FLAGS | os.O_DIRECTORY,
                                                   dir_fd=dfd), child))

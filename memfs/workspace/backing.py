@@ -277,6 +277,7 @@ class Backing(DaemonTasks):
         self._facts_seen: dict[str, tuple[int, bool, int]] = {}  # (at ns, trusted fs, dev)
         self._seen_paths: dict[tuple[str, str], tuple[Fingerprint, int, bool, int]] = {}
         self._locks: dict[str, trio.Lock] = {}
+        self._swept: set[str] = set()  # mounts whose scratch files this process removed
         self.conflict_dir = Path(self.store.root) / "conflicts"
         # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
         # background scans); None on a daemon-less workspace, where a batch runs one scan.
@@ -620,6 +621,7 @@ class Backing(DaemonTasks):
             self.intents.pop(mount, None)
             for memo in (self._facts, self._facts_seen, self._walk_memos, self._plans):
                 memo.pop(mount, None)
+            self._swept.discard(mount)
             self.ws.invalidate(edit.entries, edit.inodes)
         return {"mount": mount, "detached": True}
 
@@ -844,6 +846,8 @@ class Backing(DaemonTasks):
         b = self.bindings[mount]
         st = self._state(mount)
         st.observed[scope] = time.monotonic()
+        if mount not in self._swept:
+            await self._sweep(b)
         if accept_root:
             try:
                 rst = os.stat(b.dir)
@@ -960,6 +964,27 @@ class Backing(DaemonTasks):
             "regions": [{"path": r.path, "reason": r.reason} for r in obs.regions],
             "incomplete": "the tree was replaced while the pass applied" if changed else None,
         }
+
+    async def _sweep(self, b: Binding) -> None:
+        """Remove the scratch files a write killed mid-way left in the backing directory: at
+        the first pass of the mount in this process (the daemon's start, an attach, a
+        daemon-less command), under the mount's lock, so no effect of ours is running there.
+        A root that is unavailable is swept at the first pass that finds it back."""
+        from memfs.reconcile.effects import sweep_scratch
+        from memfs.reconcile.observe import VCS_DIRS
+
+        recorded = await trio.to_thread.run_sync(self.journal.root, b.mount)
+        try:
+            removed = await trio.to_thread.run_sync(
+                lambda: sweep_scratch(b.dir, root=RootId(*recorded) if recorded else None,
+                                      skip=VCS_DIRS))
+        except (RootUnavailable, OSError):
+            return
+        self._swept.add(b.mount)
+        if removed:
+            log.info("mount %s: removed %d scratch file(s) a killed write left: %s", b.mount,
+                     len(removed), removed)
+            self.record_event("scratch-removed", mount=b.mount, paths=removed)
 
     def _plan(self, mount: str, given: _PlanInputs) -> tuple[PassPlan, SyncPlan]:
         """plan_pass and plan_sync (which refuses a path sync when the branch it gathered on

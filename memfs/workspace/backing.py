@@ -452,6 +452,29 @@ class Backing(DaemonTasks):
         mount, rel = self._backed(node.path())
         if mount is None or not rel:
             return None
+        return self._state_at(mount, rel)
+
+    async def state_now(self, node: Node) -> tuple[tuple[str, str | None] | None, bool]:
+        """(state, whether a pass ran) of a node as a listing of its one path would show it
+        now: a file's path is observed first, in every watch mode, as `memfs ls --states PATH`
+        does (the xattrs are a listing's question). Without this the xattrs gave the last
+        listing's answer: `synced` for a draft made since, `workspace-draft` for a draft disk
+        has since changed too. A directory gives the last listing's answer (observing it would
+        walk its subtree)."""
+        if node.kind != FILE or not self._live(node) or self.stopped:
+            return self.state_of(node), False
+        mount, rel = self._backed(node.path())
+        if mount is None or not rel:
+            return None, False
+        try:
+            await self.run_pass(mount, rel)
+        except Exception as exc:  # noqa: BLE001 - the answer says unverified instead
+            log.warning("state pass of %s/%s failed: %s", mount, rel, exc)
+            self._state(mount).last_error = str(exc)
+            return ("unverified", None), False
+        return self._state_at(mount, rel), True
+
+    def _state_at(self, mount: str, rel: str) -> tuple[str, str | None] | None:
         st = self.mounts.get(mount)
         if st is None:
             return None

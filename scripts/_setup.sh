@@ -10,6 +10,7 @@ pkg-config --exists fuse3 2>/dev/null || need_pkgs+=(libfuse3-dev pkg-config)
 if [ "${MEMFS_WANT_TEST_TOOLS:-0}" = 1 ]; then
     command -v getfattr >/dev/null 2>&1 || need_pkgs+=(attr)
     command -v git >/dev/null 2>&1 || need_pkgs+=(git)
+    command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
 fi
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
     echo "memfs: installing Debian packages: ${need_pkgs[*]}" >&2

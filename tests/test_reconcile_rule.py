@@ -188,6 +188,18 @@ def test_another_branchs_push_seen_on_disk():
     assert moved.record_conflict is None  # no interrupted conflict on a branch that never pushed
 
 
+def test_a_restored_copy_is_the_workspaces_side():
+    """An undo or restore brought back the agreed copy A while disk changed it: a conflict,
+    never disk taken over the rewind (nor a draft written over disk's change)."""
+    restored = PathIntent(restored=True)
+    gone = decide(ABSENT, TA, A, restored)
+    assert gone.state == State.CONFLICT and gone.conflict == ConflictKind.DELETED_ON_DISK
+    edited = decide(TB, TA, A, restored)
+    assert edited.conflict == ConflictKind.BOTH_CHANGED and {"named", "force"} <= edited.requires
+    assert decide(TA, TA, A, restored).state == State.SYNCED  # disk unchanged: agreed
+    assert decide(TB, TA, A).action == Action.ADOPT_DISK  # unmarked: only disk changed
+
+
 def test_not_done_adoption_is_decided_from_its_prior():
     """Seed 002: an adoption's intent carries the prior its decision resolved. Killed after
     the intent, another branch agreed with disk (P moved to disk's B); this branch's tree still
@@ -215,7 +227,8 @@ pendings = st.one_of(
 )
 conflicts = st.one_of(st.none(), st.builds(Conflict, st.sampled_from([k.value for k in ConflictKind]),
                                            st.one_of(st.none(), digests)))
-intents = st.builds(PathIntent, st.booleans(), st.booleans(), conflicts, pendings, st.booleans())
+intents = st.builds(PathIntent, st.booleans(), st.booleans(), conflicts, pendings, st.booleans(),
+                    st.booleans())
 
 
 def _val(side):

@@ -174,7 +174,7 @@ def plan_pass(
             pi = intent.get(path)
             if path in pending:
                 pi = PathIntent(pi.tombstone, pi.origin_store, pi.conflict, pending[path],
-                                pi.damaged)
+                                pi.damaged, pi.restored)
         decisions[path] = decide(observation.disk(path), store_view.get(path, ABSENT),
                                  evidence.get(path, NO_EVIDENCE), pi)
     for path, dec in _clashes(decisions, store_view, observation).items():

@@ -128,6 +128,9 @@ class PathIntent:
 
     tombstone: the workspace deleted the path on purpose. origin_store: the workspace created it.
     damaged: the branch's intent could not be verified, so nothing about this path is known.
+    restored: an undo or restore just changed this file (not kept in the branch: the pass after
+    the rewind decides it once): the rewound content is the workspace's side, so a disk change
+    since the agreement is a conflict with it, never taken over it silently.
     """
 
     tombstone: bool = False
@@ -135,6 +138,7 @@ class PathIntent:
     conflict: Conflict | None = None
     pending: Pending | None = None
     damaged: bool = False
+    restored: bool = False
 
 
 NO_INTENT = PathIntent()
@@ -353,6 +357,12 @@ def _decide_known(d: Disk, s: Store, p: _Absent | str, intent: PathIntent) -> De
         return Decision(Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, owes="write",
                         reason="changed in the workspace only")
     if _eq(sv, p):  # only disk changed
+        if intent.restored:
+            # The workspace went back to the agreed copy on purpose (undo, restore) while
+            # disk changed it: both sides acted, so neither is taken over the other.
+            return _conflict(_conflict_kind(d, s), d, s,
+                             "an undo or restore brought this copy back; disk changed it since "
+                             "they last agreed")
         return _adopt(d, p, intent)
     return _conflict(_conflict_kind(d, s), d, s, "disk, store and evidence all differ")
 
@@ -409,7 +419,8 @@ def _settle_pending(
     old value means it never happened; anything else is an interrupted conflict.
     """
     side = _value(d) if pending.op in ("write", "unlink") else _value(s)
-    rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict)
+    rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict,
+                      restored=intent.restored)
     if not pending.on_this_branch:
         if _eq(side, pending.new):
             # Another branch's push shows on disk: decide as if disk agreed with it, but

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -72,7 +72,7 @@ from memfs.reconcile.plan import (
     plan_pass,
     plan_sync,
 )
-from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent
+from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Intent, Journal
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
@@ -80,6 +80,7 @@ from memfs.workspace.backing_paths import parse_store_path
 from memfs.workspace.backing_tasks import (
     AGENT_WATCH,
     DEFAULT_SCAN_DEADLINE,
+    ROOT_POLL,
     SCAN_DELAY_ENV,  # noqa: F401 - the tests' shim, named where the rest of backing is
     WATCH_REMEDY,
     DaemonTasks,
@@ -98,6 +99,7 @@ ACCESS_INTERVAL = 1.0  # an on-access pass observes a scope at most once a secon
 # coordinator); fs-events relies on its events; off only on sync.
 ACCESS_WATCH = ("on-access",)
 EVENTS_KEPT = 1000  # the in-memory event ring `memfs events` reads
+EVENT_PATHS = 100  # paths an event lists (its counts say how many there were)
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps before each effect
 PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
               "to write {branch!r} over it (the mount is then pinned to {branch!r})")
@@ -278,6 +280,11 @@ class Backing(DaemonTasks):
         self._seen_paths: dict[tuple[str, str], tuple[Fingerprint, int, bool, int]] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._swept: set[str] = set()  # mounts whose scratch files this process removed
+        # Undo/restore: the files the rewind changed, per mount, until a pass decides each
+        # (in memory only: the pass right after the rewind decides them); see tree_replaced.
+        self._restored: dict[str, set[str]] = {}
+        self._refs_before: dict[str, dict[str, str | None]] | None = None
+        self._tree_branch = ws.branch  # the branch the tree showed last (switch vs rewind)
         self.conflict_dir = Path(self.store.root) / "conflicts"
         # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
         # background scans); None on a daemon-less workspace, where a batch runs one scan.
@@ -350,13 +357,62 @@ class Backing(DaemonTasks):
             self.ws._touch(self.ws.root)  # the next group commit keeps the new intent
 
     def tree_replaced(self) -> None:
-        """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it."""
+        """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it.
+        After an undo or restore (the branch is the one `before_tree_replace` saw), every
+        file the rewind changed is marked restored until a pass decides it (see `_restored`)."""
+        before, self._refs_before = self._refs_before, None
+        was, self._tree_branch = self._tree_branch, self.ws.branch
         self.epoch += 1
         self._load_intents()
         self._load_pending_adopts()
         self.overlay = {k: n for k, n in self.overlay.items() if n.parent is not None}
         for st in self.mounts.values():
             st.observed.clear()
+        if before is None or was != self.ws.branch:
+            self._restored.clear()  # another branch: its own rule, not a rewind of this one
+            return
+        for mount, old in before.items():
+            now = self._file_refs(mount)
+            marks = self._restored.setdefault(mount, set())
+            marks.update(p for p, ref in now.items() if ref is None or old.get(p) != ref)
+
+    def before_tree_replace(self) -> None:
+        """Workspace._replace_tree calls this first (on the loop, the tree committed): the
+        refs of every backed file, to tell afterwards which files an undo or restore changed."""
+        self._refs_before = {m: self._file_refs(m) for m in self.bindings}
+
+    def _file_refs(self, mount: str) -> dict[str, str | None]:
+        """path -> committed ref of each file of the mount (None: a draft, changed for sure)."""
+        nodes, _ = self._store_nodes(mount)
+        return {p: (None if n.dirty else n.ref) for p, n in nodes.items()}
+
+    async def before_rewind(self) -> None:
+        """Workspace.restore calls this before it rewinds: disk's changes so far are taken in
+        (or recorded as conflicts) against the tree they happened to, so what the restore
+        brings back is decided against them and not by when a pass happened to run (`rm -rf`
+        on disk, then a restore: the restored files come back as drafts owed to disk, instead
+        of being taken as deleted by the next pass). Not for undo: its steps count from the
+        head the user saw, and a commit of this pass would become the step undone. `off`
+        mounts are left alone (observed only on sync)."""
+        for mount, b in list(self.bindings.items()):
+            if b.watch == "off" or self.stopped:
+                continue
+            try:
+                await self.run_pass(mount)
+            except MemfsError as exc:
+                log.warning("pass before the rewind of %s failed: %s", mount, exc)
+
+    def _pass_table(self, mount: str, scope: str) -> IntentTable:
+        """The branch intent a pass decides with: the mount's, plus the files an undo or
+        restore changed and no pass has decided since, marked restored (a damaged table is
+        left as it is: every path there is unverified anyway)."""
+        table = self.intents.get(mount, IntentTable())
+        marks = self._restored.get(mount)
+        if not marks or table.damaged:
+            return table
+        for p in sorted(p for p in marks if _under(p, scope)):
+            table = table.with_entry(p, replace(table.get(p), restored=True))
+        return table
 
     # -- settling before a change (seed 002) ----------------------------------------------
     def _load_pending_adopts(self) -> None:
@@ -893,7 +949,7 @@ class Backing(DaemonTasks):
         # On the loop from here to the plan: one branch, one tree.
         nodes, _ = self._store_nodes(mount, scope)
         view = self._store_view(nodes)
-        table = self.intents.get(mount, IntentTable())
+        table = self._pass_table(mount, scope)
         if path_sync and table.damaged:
             # A path sync names the paths whose intent it replaces: with disk taken there,
             # nothing is left for the damaged intent to protect.
@@ -974,12 +1030,22 @@ class Backing(DaemonTasks):
         for key in [k for k, i in self.pending_adopts.items() if k[0] == mount and
                     i.id not in still]:
             del self.pending_adopts[key]  # settled by this pass
+        marks = self._restored.get(mount)
+        if marks and not changed:  # decided now: the rule recorded what it had to
+            marks.difference_update(p for p, d in plan.decisions.items()
+                                    if d.state != State.UNVERIFIED)
+        taken = sorted(p for p in applied if isinstance(sp.take.get(p), Content))
+        removed = sorted(p for p in applied if sp.take.get(p) is ABSENT and p in nodes)
+        if taken or removed:  # a disk change taken into the tree is never silent
+            self.record_event("adopted", mount=mount, branch=branch,
+                              taken=taken[:EVENT_PATHS], removed=removed[:EVENT_PATHS],
+                              counts={"taken": len(taken), "removed": len(removed)})
         st.last_pass = time.time()
         st.last_error = None
         return {
             "mount": mount, "scope": scope, "branch": branch,
-            "taken": sorted(p for p in applied if isinstance(sp.take.get(p), Content)),
-            "removed": sorted(p for p in applied if sp.take.get(p) is ABSENT and p in nodes),
+            "taken": taken,
+            "removed": removed,
             "skipped": sorted(skipped),
             "conflicts": sorted(sp.record_conflicts),
             "discarded": [{"path": d.path, "was": d.was, "op": d.op} for d in sp.discarded],
@@ -1042,13 +1108,13 @@ class Backing(DaemonTasks):
                 obs, evidence, pend = await trio.to_thread.run_sync(self._gather, b, scope,
                                                                     nodes, refs)
             except RootUnavailable as exc:
+                remedy = _root_remedy(exc)
                 if st.unavailable is None:  # once per outage, not once per pass
                     self.record_event("root-unavailable", mount=b.mount, error=exc.message,
-                                      remedy=ACCEPT_ROOT_REMEDY)
-                st.unavailable = (exc.message, ACCEPT_ROOT_REMEDY)
+                                      remedy=remedy)
+                st.unavailable = (exc.message, remedy)
                 st.last_pass = time.time()
-                return {"mount": b.mount, "unavailable": exc.message,
-                        "remedy": ACCEPT_ROOT_REMEDY}
+                return {"mount": b.mount, "unavailable": exc.message, "remedy": remedy}
             if epoch == self.epoch and branch == self.ws.branch and settles == self.settles:
                 st.unavailable = None
                 st.incomplete = None
@@ -1093,7 +1159,7 @@ class Backing(DaemonTasks):
         pinned = self.pins.get(mount)
         nodes, _ = self._store_nodes(mount)
         view = self._store_view(nodes)
-        plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
+        plan = plan_pass(obs, view, evidence, self._pass_table(mount, ""),
                          pending_from_journal(pend, branch), branch=branch)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
                                  apply_deletions=apply_deletions, pinned_branch=pinned,
@@ -1227,10 +1293,7 @@ class Backing(DaemonTasks):
                 if fact is not None and fact.size <= b.max_file_size:
                     data = read_contained(b.dir, root, path, digest)
                     if data is not None:
-                        self.conflict_dir.mkdir(exist_ok=True)
-                        tmp = self.conflict_dir / f".{digest}.tmp"
-                        tmp.write_bytes(data)
-                        os.replace(tmp, self.conflict_dir / digest)
+                        _keep_conflict_copy(self.conflict_dir, digest, data)
 
     def _fetch(self, b: Binding, obs: Observation, batch: list[str], take: dict,
                evidence: dict, view: dict[str, Content], branch: str,
@@ -1447,6 +1510,37 @@ class Backing(DaemonTasks):
         root = self.journal.root(mount)
         return await trio.to_thread.run_sync(_pread_contained, b.dir,
                                              RootId(*root) if root else None, rel, off, size)
+
+
+def _root_remedy(exc: RootUnavailable) -> str:
+    """What to do about an unavailable root, for the case it is: a root that is another
+    directory can be taken on purpose; a missing one can only come back."""
+    if exc.reason == "replaced":
+        return ACCEPT_ROOT_REMEDY
+    return ("bring the directory (or the drive holding it) back; a running memfs notices "
+            f"within {ROOT_POLL:g} s")
+
+
+def _keep_conflict_copy(directory: Path, digest: str, data: bytes) -> None:
+    """A conflict's disk side under <root>/conflicts/<digest>, durably: the file and its
+    directory fsynced before the name appears for good (it is the only copy of disk's bytes
+    once a path sync or a forced materialize replaces them)."""
+    directory.mkdir(exist_ok=True)
+    tmp = directory / f".{digest}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / digest)
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def _ctime_trusted(root_dir: str) -> bool:

@@ -796,8 +796,8 @@ class Backing(DaemonTasks):
         mounts = [split_path(path)] if path else [(m, "") for m in sorted(self.bindings)]
         out = []
         for mount, rel in mounts:
-            await self.run_pass(mount, rel)
-            out.append(self.listing(mount, rel))
+            res = await self.run_pass(mount, rel)
+            out.append({**self.listing(mount, rel), "bytes_read": res.get("bytes_read", 0)})
         return {"mounts": out}
 
     # -- passes ------------------------------------------------------------------------
@@ -1052,6 +1052,7 @@ class Backing(DaemonTasks):
             "unverified": sorted(sp.unverified),
             "regions": [{"path": r.path, "reason": r.reason} for r in obs.regions],
             "incomplete": "the tree was replaced while the pass applied" if changed else None,
+            "bytes_read": obs.bytes_read,  # file bytes the observation read (hashes, heads)
         }
 
     async def _sweep(self, b: Binding) -> None:
@@ -1245,8 +1246,11 @@ class Backing(DaemonTasks):
         evidence = self._evidence(b.mount, scope, got.evidence)
         pend = got.pending
         seen_at = time.time_ns()
+        # Tracked: what needs a comparison (a store file, or P a digest). A disk-only file's P
+        # is agreed absence: it is classified by its head alone, never hashed (a 4 GiB file
+        # was read whole at every listing after the first).
         obs = observe(b.dir, expected_root=expected, scope=scope, cache=got.fingerprints,
-                      tracked=lambda p: p in nodes or p in evidence,
+                      tracked=lambda p: p in nodes or isinstance(evidence.get(p), str),
                       max_file_size=b.max_file_size, ignore=b.ignore,
                       follow_symlinks=b.follow_symlinks,
                       memo=self._walk_memos.setdefault(b.mount, WalkMemo()))

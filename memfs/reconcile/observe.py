@@ -113,7 +113,7 @@ class Fingerprint(NamedTuple):
 
 _new = tuple.__new__
 _OCTET = "application/octet-stream"
-_MIME_OF_KIND = {"text": "text/plain"}  # a cached fact keeps its kind, not its sniffed MIME
+_MIME_OF_KIND = {"text": "text/plain"}  # other kinds: the MIME sniffed when hashed (cached)
 
 
 def _no_cache(path: str) -> None:
@@ -132,6 +132,7 @@ class CachedHash(Protocol):
     digest: str
     kind: str
     hashed_at_ns: int
+    mime: str | None  # sniffed when hashed (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class HashRecord:
     digest: str
     kind: str
     hashed_at_ns: int
+    mime: str | None = None
 
 
 class FileFact(NamedTuple):
@@ -440,7 +442,8 @@ class _Walk:
                         fact = files[child] = _new(FileFact, (
                             child, st.st_size,
                             _new(Fingerprint, (st.st_size, mtime, ctime, st.st_ino, st.st_dev)),
-                            cached.digest, kind, _MIME_OF_KIND.get(kind, _OCTET), False))
+                            cached.digest, kind,
+                            _MIME_OF_KIND.get(kind) or cached.mime or _OCTET, False))
                         facts.append((child, fact))
                         rows.append((child, cached))
                         continue
@@ -511,7 +514,9 @@ class _Walk:
         if cached is not None and self.vouches(fp, cached):
             kind: Kind = cached.kind  # type: ignore[assignment]
             self.obs.files[rel] = _new(FileFact, (rel, fp.size, fp, cached.digest, kind,
-                                                  _MIME_OF_KIND.get(kind, _OCTET), False))
+                                                  _MIME_OF_KIND.get(kind) or
+                                                  getattr(cached, "mime", None) or _OCTET,
+                                                  False))
             return
         try:
             fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
@@ -564,7 +569,7 @@ class _Walk:
         self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True)
         if all(_INT64_MIN <= v <= _INT64_MAX for v in fp):
             self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino,
-                                              fp.dev, digest, kind, started)
+                                              fp.dev, digest, kind, started, mime)
         # else: a time past 2262 or an inode number of 2**63 and up does not fit the journal's
         # integers; such a file is hashed on every pass instead of vouched for.
 

@@ -96,6 +96,7 @@ CREATE TABLE IF NOT EXISTS journal_fingerprints (
     digest TEXT NOT NULL,
     kind TEXT NOT NULL,
     hashed_at_ns INTEGER NOT NULL,
+    mime TEXT,                 -- sniffed from the head when hashed (NULL: not recorded)
     PRIMARY KEY (mount, path)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal_pins (
@@ -121,6 +122,7 @@ INSERT OR IGNORE INTO journal_changes VALUES (0, 0);
 # (ALTER TABLE ... ADD COLUMN; their rows read NULL, "not recorded", which each reader handles).
 ADDED_COLUMNS = (
     ("journal_intents", "prior", "TEXT"),
+    ("journal_fingerprints", "mime", "TEXT"),
 )
 
 _ABSENT_COL = ""  # how an absent old/new/prior value is stored in journal_intents
@@ -167,6 +169,7 @@ class FingerprintRow(NamedTuple):
     digest: str
     kind: str
     hashed_at_ns: int
+    mime: str | None = None  # None: not recorded (a row older than the column)
 
 
 def _fault_point() -> None:
@@ -401,7 +404,8 @@ class Journal:
                     else:
                         d[intern(p)] = _new(FingerprintRow, (
                             row.size, row.mtime_ns, row.ctime_ns, row.ino, row.dev,
-                            intern(row.digest), row.kind, row.hashed_at_ns))
+                            intern(row.digest), row.kind, row.hashed_at_ns,
+                            getattr(row, "mime", None)))
                 new_fps = MappingProxyType(d)
             self._memo[key] = (after, new_ev, new_fps)
 
@@ -590,7 +594,8 @@ class Journal:
     @staticmethod
     def _fingerprint_rows(c: sqlite3.Connection, mount: str, prefix: str,
                           ) -> dict[str, FingerprintRow]:
-        cols = "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns " \
+        cols = "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns, " \
+               "mime " \
                "FROM journal_fingerprints WHERE mount=?"
         if not prefix:
             rows = c.execute(cols, (mount,))
@@ -601,7 +606,7 @@ class Journal:
         # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file. Paths and
         # digests interned: see pass_inputs.
         return {intern(r[0]): _new(FingerprintRow, (r[1], r[2], r[3], r[4], r[5], intern(r[6]),
-                                                    r[7], r[8])) for r in rows}
+                                                    r[7], r[8], r[9])) for r in rows}
 
     # -- one pass's reads --------------------------------------------------------------------
 
@@ -649,8 +654,10 @@ class Journal:
                           "path=CAST(? AS TEXT)",
                           [(mount, _db(p)) for p, r in rows.items() if r is None])
             c.executemany(
-                "INSERT OR REPLACE INTO journal_fingerprints VALUES "
-                "(?,CAST(? AS TEXT),?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO journal_fingerprints (mount, path, size, mtime_ns, "
+                "ctime_ns, ino, dev, digest, kind, hashed_at_ns, mime) VALUES "
+                "(?,CAST(? AS TEXT),?,?,?,?,?,?,?,?,?)",
                 [(mount, _db(p), r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
-                  r.hashed_at_ns) for p, r in rows.items() if r is not None])
+                  r.hashed_at_ns, getattr(r, "mime", None)) for p, r in rows.items()
+                 if r is not None])
             self._patch_memo(c, mount, fingerprints=rows)

@@ -136,7 +136,7 @@ class Binding:
                    bool(doc.get("follow_symlinks", False)),
                    int(doc.get("max_file_size", DEFAULT_MAX_FILE_SIZE)),
                    tuple(doc.get("ignore") or ()),
-                   float(doc.get("scan_deadline") or DEFAULT_SCAN_DEADLINE),
+                   float(doc.get("scan_deadline", DEFAULT_SCAN_DEADLINE)),
                    bool(doc.get("auto_materialize", False)))
 
 
@@ -145,6 +145,7 @@ class MountState:
     """What the last passes found for one mount: the listing states, regions, availability."""
 
     states: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    disk_only: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, MIME)
     regions: dict[str, str] = field(default_factory=dict)
     unavailable: tuple[str, str] | None = None  # (what happened, remedy)
     last_pass: float | None = None
@@ -181,6 +182,13 @@ class _PlanInputs:
                 and self.pending == other.pending and self.obs.same_disk(other.obs)
                 and (self.view is other.view or self.view == other.view)
                 and (self.evidence is other.evidence or self.evidence == other.evidence))
+
+
+def _given(args: dict, key: str, kind: type, default: object):
+    """args[key] as `kind`, the default only when it is absent: 0 is a value (`--scan-deadline
+    0` used to become 20 s, `--max-file-size 0` 64 MiB, silently); attach checks the range."""
+    value = args.get(key)
+    return default if value is None else kind(value)
 
 
 def _utf8(text: str) -> bool:
@@ -603,11 +611,20 @@ class Backing(DaemonTasks):
             "available": st.unavailable is None,
             "unavailable": None if st.unavailable is None else
             {"error": st.unavailable[0], "remedy": st.unavailable[1]},
-            "entries": [{"path": p, "state": s, "conflict": c}
+            "entries": [self._entry(st, p, s, c)
                         for p, (s, c) in sorted(st.states.items()) if _under(p, scope)],
             "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())
                         if _under(p, scope) or _under(scope, p)],
         }
+
+    @staticmethod
+    def _entry(st: MountState, path: str, state: str, conflict: str | None) -> dict:
+        """One listing entry; a disk-only file carries its size and MIME type (seed 002)."""
+        entry: dict = {"path": path, "state": state, "conflict": conflict}
+        info = st.disk_only.get(path) if state == "disk-only" else None
+        if info is not None:
+            entry["size"], entry["mime"] = info
+        return entry
 
     def conflict_files(self) -> dict[str, Path | None]:
         """'mount/path' -> the file holding the conflict's recorded disk side (None: absent)."""
@@ -643,6 +660,10 @@ class Backing(DaemonTasks):
         if binding.watch not in WATCH_MODES:
             raise MemfsError(f"unknown watch mode {binding.watch!r}",
                              f"use one of {', '.join(WATCH_MODES)}")
+        if binding.max_file_size < 0:
+            raise MemfsError(f"max file size {binding.max_file_size} is negative",
+                             "give --max-file-size a number of bytes, 0 or more (0: every "
+                             "non-empty file is disk-only)")
         if not binding.scan_deadline > 0:
             raise MemfsError(f"scan deadline {binding.scan_deadline:g} s is not positive",
                              "give --scan-deadline a number of seconds above 0")
@@ -715,9 +736,9 @@ class Backing(DaemonTasks):
             return await self.attach(Binding(
                 args["mount"], args["dir"], args.get("watch") or "on-access",
                 bool(args.get("follow_symlinks")),
-                int(args.get("max_file_size") or DEFAULT_MAX_FILE_SIZE),
+                _given(args, "max_file_size", int, DEFAULT_MAX_FILE_SIZE),
                 tuple(args.get("ignore") or ()),
-                float(args.get("scan_deadline") or DEFAULT_SCAN_DEADLINE),
+                _given(args, "scan_deadline", float, DEFAULT_SCAN_DEADLINE),
                 bool(args.get("auto_materialize"))))
         if op == "backing_after_batch":
             return await self.after_batch(args.get("agent"))
@@ -848,10 +869,15 @@ class Backing(DaemonTasks):
         now = time.monotonic()
         if len(st.observed) > 4096:
             st.observed = {k: t for k, t in st.observed.items() if now - t < ACCESS_INTERVAL}
-        for scope, at in st.observed.items():
-            if now - at < ACCESS_INTERVAL and (scope == rel if missing else _under(rel, scope)):
-                return False
         target = node if name is None else self.ws.children(node).get(name)
+        # A disk-only file is disk's alone and may change at any moment: a listing's window
+        # over its directory does not cover it (reading one that grew within a second of a
+        # listing gave its old length), only its own path's last observation does (which
+        # keeps the kernel's one retry of an open answered ESTALE from observing again).
+        own = missing or (target is not None and target.id in self.ws.disk_only)
+        for scope, at in st.observed.items():
+            if now - at < ACCESS_INTERVAL and (scope == rel if own else _under(rel, scope)):
+                return False
         if target is not None and target.kind == FILE and \
                 await trio.to_thread.run_sync(self._as_seen, b, rel):
             st.observed[rel] = time.monotonic()
@@ -1483,6 +1509,8 @@ class Backing(DaemonTasks):
         st.applied = applied
         for p in [p for p in st.states if _under(p, scope)]:
             del st.states[p]
+        for p in [p for p in st.disk_only if _under(p, scope)]:
+            del st.disk_only[p]
         for p in [p for p in st.regions if _under(p, scope)]:
             del st.regions[p]
         listing = plan.listing()
@@ -1502,6 +1530,9 @@ class Backing(DaemonTasks):
             else:
                 listing[path] = ("synced", None)
         st.states.update(listing)
+        for path, (state, _) in listing.items():
+            if state == "disk-only" and (fact := obs.files.get(path)) is not None:
+                st.disk_only[path] = (fact.size, fact.mime)
         for r in obs.regions:
             st.regions[r.path] = r.reason
 

@@ -89,6 +89,8 @@ def test_a_missing_root_says_what_to_do_and_comes_back_by_itself(mounted, tmp_pa
     disk.rename(away)
     res = json.loads(m.cli("sync", "--json", check=False).stdout)["mounts"]["work"]
     assert "missing" in res["unavailable"] and "accept-root" not in res["remedy"]
+    out = m.cli("ls", "--states", check=False)
+    assert out.returncode == 1 and "unavailable" in out.stdout  # as sync: not listed
     out = m.cli("status").stdout
     (line,) = [ln for ln in out.splitlines() if ln.startswith("backed")]
     assert "UNAVAILABLE: backing root" in line and "{" not in line and "bring the" in line

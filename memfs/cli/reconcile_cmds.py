@@ -261,7 +261,8 @@ def cmd_ls(args) -> int:
         for r in m["regions"]:
             lines.append(f"{'incomplete':<32} {m['mount']}/{r['path']}/ ({r['reason']})")
     emit(args, res, "\n".join(lines) or "(nothing)")
-    return 0
+    # As sync and materialize: a mount that could not be observed is a failure to list it.
+    return 1 if any(not m["available"] for m in res["mounts"]) else 0
 
 
 def _summary(r: dict) -> str:

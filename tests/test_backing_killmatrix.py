@@ -163,9 +163,11 @@ def pending(m, mount: str = "work") -> list:
 
 
 def evidence(m, path: str) -> EvidenceRecord | None:
+    """P's digest for a path (its mode left out: these cells are about content)."""
     j = Journal(m.root / "store.db")
     try:
-        return j.evidence("work", path)
+        rec = j.evidence("work", path)
+        return None if rec is None else EvidenceRecord(rec.digest)
     finally:
         j.close()
 

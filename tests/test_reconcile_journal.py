@@ -395,3 +395,31 @@ def test_names_that_are_not_utf8_are_kept_as_their_bytes(tmp_path: Path):
     j.forget_evidence("work", [bad])
     assert j.evidence("work", bad) is None
     j.close()
+
+
+def test_evidence_carries_the_agreed_mode_and_old_evidence_reads_none(tmp_path: Path):
+    """P's mode: recorded with the digest (record_evidence, an intent's completion), shared in
+    pass_inputs.modes; a journal made before modes gets the column, its rows read None (the
+    rule then takes disk's mode, never writes over it)."""
+    db = tmp_path / "store.db"
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE journal_evidence (mount TEXT NOT NULL, path TEXT NOT NULL, digest TEXT,
+            recorded_at REAL NOT NULL, PRIMARY KEY (mount, path)) WITHOUT ROWID;
+        INSERT INTO journal_evidence VALUES ('work', 'old.txt', 'aaaa', 0);
+    """)
+    old.close()
+    j = Journal(db)
+    assert j.evidence("work", "old.txt") == EvidenceRecord("aaaa", None)
+    j.record_evidence("work", [("run.sh", A, 0o755), ("gone.txt", None, None)], root=(1, 2))
+    got = j.pass_inputs("work")
+    assert got.modes == {"run.sh": 0o755} and got.evidence["old.txt"] == "aaaa"
+    i = j.begin_intent("work", "run.sh", "write", old=A, new=B, branch="main", mode=0o644)
+    assert j.pending_intents("work")[0].mode == 0o644
+    j.complete_intent(i)
+    again = j.pass_inputs("work")  # patched in place, not re-read
+    assert again.modes == {"run.sh": 0o644} and again.evidence["run.sh"] == B
+    assert j.evidence("work", "run.sh") == EvidenceRecord(B, 0o644)
+    j.close()
+    fresh = Journal(db).pass_inputs("work")
+    assert dict(fresh.modes) == {"run.sh": 0o644}

@@ -139,9 +139,9 @@ def test_path_sync_takes_disk_and_lists_what_it_gave_up(world):
         Discarded("new-in-ws.txt", "workspace-draft", "deleted"),
         Discarded("ws-deleted.txt", "workspace-deleted", "restored"),
     ]
-    assert sync.take["drafted.txt"] == text(b"v1\n")
+    assert sync.take["drafted.txt"].digest == h(b"v1\n")
     assert "same.txt" not in sync.take  # agreed: kept as it is
-    assert sync.take["other-branch.txt"] == text(b"ob\n")
+    assert sync.take["other-branch.txt"].digest == h(b"ob\n")
     # A path sync is kept to its branch.
     moved = plan_sync(plan, obs, store, path="drafted.txt", branch_now="other")
     assert moved.refused and not moved.take
@@ -251,7 +251,7 @@ def test_accept_root_sets_evidence_aside_and_nothing_reads_deleted(tmp_path: Pat
     store = {"kept.txt": text(b"k\n"), "same.txt": text(b"same\n")}
     plan = plan_pass(obs, store, evidence, intent_mod.IntentTable(), branch="main")
     sync = plan_sync(plan, obs, store, branch_now="main")
-    assert sync.take == {"fresh.txt": text(b"fresh\n")}
+    assert {p: t.digest for p, t in sync.take.items()} == {"fresh.txt": h(b"fresh\n")}
     assert all(v is not ABSENT for v in sync.take.values())
     assert states(plan)["kept.txt"] == "disk-missing-provenance-unknown"
     j.record_evidence("work", sync.record.items(), root=(obs.root.dev, obs.root.ino))
@@ -366,7 +366,7 @@ def test_type_changes_take_disk_only_where_the_store_gives_up_what_is_in_the_way
     assert set(sync.take) == {"gone", "gone/a.txt", "f", "f/inner.txt"}
     # A path sync takes disk's side under its path, saying what it gave up ...
     path_sync = plan_sync(plan, obs, store, path="kept", branch_now="main")
-    assert path_sync.take["kept"] == text(b"k\n") and path_sync.take["kept/d.txt"] is ABSENT
+    assert path_sync.take["kept"].digest == h(b"k\n") and path_sync.take["kept/d.txt"] is ABSENT
     assert path_sync.discarded == [Discarded("kept/d.txt", "conflict", "deleted")]
     # ... but not below a file the store keeps outside it.
     inner = plan_sync(plan, obs, store, path="g/inner.txt", branch_now="main")

@@ -188,6 +188,84 @@ def test_another_branchs_push_seen_on_disk():
     assert moved.record_conflict is None  # no interrupted conflict on a branch that never pushed
 
 
+# --- permission bits: the same rule on the mode, beside the content -------------------------
+
+X, R = 0o755, 0o644
+
+
+def _f(digest: str, mode: int) -> Content:
+    return Content(digest, "text", mode)
+
+
+MODE_CASES = [
+    # (disk, store, P, P's mode) -> (action, state, detail, mode, take_mode, record_mode)
+    ("agreed", _f(A, X), _f(A, X), A, X, Action.AGREE, State.SYNCED, None, None, False, None),
+    ("chmod on disk", _f(A, R), _f(A, X), A, X,
+     Action.ADOPT_DISK, State.SYNCED, Detail.MODE, R, True, R),
+    ("chmod in the mount", _f(A, X), _f(A, R), A, X,
+     Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.MODE, R, False, None),
+    ("the same chmod on both", _f(A, R), _f(A, R), A, X,
+     Action.AGREE, State.SYNCED, None, R, False, R),
+    ("no mode on record: disk's taken", _f(A, R), _f(A, X), A, None,
+     Action.ADOPT_DISK, State.SYNCED, Detail.MODE, R, True, R),
+    ("no mode on record, equal: recorded", _f(A, X), _f(A, X), A, None,
+     Action.AGREE, State.SYNCED, None, X, False, X),
+    ("content in the mount, mode on disk", _f(A, R), _f(B, X), A, X,
+     Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, R, True, R),
+    ("content on disk, mode in the mount", _f(B, X), _f(A, R), A, X,
+     Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, R, False, X),
+    ("content and mode on disk", _f(B, R), _f(A, X), A, X,
+     Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, R, False, R),
+    ("content and mode in the mount", _f(A, X), _f(B, R), A, X,
+     Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, R, False, None),
+    ("a new disk file keeps its mode", _f(A, X), ABSENT, NO_EVIDENCE, None,
+     Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, X, False, X),
+    ("a new workspace file is written with its mode", ABSENT, _f(A, X), NO_EVIDENCE, None,
+     Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, X, False, None),
+]
+
+
+@pytest.mark.parametrize("case", MODE_CASES, ids=[c[0] for c in MODE_CASES])
+def test_mode_cells(case):
+    _, d, s, p, pm, action, state, detail, mode, take_mode, record_mode = case
+    intent = PathIntent(origin_store=True) if d is ABSENT else NO_INTENT
+    dec = decide(d, s, p, intent, pm)
+    got = (dec.action, dec.state, dec.detail, dec.mode, dec.take_mode, dec.record_mode)
+    assert got == (action, state, detail, mode, take_mode, record_mode), dec
+    if dec.owes == "write":  # what is written: the store's mode, or the one it takes first
+        assert dec.mode == (d.mode if dec.take_mode else s.mode)
+
+
+def test_a_mode_changed_on_both_sides_is_a_conflict_until_the_modes_agree():
+    dec = decide(_f(A, 0o600), _f(A, R), A, NO_INTENT, X)
+    assert dec.state == State.CONFLICT and dec.conflict == ConflictKind.BOTH_CHANGED
+    assert {"named", "force"} <= dec.requires and dec.mode == R
+    recorded = PathIntent(conflict=dec.record_conflict)
+    assert decide(_f(A, 0o600), _f(A, R), A, recorded, X).state == State.CONFLICT  # sticky
+    converged = decide(_f(A, R), _f(A, R), A, recorded, X)
+    assert converged.state == State.SYNCED and converged.clear_conflict
+
+
+modes = st.one_of(st.none(), st.sampled_from([0o600, 0o644, 0o755]))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.sampled_from([A, B, C]), st.sampled_from([A, B, C]), st.sampled_from([A, B, C]),
+       st.sampled_from([0o600, 0o644, 0o755]), st.sampled_from([0o600, 0o644, 0o755]), modes)
+def test_mode_invariants(dc, sc, pc, dm, sm, pm):
+    """The mode is never written over a disk chmod memfs has not seen (an unforced write owes
+    the store's mode only where disk still has P's mode), and never taken over a mode the
+    workspace changed (a mode is taken only where the store still has P's mode, or none is on
+    record)."""
+    dec = decide(_f(dc, dm), _f(sc, sm), pc, NO_INTENT, pm)
+    if dec.owes == "write" and "force" not in dec.requires and dec.mode != dm:
+        assert pm == dm and dec.mode == sm, dec
+    if dec.take_mode or (dec.action == Action.ADOPT_DISK and dec.mode == dm != sm):
+        assert pm is None or pm == sm, dec
+    if dec.record_mode is not None:
+        assert dec.record_mode == dm, dec  # P's mode is what disk has, agreed
+
+
 def test_a_restored_copy_is_the_workspaces_side():
     """An undo or restore brought back the agreed copy A while disk changed it: a conflict,
     never disk taken over the rewind (nor a draft written over disk's change)."""

@@ -26,7 +26,8 @@ from memfs.reconcile.rule import ABSENT, Decision, Pending, _Absent
 
 class JournalLike(Protocol):
     def begin_intent(self, mount: str, path: str, op: str, *, old: str | None, new: str | None,
-                     branch: str | None = None, root: tuple[int, int] | None = None) -> int: ...
+                     branch: str | None = None, root: tuple[int, int] | None = None,
+                     mode: int | None = None) -> int: ...
     def complete_intent(self, intent_id: int) -> None: ...
     def abandon_intent(self, intent_id: int) -> None: ...
     def pending_intents(self, mount: str, path: str | None = None) -> list: ...  # type: ignore[type-arg]
@@ -39,15 +40,17 @@ def _col(v: str | _Absent) -> str | None:
 def push_write(
     journal: JournalLike, mount: str, root_path: str | os.PathLike[str], root: RootId, rel: str,
     data: bytes | Iterable[bytes], *, new_digest: str, expected: str | _Absent,
-    force: bool = False, branch: str | None = None,
+    force: bool = False, branch: str | None = None, mode: int | None = None,
 ) -> Written:
     """Intent, effect, completion. A refusal that touched nothing abandons the intent (P stays as
-    it was); a failure after the rename leaves it pending, so the path stays owed."""
+    it was); a failure after the rename leaves it pending, so the path stays owed. `mode`: the
+    permission bits written, recorded in P with the digest on completion."""
     iid = journal.begin_intent(mount, rel, "write", old=_col(expected), new=new_digest,
-                               branch=branch, root=(root.dev, root.ino))
+                               branch=branch, root=(root.dev, root.ino), mode=mode)
     crash_point("apply:after-intent")
     try:
-        written = write_file(root_path, rel, data, root=root, expected=expected, force=force)
+        written = write_file(root_path, rel, data, root=root, expected=expected, force=force,
+                             mode=mode)
     except EffectFailed:
         raise
     except Refused as exc:
@@ -170,7 +173,7 @@ def run_materialize(
         data, digest = content(w.path)
         try:
             push_write(journal, mount, root_path, root, w.path, data, new_digest=digest,
-                       expected=w.expected, force=w.force, branch=branch)
+                       expected=w.expected, force=w.force, branch=branch, mode=w.mode)
             out.written.append(w.path)
         except EffectFailed as exc:
             out.failed.append({"path": w.path, "reason": exc.reason, "message": exc.message,

@@ -135,14 +135,17 @@ def plan_pass(
     pending: Mapping[str, Pending] | None = None,
     *,
     branch: str | None = None,
+    modes: Mapping[str, int] | None = None,
 ) -> PassPlan:
     """Decide every path the observation's scope covers: store entries, evidence, intent, pending
-    intents and files disk holds. Paths in incomplete regions come out unverified.
+    intents and files disk holds. Paths in incomplete regions come out unverified. `modes`:
+    the permission bits P agreed on, per path (missing: none on record).
 
     The unchanged case (a file disk holds whose digest the store and P share, with no branch or
     pending intent) takes `decide_unchanged`, the rule's own answer for it without building
     the sides: on a quiet tree that is nearly every path."""
     pending = pending or {}
+    modes = modes or {}
     scope = observation.scope
     files = observation.files
     if scope:
@@ -165,7 +168,8 @@ def plan_pass(
             fact = files.get(path)
             s = store_view.get(path)
             if fact is not None and s is not None:
-                fast = decide_unchanged(fact.digest, s.digest, evidence.get(path, NO_EVIDENCE))
+                fast = decide_unchanged(fact.digest, s.digest, evidence.get(path, NO_EVIDENCE),
+                                        getattr(fact, "mode", None), s.mode, modes.get(path))
                 if fast is not None:
                     decisions[path] = fast
                     continue
@@ -176,7 +180,7 @@ def plan_pass(
                 pi = PathIntent(pi.tombstone, pi.origin_store, pi.conflict, pending[path],
                                 pi.damaged, pi.restored)
         decisions[path] = decide(observation.disk(path), store_view.get(path, ABSENT),
-                                 evidence.get(path, NO_EVIDENCE), pi)
+                                 evidence.get(path, NO_EVIDENCE), pi, modes.get(path))
     for path, dec in _clashes(decisions, store_view, observation).items():
         decisions[path] = dec
     return plan
@@ -263,7 +267,9 @@ class SyncPlan:
     conflicts of the paths taken."""
 
     take: dict[str, Content | _Absent] = field(default_factory=dict)
+    take_modes: dict[str, int] = field(default_factory=dict)  # the store keeps its content
     record: dict[str, str | _Absent] = field(default_factory=dict)
+    record_modes: dict[str, int] = field(default_factory=dict)  # P's mode with `record`
     clear_intent: list[str] = field(default_factory=list)
     record_conflicts: dict[str, object] = field(default_factory=dict)
     resolve_pending: dict[str, str] = field(default_factory=dict)
@@ -309,13 +315,20 @@ def plan_sync(
             out.resolve_pending[p] = dec.resolve_pending
         named = path is not None and _under(p, path)
         if not named or dec.action in (Action.AGREE, Action.NOTHING, Action.ADOPT_DISK):
-            if dec.action == Action.ADOPT_DISK:
+            if dec.take_mode and dec.mode is not None:
+                out.take_modes[p] = dec.mode  # disk's mode, the store's content
+            if dec.action == Action.ADOPT_DISK and dec.detail != Detail.MODE:
                 d = observation.disk(p)
-                out.take[p], _ = _take_for(d)
+                take, _ = _take_for(d)
+                if isinstance(take, Content) and dec.mode is not None and take.mode != dec.mode:
+                    take = Content(take.digest, take.kind, dec.mode)  # the store keeps its mode
+                out.take[p] = take
                 if dec.clear_tombstone:
                     out.clear_intent.append(p)
             if dec.record is not None:
                 out.record[p] = dec.record
+                if dec.record_mode is not None:
+                    out.record_modes[p] = dec.record_mode
             if dec.clear_conflict:
                 out.clear_intent.append(p)
             if dec.record_conflict is not None:
@@ -337,6 +350,8 @@ def plan_sync(
             out.discarded.append(Discarded(p, str(dec.state), op))
             out.take[p] = take
         out.record[p] = record
+        if isinstance(take, Content) and take.mode is not None:
+            out.record_modes[p] = take.mode
         out.clear_intent.append(p)
     if path is not None:
         _still_blocked(out, plan, observation, store_view)
@@ -362,6 +377,7 @@ def _still_blocked(out: SyncPlan, plan: PassPlan, observation: Observed,
     for t in _blocked(puts, kept, sorted(store_view)):
         out.take.pop(t, None)
         out.record.pop(t, None)
+        out.record_modes.pop(t, None)
         if t in out.clear_intent:
             out.clear_intent.remove(t)
 
@@ -375,6 +391,7 @@ class Write:
     expected: str | _Absent  # disk as the decision saw it
     force: bool  # skip the effect's freshness check (a named, forced path only)
     after_unlinks: bool = False  # below a disk file this plan unlinks (a file made a directory)
+    mode: int | None = None  # the permission bits to write (None: keep disk's, or 0o644)
 
 
 @dataclass(frozen=True)
@@ -414,6 +431,7 @@ def plan_materialize(
     apply_deletions: bool = False,
     pinned_branch: str | None = None,
     mount: str = "",
+    unwritable: Mapping[str, str] | None = None,
 ) -> MaterializePlan:
     """Materialize's contract over one pass (decided on the branch it selects, in the same turn).
 
@@ -421,15 +439,21 @@ def plan_materialize(
     evidence and never writes a pre-evidence entry disk lacks; force counts only for named
     paths; nothing is deleted without apply_deletions; every refusal is listed with its remedy.
     A mount pinned to another branch is refused unless forced. `mount` prefixes the paths
-    the remedies name, so each is a command that works as written.
+    the remedies name, so each is a command that works as written. `unwritable`: paths of the
+    store that no write can put on disk as they are (a hard link, a FIFO, a device), with why:
+    each is listed in `skipped` (forced or not) and nothing is written there.
     """
     out = MaterializePlan()
     if pinned_branch is not None and plan.branch != pinned_branch and not force:
         out.refused = (f"disk holds branch {pinned_branch!r} (last materialized); "
                        f"{plan.branch!r} diverges from it")
         return out
+    unwritable = unwritable or {}
+    for p, why in sorted(unwritable.items()):
+        if not paths or _named(p, paths):
+            out.skipped.append(Skipped(p, "not-writable", why, _NOT_WRITABLE_REMEDY))
     for p, dec in sorted(plan.decisions.items()):
-        if dec is SYNCED_UNCHANGED or (paths and not _named(p, paths)):
+        if dec is SYNCED_UNCHANGED or (paths and not _named(p, paths)) or p in unwritable:
             continue  # disk owes nothing where it agrees
         named = _named(p, paths)
         if dec.state == State.UNVERIFIED:
@@ -458,7 +482,7 @@ def plan_materialize(
             unlinked = {u.path for u in out.unlinks}  # ancestors sort first: decided already
             clash = _write_clash(p, observation, mount, unlinked)
             if clash == "after-unlinks":
-                out.writes.append(Write(p, ABSENT, False, after_unlinks=True))
+                out.writes.append(Write(p, ABSENT, False, after_unlinks=True, mode=dec.mode))
                 continue
             if clash is not None:
                 out.skipped.append(Skipped(p, "conflict: type-changed", *clash))
@@ -466,12 +490,17 @@ def plan_materialize(
         expected: str | _Absent = ABSENT if d is ABSENT else (d.digest or "")
         effect_force = "force" in need or (named and force)
         if dec.owes == "write":
-            out.writes.append(Write(p, expected, effect_force))
+            out.writes.append(Write(p, expected, effect_force, mode=dec.mode))
         elif d is not ABSENT:
             out.unlinks.append(Unlink(p, expected, effect_force))  # type: ignore[arg-type]
         elif dec.detail == Detail.PENDING_WRITE_SEEN:
             out.unlinks.append(Unlink(p, "", False))  # already gone: completes with barriers
     return out
+
+
+_NOT_WRITABLE_REMEDY = ("it stays in the workspace (kept with its links or type); to put its "
+                        "content on disk, copy it to a plain file in the mount and materialize "
+                        "that")
 
 
 def _write_clash(rel: str, observation: Observed, mount: str, unlinked: set[str],
@@ -536,6 +565,7 @@ def count_owed(
     evidence: EvidenceMap,
     intent: IntentTable,
     pending: Mapping[str, Pending] | None = None,
+    modes: Mapping[str, int] | None = None,
 ) -> OwedCounts:
     """What disk owes by the evidence alone (no disk read): drafts (store differs from P, P
     known; or a workspace-created file), pending writes, workspace deletions disk has not
@@ -567,6 +597,8 @@ def count_owed(
             changes += int(pi.origin_store)
         elif p != s.digest:
             changes += 1
+        elif modes and s.mode is not None and modes.get(path, s.mode) != s.mode:
+            changes += 1  # the workspace changed its mode only
     return OwedCounts(changes, deletions, conflicts)
 
 

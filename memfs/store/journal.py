@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from sys import intern
 from types import MappingProxyType
@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS journal_evidence (
     path TEXT NOT NULL,
     digest TEXT,               -- NULL: disk and store agreed the path holds nothing
     recorded_at REAL NOT NULL,
+    mode INTEGER,              -- the permission bits agreed on (NULL: not recorded)
     PRIMARY KEY (mount, path)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal_evidence_aside (
@@ -79,6 +80,7 @@ CREATE TABLE IF NOT EXISTS journal_intents (
     old TEXT,                  -- expected value before ('' = absent)
     new TEXT,                  -- value after ('' = absent)
     prior TEXT,                -- adopt: the P its decision resolved ('' = absent, NULL = unrecorded)
+    mode INTEGER,              -- the permission bits the step sets (NULL: not recorded)
     state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'abandoned')),
     created_at REAL NOT NULL,
     settled_at REAL
@@ -123,6 +125,8 @@ INSERT OR IGNORE INTO journal_changes VALUES (0, 0);
 ADDED_COLUMNS = (
     ("journal_intents", "prior", "TEXT"),
     ("journal_fingerprints", "mime", "TEXT"),
+    ("journal_evidence", "mode", "INTEGER"),
+    ("journal_intents", "mode", "INTEGER"),
 )
 
 _ABSENT_COL = ""  # how an absent old/new/prior value is stored in journal_intents
@@ -138,9 +142,12 @@ class JournalNeedsReopen(MemfsError):
 
 @dataclass(frozen=True)
 class EvidenceRecord:
-    """P for one path: `digest` is what disk and store last agreed on, None if on absence."""
+    """P for one path: `digest` is what disk and store last agreed on, None if on absence;
+    `mode` the permission bits they agreed on, None if not recorded (evidence older than
+    modes, or an absence)."""
 
     digest: str | None
+    mode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,7 @@ class Intent:
     # adopt: the evidence its decision resolved: None when not recorded (an intent written
     # before the column existed), "" when P was agreed absence, else the digest.
     prior: str | None = None
+    mode: int | None = None  # the permission bits the step sets (None: not recorded)
 
 
 class FingerprintRow(NamedTuple):
@@ -195,15 +203,18 @@ class PassInputs:
     pending intent of the mount (a pending intent is resolved wherever it is observed).
     `evidence` and `fingerprints` are read-only: while the journal is unchanged they are the
     same objects from pass to pass, which lets a pass tell at once that they did not change
-    (observe.DirMemo, Backing._plan)."""
+    (observe.DirMemo, Backing._plan). `modes`: path -> the permission bits P agreed on, for
+    the paths whose evidence has one (the same sharing)."""
 
     root: tuple[int, int] | None
     evidence: Mapping[str, str | None]
     pending: list[Intent]
     fingerprints: Mapping[str, FingerprintRow]
+    modes: Mapping[str, int] = field(default_factory=lambda: _NO_MODES)
 
 
 _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
+_NO_MODES: Mapping[str, int] = MappingProxyType({})
 _new = tuple.__new__
 
 
@@ -278,9 +289,9 @@ class Journal:
         self._busy_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._failure: BaseException | None = None
-        # (mount, prefix) -> (change count, evidence, fingerprints): see pass_inputs.
-        self._memo: dict[tuple[str, str], tuple[int, Mapping, Mapping]] = {}
-        self._stale: dict[tuple[str, str], tuple[int, Mapping, Mapping]] = {}  # see _write
+        # (mount, prefix) -> (change count, evidence, fingerprints, modes): see pass_inputs.
+        self._memo: dict[tuple[str, str], tuple[int, Mapping, Mapping, Mapping]] = {}
+        self._stale: dict[tuple[str, str], tuple[int, Mapping, Mapping, Mapping]] = {}
         self._count_before = -1  # the change count when this write began
         self._conn = self._connect()
 
@@ -378,18 +389,28 @@ class Journal:
 
     def _patch_memo(self, c: sqlite3.Connection, mount: str,
                     evidence: Mapping[str, str | None] | None = None,
-                    fingerprints: Mapping[str, FingerprintRow | None] | None = None) -> None:
+                    fingerprints: Mapping[str, FingerprintRow | None] | None = None,
+                    modes: Mapping[str, int | None] | None = None) -> None:
         """Inside a write: bring the mount's remembered snapshots up to date with what this
         write changed (paths -> new value; None drops a fingerprint), instead of reading 100k
         rows again at the next pass. Only a snapshot that was current when the write began
         (its count is the count then, and the write holds the file's write lock) is patched;
         it is served only from the count after this write, and forgotten if it rolls back."""
         after = _change_count(c)
-        for key, (count, ev, fps) in self._stale.items():
+        for key, (count, ev, fps, mds) in self._stale.items():
             if key[0] != mount or count != self._count_before:
                 continue
             prefix = key[1]
-            new_ev, new_fps = ev, fps
+            new_ev, new_fps, new_mds = ev, fps, mds
+            md_items = [(p, v) for p, v in (modes or {}).items() if _under(p, prefix)]
+            if md_items:
+                d = dict(mds)
+                for p, v in md_items:
+                    if v is None:
+                        d.pop(p, None)
+                    else:
+                        d[intern(p)] = v
+                new_mds = MappingProxyType(d)
             ev_items = [(p, v) for p, v in (evidence or {}).items() if _under(p, prefix)]
             fp_items = [(p, v) for p, v in (fingerprints or {}).items() if _under(p, prefix)]
             if ev_items:
@@ -407,7 +428,7 @@ class Journal:
                             intern(row.digest), row.kind, row.hashed_at_ns,
                             getattr(row, "mime", None)))
                 new_fps = MappingProxyType(d)
-            self._memo[key] = (after, new_ev, new_fps)
+            self._memo[key] = (after, new_ev, new_fps, new_mds)
 
     # -- root identity -----------------------------------------------------------------------
 
@@ -481,38 +502,42 @@ class Journal:
     def evidence(self, mount: str, path: str) -> EvidenceRecord | None:
         """P for a path: None when there is no evidence at all (P unknown)."""
         row = self._read(lambda c: c.execute(
-            "SELECT digest FROM journal_evidence WHERE mount=? AND path=CAST(? AS TEXT)",
+            "SELECT digest, mode FROM journal_evidence WHERE mount=? AND path=CAST(? AS TEXT)",
             (mount, _db(path))).fetchone())
-        return EvidenceRecord(row[0]) if row else None
+        return EvidenceRecord(row[0], row[1]) if row else None
 
     def evidence_under(self, mount: str, prefix: str = "") -> dict[str, EvidenceRecord]:
         """Every P of a mount at or below `prefix` ('' for the whole mount)."""
-        return self._read(lambda c: {p: EvidenceRecord(d)
-                                     for p, d in self._evidence_rows(c, mount, prefix)})
+        return self._read(lambda c: {p: EvidenceRecord(d, m)
+                                     for p, d, m in self._evidence_rows(c, mount, prefix)})
 
     @staticmethod
     def _evidence_rows(c: sqlite3.Connection, mount: str, prefix: str) -> sqlite3.Cursor:
         if not prefix:
-            return c.execute("SELECT path, digest FROM journal_evidence WHERE mount=?", (mount,))
+            return c.execute("SELECT path, digest, mode FROM journal_evidence WHERE mount=?",
+                             (mount,))
         return c.execute(
-            "SELECT path, digest FROM journal_evidence WHERE mount=? AND "
+            "SELECT path, digest, mode FROM journal_evidence WHERE mount=? AND "
             "(path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) AND path < CAST(? AS TEXT)))",
             (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))  # '0' follows '/'
 
     def record_evidence(
-        self, mount: str, items: Iterable[tuple[str, str | None]], *,
+        self, mount: str, items: Iterable[tuple[str, str | None] | tuple[str, str | None,
+                                                                          int | None]], *,
         root: tuple[int, int] | None = None,
     ) -> None:
-        """Record P := value for each (path, digest-or-None); the root identity goes with the
-        first evidence of a mount, and a different root is refused."""
+        """Record P := value for each (path, digest-or-None[, mode-or-None]); the root identity
+        goes with the first evidence of a mount, and a different root is refused."""
         now = time.time()
         with self._write() as c:
             self._ensure_root(c, mount, root)
-            items = list(items)
+            rows = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]
             c.executemany(
-                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
-                " VALUES (?, CAST(? AS TEXT), ?, ?)", [(mount, _db(p), d, now) for p, d in items])
-            self._patch_memo(c, mount, evidence=dict(items))
+                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at, mode)"
+                " VALUES (?, CAST(? AS TEXT), ?, ?, ?)",
+                [(mount, _db(p), d, now, m) for p, d, m in rows])
+            self._patch_memo(c, mount, evidence={p: d for p, d, _ in rows},
+                             modes={p: m for p, _, m in rows})
 
     def forget_evidence(self, mount: str, paths: Iterable[str]) -> None:
         """Drop P (the write-ahead rule's exception: a drop forgets first, with no intent)."""
@@ -526,26 +551,27 @@ class Journal:
         self, mount: str, path: str, op: Literal["write", "unlink", "adopt"], *,
         old: str | None, new: str | None, branch: str | None = None,
         root: tuple[int, int] | None = None, prior: str | None | bool = False,
+        mode: int | None = None,
     ) -> int:
         """Durably record an intent before its effect; `old`/`new` None mean absent. `prior`
         (adoptions): the evidence the decision resolved, None for agreed absence (False: not
-        given)."""
+        given). `mode`: the permission bits the step sets, recorded in P on completion."""
         with self._write() as c:
             self._ensure_root(c, mount, root)
             cur = c.execute(
                 "INSERT INTO journal_intents (mount, path, op, branch, old, new, prior, "
-                "created_at) VALUES (?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?)",
+                "created_at, mode) VALUES (?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?)",
                 (mount, _db(path), op, branch, _ABSENT_COL if old is None else old,
                  _ABSENT_COL if new is None else new,
                  None if prior is False else _ABSENT_COL if prior is None else prior,
-                 time.time()))
+                 time.time(), mode))
             return int(cur.lastrowid or 0)
 
     def complete_intent(self, intent_id: int) -> None:
         """Mark an intent done and record its new value as P, in one transaction. Call only once
         the effect is durable (data and every directory up to the root fsynced)."""
         with self._write() as c:
-            row = c.execute("SELECT mount, path, new, state, branch FROM journal_intents "
+            row = c.execute("SELECT mount, path, new, state, branch, mode FROM journal_intents "
                             "WHERE id=?", (intent_id,)).fetchone()
             if row is None or row[3] != "pending":
                 raise MemfsError(f"intent {intent_id} is not pending", "observe the path again")
@@ -559,10 +585,12 @@ class Journal:
                       "AND path=CAST(? AS TEXT) AND state='pending' AND id<? AND branch IS ?",
                       (time.time(), mount, _db(path), intent_id, row[4]))
             digest = None if new == _ABSENT_COL else new
+            mode = None if digest is None else row[5]
             c.execute(
-                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
-                " VALUES (?, CAST(? AS TEXT), ?, ?)", (mount, _db(path), digest, time.time()))
-            self._patch_memo(c, mount, evidence={path: digest})
+                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at, mode)"
+                " VALUES (?, CAST(? AS TEXT), ?, ?, ?)",
+                (mount, _db(path), digest, time.time(), mode))
+            self._patch_memo(c, mount, evidence={path: digest}, modes={path: mode})
 
     def abandon_intent(self, intent_id: int) -> None:
         """The effect did not happen (refused untouched, or observed not done); P is unchanged."""
@@ -575,14 +603,14 @@ class Journal:
 
     @staticmethod
     def _pending(c: sqlite3.Connection, mount: str, path: str | None) -> list[Intent]:
-        sql = ("SELECT id, mount, path, op, branch, old, new, state, prior FROM journal_intents "
-               "WHERE state='pending' AND mount=?")
+        sql = ("SELECT id, mount, path, op, branch, old, new, state, prior, mode "
+               "FROM journal_intents WHERE state='pending' AND mount=?")
         args: tuple[str | bytes, ...] = (mount,)
         if path is not None:
             sql += " AND path=CAST(? AS TEXT)"
             args += (_db(path),)
-        return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7], r[8])
-                for r in c.execute(sql + " ORDER BY id", args)]
+        return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7], r[8],
+                       r[9]) for r in c.execute(sql + " ORDER BY id", args)]
 
     # -- fingerprint cache -------------------------------------------------------------------
 
@@ -629,22 +657,27 @@ class Journal:
                 version = _change_count(c)
                 hit = self._memo.get((mount, prefix))
                 if hit is not None and hit[0] == version:
-                    _, evidence, fps = hit
+                    _, evidence, fps, modes = hit
                 else:
                     # Read after the version: a commit in between only makes the memo miss.
-                    evidence = MappingProxyType({
-                        intern(p): d if d is None else intern(d)
-                        for p, d in self._evidence_rows(c, mount, prefix)})
+                    ev: dict[str, str | None] = {}
+                    md: dict[str, int] = {}
+                    for p, d, m in self._evidence_rows(c, mount, prefix):
+                        p = intern(p)
+                        ev[p] = d if d is None else intern(d)
+                        if m is not None:
+                            md[p] = m
+                    evidence, modes = MappingProxyType(ev), MappingProxyType(md)
                     fps = MappingProxyType(self._fingerprint_rows(c, mount, prefix))
                     if len(self._memo) >= _MEMO_KEYS:
                         self._memo.clear()
-                    self._memo[(mount, prefix)] = (version, evidence, fps)
+                    self._memo[(mount, prefix)] = (version, evidence, fps, modes)
                 row = c.execute("SELECT dev, ino FROM journal_roots WHERE mount=?",
                                 (mount,)).fetchone()
                 pending = self._pending(c, mount, None)
             finally:
                 c.execute("COMMIT")
-            return PassInputs((row[0], row[1]) if row else None, evidence, pending, fps)
+            return PassInputs((row[0], row[1]) if row else None, evidence, pending, fps, modes)
         return self._read(q)
 
     def put_fingerprints(self, mount: str, rows: dict[str, FingerprintRow | None]) -> None:

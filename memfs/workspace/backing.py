@@ -72,10 +72,10 @@ from memfs.reconcile.plan import (
     plan_pass,
     plan_sync,
 )
-from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent, State
+from memfs.reconcile.rule import ABSENT, MODE_BITS, Conflict, Content, PathIntent, State
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Intent, Journal
-from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
+from memfs.store.trees import DIR, FILE, LINK, name_to_bytes, name_to_str
 from memfs.workspace.backing_paths import parse_store_path
 from memfs.workspace.backing_tasks import (
     AGENT_WATCH,
@@ -103,6 +103,7 @@ EVENT_PATHS = 100  # paths an event lists (its counts say how many there were)
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps before each effect
 PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
               "to write {branch!r} over it (the mount is then pinned to {branch!r})")
+_KIND_NAMES = {"p": "FIFO", "s": "socket", "c": "character device", "b": "block device"}
 GATHER_TRIES = 3
 BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
 BATCH_FILES = 4096
@@ -174,6 +175,7 @@ class _PlanInputs:
     evidence: dict
     table: IntentTable
     pending: dict
+    modes: Mapping[str, int]
 
     def same(self, other: _PlanInputs) -> bool:
         return (self.scope == other.scope and self.path_sync == other.path_sync
@@ -181,7 +183,8 @@ class _PlanInputs:
                 and (self.table is other.table or self.table == other.table)
                 and self.pending == other.pending and self.obs.same_disk(other.obs)
                 and (self.view is other.view or self.view == other.view)
-                and (self.evidence is other.evidence or self.evidence == other.evidence))
+                and (self.evidence is other.evidence or self.evidence == other.evidence)
+                and (self.modes is other.modes or self.modes == other.modes))
 
 
 def _given(args: dict, key: str, kind: type, default: object):
@@ -555,7 +558,8 @@ class Backing(DaemonTasks):
         got = self.journal.pass_inputs(mount)  # remembered while the journal is unchanged
         evidence = self._evidence(mount, "", got.evidence)
         pending = pending_from_journal(got.pending, self.ws.branch)
-        c = count_owed(view, evidence, self.intents.get(mount, IntentTable()), pending)
+        c = count_owed(view, evidence, self.intents.get(mount, IntentTable()), pending,
+                       got.modes)
         return {"changes": c.pending_changes, "workspace_deletions": c.pending_workspace_deletions,
                 "conflicts": c.conflicts}
 
@@ -971,7 +975,7 @@ class Backing(DaemonTasks):
         gathered = await self._gather_on_one_branch(b, st, scope)
         if isinstance(gathered, dict):
             return gathered
-        epoch, branch, obs, evidence, pend = gathered
+        epoch, branch, obs, evidence, pend, modes = gathered
         # On the loop from here to the plan: one branch, one tree.
         nodes, _ = self._store_nodes(mount, scope)
         view = self._store_view(nodes)
@@ -986,10 +990,10 @@ class Backing(DaemonTasks):
         pending = pending_from_journal(pend, branch)
         plan, sp = self._plan(mount, _PlanInputs(
             scope, path_sync, branch, asked_on if asked_on is not None else branch, obs, view,
-            evidence, table, pending))
+            evidence, table, pending, modes))
         if sp.refused:
             return {"mount": mount, "refused": sp.refused}
-        versions = {p: nodes[p].ver for p in sp.take if p in nodes}
+        versions = {p: nodes[p].ver for p in (*sp.take, *sp.take_modes) if p in nodes}
         await trio.to_thread.run_sync(self._prepare, b, obs, sp, plan)
         edit = TreeEdit(self.ws, self.overlay, mount, None)
         applied: list[str] = []
@@ -999,7 +1003,8 @@ class Backing(DaemonTasks):
         batches = _batches(sp.take, obs)
         for batch in batches:
             contents, ids = await trio.to_thread.run_sync(self._fetch, b, obs, batch, sp.take,
-                                                          evidence, view, branch)
+                                                          evidence, view, branch,
+                                                          sp.record_modes)
             intent_ids.update(ids)
             # No await from this check to the end of the batch's tree change.
             changed = self.epoch != epoch or self.ws.branch != branch
@@ -1018,7 +1023,8 @@ class Backing(DaemonTasks):
                     if data is None:
                         skipped.append(path)
                         continue
-                    if edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns):
+                    if edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
+                                     take.mode):
                         applied.append(path)
                     else:
                         skipped.append(path)
@@ -1031,6 +1037,7 @@ class Backing(DaemonTasks):
             skipped += [p for p in sp.take if p not in applied and p not in skipped]
         else:
             edit.mnode = self._mount_node(mount)
+            skipped += self._apply_modes(mount, sp, nodes, versions, edit)
             self._apply_intent(mount, sp, set(skipped))
             # Disk-only: the plan's, and (a path sync) binary files it took over a type change.
             want = plan.disk_only | {p for p, t in sp.take.items() if t is ABSENT and
@@ -1102,6 +1109,52 @@ class Backing(DaemonTasks):
                      len(removed), removed)
             self.record_event("scratch-removed", mount=b.mount, paths=removed)
 
+    def _apply_modes(self, mount: str, sp: SyncPlan, nodes: Mapping[str, Node],
+                     versions: dict[str, int], edit: TreeEdit) -> list[str]:
+        """Disk's permission bits taken where the store keeps its content (a chmod on disk):
+        the node's mode changes in place (no new inode; its attributes are invalidated), if
+        it is still the node decided on, unchanged since. Returns the paths skipped."""
+        skipped = []
+        for path, mode in sorted(sp.take_modes.items()):
+            node = self._node_at(mount, path)
+            if node is None or node is not nodes.get(path) or node.ver != versions.get(path):
+                skipped.append(path)  # changed in the workspace since: decided again next
+                continue
+            if node.mode & MODE_BITS != mode:
+                self.ws.setattr(node, mode=(node.mode & ~MODE_BITS) | mode)
+                edit.inodes.append(node.id)
+        return skipped
+
+    def _unwritable(self, nodes: Mapping[str, Node], mount: str) -> dict[str, str]:
+        """Store entries no write can put on disk as they are, with why (materialize lists them,
+        forced or not): a file with other hard links (disk would get separate copies, never
+        the link), a FIFO, socket or device (no effect makes special files on disk)."""
+        out = {}
+        for path, node in nodes.items():
+            links = getattr(node, "nlink", 1) or 1
+            if links > 1:
+                out[path] = (f"a hard link ({links} names share this file in the workspace): "
+                             "written to disk it would be separate copies, so it is not written")
+        for path, kind in self._store_specials(mount).items():
+            out[path] = (f"a {_KIND_NAMES.get(kind, 'special file')} in the workspace: no "
+                         "materialize makes special files on disk")
+        return out
+
+    def _store_specials(self, mount: str) -> dict[str, str]:
+        """path -> kind of the mount's entries that are neither file, directory nor symlink."""
+        top = self._mount_node(mount)
+        out: dict[str, str] = {}
+        stack: list[tuple[Node, str]] = [(top, "")] if top is not None else []
+        while stack:
+            d, prefix = stack.pop()
+            for name, child in self.ws.children(d).items():
+                rel = prefix + name_to_str(name)
+                if child.kind == DIR:
+                    stack.append((child, rel + "/"))
+                elif child.kind not in (FILE, LINK):
+                    out[rel] = child.kind
+        return out
+
     def _plan(self, mount: str, given: _PlanInputs) -> tuple[PassPlan, SyncPlan]:
         """plan_pass and plan_sync (which refuses a path sync when the branch it gathered on
         is not the one it was asked on, `branch_now`). Both are pure, so inputs equal to the
@@ -1112,7 +1165,7 @@ class Backing(DaemonTasks):
         if last is not None and last[0].same(given):
             return last[1], last[2]
         plan = plan_pass(given.obs, given.view, given.evidence, given.table, given.pending,
-                         branch=given.branch)
+                         branch=given.branch, modes=given.modes)
         sp = plan_sync(plan, given.obs, given.view,
                        path=given.scope if given.path_sync else None,
                        branch_now=given.branch_now)
@@ -1123,7 +1176,7 @@ class Backing(DaemonTasks):
         return plan, sp
 
     async def _gather_on_one_branch(self, b: Binding, st: MountState, scope: str):
-        """(epoch, branch, observation, evidence, pending) gathered while one branch and one
+        """(epoch, branch, observation, evidence, pending, P's modes) gathered while one branch and one
         tree stayed selected, or a dict saying why there is nothing to decide on."""
         for _ in range(GATHER_TRIES):
             # A change settling a pending adoption while the thread reads (settle_before_change
@@ -1132,7 +1185,7 @@ class Backing(DaemonTasks):
             epoch, branch, settles = self.epoch, self.ws.branch, self.settles
             nodes, refs = self._store_nodes(b.mount, scope)
             try:
-                obs, evidence, pend = await trio.to_thread.run_sync(self._gather, b, scope,
+                obs, evidence, pend, modes = await trio.to_thread.run_sync(self._gather, b, scope,
                                                                     nodes, refs)
             except RootUnavailable as exc:
                 remedy = _root_remedy(exc)
@@ -1145,7 +1198,7 @@ class Backing(DaemonTasks):
             if epoch == self.epoch and branch == self.ws.branch and settles == self.settles:
                 st.unavailable = None
                 st.incomplete = None
-                return epoch, branch, obs, evidence, pend
+                return epoch, branch, obs, evidence, pend, modes
         st.incomplete = "the branch kept changing while the pass gathered"
         return {"mount": b.mount, "incomplete": st.incomplete}
 
@@ -1180,17 +1233,17 @@ class Backing(DaemonTasks):
         gathered = await self._gather_on_one_branch(b, st, "")
         if isinstance(gathered, dict):
             return gathered
-        epoch, branch, obs, evidence, pend = gathered
+        epoch, branch, obs, evidence, pend, modes = gathered
         # The pin guard runs here, in the turn that selects the paths: no await from the
         # gathered branch to the plan.
         pinned = self.pins.get(mount)
         nodes, _ = self._store_nodes(mount)
         view = self._store_view(nodes)
         plan = plan_pass(obs, view, evidence, self._pass_table(mount, ""),
-                         pending_from_journal(pend, branch), branch=branch)
+                         pending_from_journal(pend, branch), branch=branch, modes=modes)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
                                  apply_deletions=apply_deletions, pinned_branch=pinned,
-                                 mount=mount)
+                                 mount=mount, unwritable=self._unwritable(nodes, mount))
         # The bytes to write, taken now on the loop: a committed file by its immutable ref
         # (streamed in the thread), a dirty one by its live bytes.
         sources: dict[str, tuple[object, str]] = {}
@@ -1292,7 +1345,7 @@ class Backing(DaemonTasks):
         for key in refs:
             if key not in self._digests:
                 self._digests[key] = sys.intern(ref_digest(self.store, *key))
-        return obs, evidence, pend
+        return obs, evidence, pend, got.modes
 
     def _evidence(self, mount: str, scope: str, rows: Mapping[str, str | None]) -> dict:
         """P as the rule reads it (agreed absence as ABSENT), converted once per journal
@@ -1327,10 +1380,12 @@ class Backing(DaemonTasks):
 
     def _fetch(self, b: Binding, obs: Observation, batch: list[str], take: dict,
                evidence: dict, view: dict[str, Content], branch: str,
+               record_modes: Mapping[str, int] | None = None,
                ) -> tuple[dict[str, bytes], dict[str, int]]:
         """Read the disk bytes a batch takes (checked against the decided digest) and write
         the adoptions ahead."""
         root = RootId(obs.root.dev, obs.root.ino)
+        record_modes = record_modes or {}
         contents: dict[str, bytes] = {}
         for path in batch:
             if isinstance(take[path], Content):
@@ -1349,7 +1404,8 @@ class Backing(DaemonTasks):
             ids[path] = self.journal.begin_intent(
                 b.mount, path, "adopt", old=old.digest if isinstance(old, Content) else None,
                 new=new, branch=branch, root=(root.dev, root.ino),
-                prior=None if prior is ABSENT else prior)
+                prior=None if prior is ABSENT else prior,
+                mode=record_modes.get(path))  # P's mode on completion: disk's, agreed
             crash_point("backing:after-adopt-intent")  # intent durable, tree not yet changed
         return contents, ids
 
@@ -1361,8 +1417,8 @@ class Backing(DaemonTasks):
                 self.journal.abandon_intent(iid)
             else:
                 self.journal.complete_intent(iid)
-        items = [(p, None if v is ABSENT else v) for p, v in sp.record.items()
-                 if p not in skipped and p not in intent_ids]
+        items = [(p, None if v is ABSENT else v, sp.record_modes.get(p))
+                 for p, v in sp.record.items() if p not in skipped and p not in intent_ids]
         if items or self.journal.root(mount) is None:  # the root goes with the first evidence
             self.journal.record_evidence(mount, items, root=(obs.root.dev, obs.root.ino))
         if obs.hashed:
@@ -1480,7 +1536,8 @@ class Backing(DaemonTasks):
             # The committed, already-hashed case inline: nearly every file of a quiet tree.
             digest = None if n.dirty or n.ref is None or n.data is None else \
                 digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
-            out[p] = text_content(digest if digest is not None else self._digest_now(n))
+            out[p] = text_content(digest if digest is not None else self._digest_now(n),
+                                  n.mode & MODE_BITS)
         if memo is not None and memo[1] is nodes and memo[0] == self._store_key(memo[0][0],
                                                                                 memo[0][1]):
             memo[3] = out  # shared from here on: nobody writes a view

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memfs.reconcile.observe import Observation
-from memfs.reconcile.rule import ABSENT, Content
+from memfs.reconcile.rule import ABSENT, MODE_BITS, Content
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
 from memfs.workspace.nodes import FileData, Node, WorkspaceError
 
@@ -114,14 +114,16 @@ class TreeEdit:
             d, rel_dir = parent, rel_dir.rpartition("/")[0]
 
     # -- taking disk in ----------------------------------------------------------------------
-    def put_file(self, rel: str, data: bytes, mtime_ns: int) -> bool:
-        """Put disk's bytes at rel as a new node (a new inode: no cache shows the old). A
-        directory in the way that keeps nothing is cleared first; False if anything is kept."""
+    def put_file(self, rel: str, data: bytes, mtime_ns: int, mode: int | None = None) -> bool:
+        """Put disk's bytes at rel as a new node (a new inode: no cache shows the old), with
+        `mode`'s permission bits (None: the old node's, or 0o644). A directory in the way that
+        keeps nothing is cleared first; False if anything is kept."""
         parent = self.parent(rel, True)
         if parent is None:
             return False
         name = name_to_bytes(rel.rsplit("/", 1)[-1])
         old = self.ws.children(parent).get(name)
+        new_mode = mode
         mode, uid, gid = 0o644, os.getuid(), os.getgid()
         if old is not None and old.kind == DIR:
             if not self._clear(parent, name, rel):
@@ -133,7 +135,8 @@ class TreeEdit:
             mode, uid, gid = old.mode, old.uid, old.gid
             self.ws.unlink(parent, name)
             self.inodes.append(old.id)
-        node = self.ws.create(parent, name, FILE, mode, uid, gid)
+        node = self.ws.create(parent, name, FILE, mode if new_mode is None else
+                              (mode & ~MODE_BITS) | new_mode, uid, gid)
         if data:
             self.ws.write(node, 0, data)
         node.mtime_ns = node.atime_ns = mtime_ns
@@ -172,7 +175,10 @@ class TreeEdit:
     def apply_overlay(self, scope: str, obs: Observation, want: Iterable[str],
                       skipped: set[str]) -> None:
         """Disk-only files as read-only nodes with their real size; gone ones removed."""
-        want = {p for p in want if p in obs.files and p not in skipped}
+        # Special files (FIFO, socket, device) are listed disk-only but get no node: reading
+        # one through the mount would open it (a FIFO blocks).
+        want = {p for p in want if p in obs.files and p not in skipped
+                and obs.files[p].kind != "special"}
         for (m, rel), node in list(self.overlay.items()):
             if m != self.mount or not _under(rel, scope) or rel in skipped:
                 continue

@@ -105,6 +105,7 @@ class Transaction:
         inodes: str | None = None,
     ) -> Commit:
         """`inodes`: the object id of the tree's inode table, when it has hard links."""
+        message = printable(message)
         now = time.time_ns()
         seq = self.conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM commits").fetchone()[0]
         body = json.dumps([parent, tree, branch, now, message, seq] + ([inodes] if inodes else []))
@@ -416,6 +417,12 @@ class Store:
 
     def stat_space(self) -> os.statvfs_result:
         return os.statvfs(self.root)
+
+
+def printable(text: str) -> str:
+    """Text SQLite can hold: a name that is not UTF-8 (a surrogate-escaped byte, say in an
+    attach message naming the directory) is kept as a visible `\\xff` escape."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def _no_store(root: Path) -> StoreError:

@@ -853,9 +853,18 @@ class Workspace(HistoryOps):
 
     async def restore(self, rev: str) -> str:
         """Move the branch head to `rev` (the old head stays in the reflog)."""
+        resolved = None
+        if self.backing is not None:
+            # `rev` as it reads now; then disk's changes so far, against this tree (the
+            # restore rewinds past whatever that pass commits).
+            async with self._commit_lock:
+                await self._settle_locked("before restore")
+                resolved = (self.branch, history.resolve(self.store, rev))
+            await self.backing.before_rewind()
         async with self._commit_lock:
             await self._settle_locked("before restore")
-            target = history.resolve(self.store, rev)
+            same = resolved is not None and resolved[0] == self.branch
+            target = resolved[1] if same else history.resolve(self.store, rev)  # type: ignore[index]
             self.store.reset_head(self.branch, target, f"restore {rev}")
             self._replace_tree(target)
             return target
@@ -876,6 +885,8 @@ class Workspace(HistoryOps):
 
     def _replace_tree(self, commit_id: str) -> None:
         """Show another commit's tree, keeping inode numbers for paths that survive."""
+        if self.backing is not None:
+            self.backing.before_tree_replace()  # which backed files the new tree changes
         self.head = commit_id
         tree = self.store.commit(commit_id).tree
         entries: list[tuple[int, bytes]] = []

@@ -28,9 +28,10 @@ from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 from memfs.store import Store, history, undo
 from memfs.store.history import History, parse_when
-from memfs.store.opspan import span_at
+from memfs.store.opspan import walk
 from memfs.store.treediff import DIR, FILE, LINK, diff_trees, file_pieces, find_entry
 from memfs.store.trees import decode_dir
+from memfs.store.undo import changed_only_times
 
 NOW = "now"
 
@@ -163,7 +164,7 @@ def cmd_log(args) -> int:
         changes = args.stat or args.paths
         docs, lines = [], []
         if args.ops:
-            for s in _op_spans(hist, limit, since):
+            for s in _op_spans(store, hist, limit, since):
                 ch = diff_trees(store, _tree(store, s.target), s.commits[0].commit.tree) \
                     if changes else None
                 docs.append(span_json(s, ch))
@@ -191,15 +192,16 @@ def _commits(hist: History, limit: int | None, since: int | None):
         yield c
 
 
-def _op_spans(hist: History, limit: int | None, since: int | None):
-    i, n, runs = 0, 0, {}
-    while limit is None or n < limit:
-        s = span_at(hist.get, i, runs)
-        if s is None or (since is not None and s.commits[0].time_ns < since):
+def _op_spans(store: Store, hist: History, limit: int | None, since: int | None):
+    """Operations as successive undos take them (memfs.store.opspan.walk)."""
+    if limit is not None and limit < 1:
+        return
+    for n, s in enumerate(walk(hist.get, quiet=changed_only_times(store)), 1):
+        if since is not None and s.commits[0].time_ns < since:
             return
         yield s
-        i += len(s.commits)
-        n += 1
+        if limit is not None and n >= limit:
+            return
 
 
 def _tree(store: Store, cid: str | None) -> str | None:
@@ -252,6 +254,9 @@ def cmd_undo(args) -> int:
     if res.get("also"):
         lines.append("  with it, changes made at the same time by: "
                      + ", ".join(f"`{o}`" for o in res["also"]))
+    if res.get("quiet"):
+        lines.append("  with it, after it, changing only times: "
+                     + ", ".join(f"`{q}`" for q in dict.fromkeys(res["quiet"])))
     lines.append(f"  to redo: memfs restore {res['old_head'][:12]}")
     emit(args, res, "\n".join(lines))
     return 0
@@ -295,7 +300,8 @@ def cmd_diff(args) -> int:
     store = _read(args)
     try:
         if not revs:  # what the last operation changed: what `memfs undo` would take back
-            s = span_at(History(store, store.head()).get, 0)
+            s = next(walk(History(store, store.head()).get, quiet=changed_only_times(store)),
+                     None)
             if s is None or s.target is None:
                 raise MemfsError("nothing to compare: the store has one commit",
                                  "make a change first")

@@ -154,6 +154,35 @@ def test_checkpoints_list_refuse_a_move_and_delete(mounted) -> None:
         ("checkpoints/cp", "checkpoint create cp", None, first)]
 
 
+def test_a_name_that_another_revision_would_shadow_is_refused(mounted) -> None:
+    """A checkpoint named like a branch, HEAD, `now` or a commit id could never be reached
+    by that name (`memfs show main` is the branch), so it is refused, and nothing changes;
+    likewise a branch named like a checkpoint and a mark named like either."""
+    mounted.require_real()
+    (mounted.work / "f").write_text("1\n")
+    mounted.cli("checkpoint", "create", "cp")
+    head = mounted.cli_json("log", "-n", "1")[0]["id"]
+    cases = [
+        (("checkpoint", "create", "main"), "a branch is named 'main'"),
+        (("checkpoint", "create", "HEAD"), "'HEAD' names a revision already"),
+        (("checkpoint", "create", "now"), "'now' names a revision already"),
+        (("checkpoint", "create", head[:8]), "reads as a commit id"),
+        (("checkpoint", "main"), "a branch is named 'main'"),
+        (("branch", "create", "cp"), "a checkpoint is named 'cp'"),
+        (("branch", "create", "HEAD"), "'HEAD' names a revision already"),
+        (("mark", "cp"), "a checkpoint is named 'cp'"),
+        (("mark", "main"), "a branch is named 'main'"),
+    ]
+    for args, why in cases:
+        out = mounted.cli(*args, check=False)
+        assert out.returncode == 1 and why in out.stderr and "pick another name" in out.stderr, \
+            (args, out.stderr)
+    assert [c["name"] for c in mounted.cli_json("checkpoint", "list")] == ["cp"]
+    assert list(mounted.cli_json("branch", "list")["branches"]) == ["main"]
+    assert mounted.cli_json("log", "-n", "1")[0]["marks"] == []
+    assert mounted.cli("show", "main").stdout == mounted.cli("show", head).stdout
+
+
 def test_reconciler_commits_are_labelled(mounted, tmp_path: Path) -> None:
     mounted.require_real()
     disk = tmp_path / "disk"

@@ -97,6 +97,33 @@ def test_diff_and_show_against_known_content(mounted) -> None:
         assert missing.returncode == 1 and "work/new.txt is not in A" in missing.stderr
 
 
+def test_a_path_from_the_current_directory_gets_a_remedy_that_fits(mounted) -> None:
+    """Standing in MNT/work/proj, `memfs show HEAD:z.txt` names a path from the store root
+    (there is none): the remedy names the path that is meant; `memfs diff -- z.txt` says
+    the path is in neither state instead of answering "no differences"."""
+    mounted.require_real()
+    proj = mounted.work / "proj"
+    proj.mkdir()
+    (proj / "z.txt").write_text("one\n")
+    mounted.cli("status")
+    (proj / "z.txt").write_text("two\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(memfs_cmd(mounted.root, *args), capture_output=True, text=True,
+                              cwd=proj, timeout=60)
+
+    out = run("show", "HEAD:z.txt")
+    assert out.returncode == 1 and "memfs show HEAD:work/proj/z.txt" in out.stderr \
+        and "HEAD:./z.txt from here" in out.stderr, out.stderr
+    assert run("show", "HEAD:./z.txt").stdout == "two\n"
+    out = run("diff", "HEAD~1", "--", "z.txt")
+    assert out.returncode == 1 and "z.txt is in neither state" in out.stderr \
+        and "-- work/proj/z.txt" in out.stderr, (out.stdout, out.stderr)
+    assert "+two" in run("diff", "HEAD~1", "--", "./z.txt").stdout
+    out = run("show", "HEAD:work/nosuch")  # nothing meant from here: the listing remedy
+    assert out.returncode == 1 and "memfs show HEAD:work" in out.stderr, out.stderr
+
+
 def test_diff_with_no_states_is_the_last_operation(mounted) -> None:
     mounted.require_real()
     (mounted.work / "keep.txt").write_text("k\n")

@@ -204,6 +204,20 @@ def _op_spans(store: Store, hist: History, limit: int | None, since: int | None)
             return
 
 
+def _from_cwd(args, store: Store, trees: list[str], path: str) -> str | None:
+    """A path given from the store root that is really one from the current directory inside
+    the mount: its store path, if one of `trees` holds it there (for the remedy)."""
+    if path.startswith(("./", "../", "/")):
+        return None
+    try:
+        here = _store_path(args, "./" + path)
+    except MemfsError:  # not inside the mount
+        return None
+    if here == path.strip("/") or not any(find_entry(store, t, here) for t in trees):
+        return None
+    return here
+
+
 def _tree(store: Store, cid: str | None) -> str | None:
     return store.commit(cid).tree if cid else None
 
@@ -264,7 +278,7 @@ def cmd_undo(args) -> int:
 
 # -- diff and show ---------------------------------------------------------------------------
 def _split_spec(args) -> tuple[list[str], list[str]]:
-    """(states, paths): what argparse left after `memfs diff` (it cannot tell `-- PATH` apart),
+    """(states, paths as given): what argparse left after `memfs diff` (it cannot tell `-- PATH` apart),
     with the flags that may follow the states."""
     revs, paths, seen_dashdash = [], [], False
     items = iter(args.spec)
@@ -285,7 +299,7 @@ def _split_spec(args) -> tuple[list[str], list[str]]:
     if len(revs) > 2:
         raise MemfsError(f"memfs diff takes at most two states, not {len(revs)}: "
                          f"{' '.join(revs)}", "put paths after `--`: memfs diff A B -- PATH")
-    return revs, [_store_path(args, p) for p in paths]
+    return revs, paths
 
 
 def _state(store: Store, rev: str) -> tuple[str, str]:
@@ -295,7 +309,8 @@ def _state(store: Store, rev: str) -> tuple[str, str]:
 
 
 def cmd_diff(args) -> int:
-    revs, paths = _split_spec(args)
+    revs, given_paths = _split_spec(args)
+    paths = [_store_path(args, p) for p in given_paths]
     _commit_pending(args)
     store = _read(args)
     try:
@@ -309,6 +324,12 @@ def cmd_diff(args) -> int:
         a_id, a_tree = _state(store, revs[0])
         b_id, b_tree = _state(store, revs[1] if len(revs) > 1 else NOW)
         changes = diff_trees(store, a_tree, b_tree, paths or None)
+        for given, p in zip(given_paths, paths, strict=True):
+            if not find_entry(store, a_tree, p) and not find_entry(store, b_tree, p):
+                here = _from_cwd(args, store, [a_tree, b_tree], given)
+                raise MemfsError(f"{p} is in neither state", f"paths go from the store root: "
+                                 f"-- {here} (or -- ./{given} from here)" if here else
+                                 f"name it from the store root, e.g. -- work/{given}")
         doc = {"a": a_id, "b": b_id, "paths": paths, "changes": [c.to_json() for c in changes]}
         if args.json:
             emit(args, doc)
@@ -343,7 +364,10 @@ def cmd_show(args) -> int:
         rel = _store_path(args, path)
         e = find_entry(store, tree, rel)
         if e is None:
+            here = _from_cwd(args, store, [tree], path)
             raise MemfsError(f"{rel or '/'} is not in {rev or 'HEAD'} ({cid[:12]})",
+                             f"paths go from the store root: memfs show {rev or 'HEAD'}:{here} "
+                             f"(or {rev or 'HEAD'}:./{path} from here)" if here else
                              f"see what it holds: memfs show {rev or 'HEAD'}:"
                              f"{rel.rpartition('/')[0]}")
         if e.kind == DIR:

@@ -124,6 +124,15 @@ def test_a_path_from_the_current_directory_gets_a_remedy_that_fits(mounted) -> N
     assert out.returncode == 1 and "memfs show HEAD:work" in out.stderr, out.stderr
 
 
+def test_a_negative_count_is_refused(mounted) -> None:
+    """`memfs log -n -1` listed every commit (a typo read as "all")."""
+    (mounted.work / "f").write_text("1\n")
+    for args in (("log", "-n", "-1"), ("log", "--ops", "-n", "-3"), ("reflog", "-n", "-1")):
+        out = mounted.cli(*args, check=False)
+        assert out.returncode == 2 and "is negative (0 lists all)" in out.stderr, (args, out)
+        assert out.stdout == ""
+
+
 def test_diff_with_no_states_is_the_last_operation(mounted) -> None:
     mounted.require_real()
     (mounted.work / "keep.txt").write_text("k\n")

@@ -39,7 +39,7 @@ NOW = "now"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("log", help="commits (or operations) of the current branch, newest first")
     p.add_argument("rev", nargs="?", metavar="REV", help="start there (default: the head)")
-    p.add_argument("-n", type=int, default=20, metavar="N", help="how many (default 20; 0: all)")
+    p.add_argument("-n", type=_count, default=20, metavar="N", help="how many (default 20; 0: all)")
     p.add_argument("--branch")
     p.add_argument("--since", metavar="TIME", help="only newer than TIME (10:32, 5m, ISO ...)")
     p.add_argument("--ops", action="store_true", help="one entry per operation (what undo takes)")
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_log)
 
     p = sub.add_parser("reflog", help="moves of branch heads and checkpoints, newest first")
-    p.add_argument("-n", type=int, default=20)
+    p.add_argument("-n", type=_count, default=20, metavar="N", help="how many (default 20)")
     add_json_flag(p)
     p.set_defaults(func=cmd_reflog)
 
@@ -86,6 +86,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     add_json_flag(p)
     p.set_defaults(func=cmd_mark)
+
+
+def _count(text: str) -> int:
+    """-n N: 0 or more (a negative count is a typo, not "all")."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative (0 lists all)")
+    return n
 
 
 def _positive(text: str) -> int:

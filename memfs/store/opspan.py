@@ -111,8 +111,8 @@ def _run(get: Get, start: int, op: OpRecord) -> tuple[int, bool]:
 def walk(get: Get, start: int = 0, quiet: Quiet | None = None) -> Iterator[Span]:
     """Operations from commit `start` back, newest first, as successive undos take them:
     with `quiet`, each run of operations that changed only times is taken with the operation
-    before it (none before it: each stands alone). A commit made before operations were
-    recorded is never quiet."""
+    before it (none before it but the store's first commit: each stands alone). A commit
+    made before operations were recorded is never quiet."""
     runs: dict[str, tuple[int, bool]] = {}
     i = start
     held: list[Span] = []  # quiet operations waiting for the one before them
@@ -122,7 +122,11 @@ def walk(get: Get, start: int = 0, quiet: Quiet | None = None) -> Iterator[Span]
                 and quiet(s):
             held.append(s)
             continue
-        yield _with_quiet(s, held) if held else s
+        if held and s.commits[0].parent is None:  # only the store's first: nothing to undo
+            yield from held
+        elif held:
+            s = _with_quiet(s, held)
+        yield s
         held = []
     yield from held
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
-from memfs.store.store import Commit, Store, StoreError, _check_ref_name
+from memfs.store.store import Commit, Store, StoreError, _check_ref_name, check_new_name
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS commit_ops (commit_id TEXT PRIMARY KEY, data TEXT NOT NULL);
@@ -166,6 +166,7 @@ def add_mark(store: Store, name: str, commit_id: str, branch: str, label: str) -
     _check_ref_name(name)
     now = time.time_ns()
     with store.transaction() as tx:
+        check_new_name(tx.conn, name, "mark")
         tx.conn.execute("INSERT INTO marks (name, commit_id, branch, time_ns, label) "
                         "VALUES (?, ?, ?, ?, ?)", (name, commit_id, branch, now, label))
     return Mark(name, commit_id, branch, now)
@@ -194,6 +195,8 @@ def create_checkpoint(store: Store, name: str, commit_id: str, branch: str, *,
         row = tx.conn.execute("SELECT commit_id FROM checkpoints WHERE name = ?",
                               (name,)).fetchone()
         old = row[0] if row else None
+        if old is None:
+            check_new_name(tx.conn, name, "checkpoint")
         if old is not None and old != commit_id and not force:
             raise StoreError(f"checkpoint {name!r} already names {old[:12]}",
                              f"pick another name, `memfs checkpoint delete {name}` first, or "

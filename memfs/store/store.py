@@ -312,6 +312,7 @@ class Store:
         with self.transaction() as tx:
             if tx.conn.execute("SELECT 1 FROM branches WHERE name = ?", (name,)).fetchone():
                 raise StoreError(f"branch {name!r} already exists", "pick another name")
+            check_new_name(tx.conn, name, "branch")
             tx.conn.execute("INSERT INTO branches VALUES (?, ?)", (name, cid))
         return cid
 
@@ -443,6 +444,27 @@ def _check_ref_name(name: str) -> None:
             f"invalid name {name!r}",
             "use letters, digits, '-', '_' (no '/', '~', leading '.', or control characters)",
         )
+
+
+RESERVED = ("HEAD", "now")  # revisions every command reads already
+HEX = frozenset("0123456789abcdef")
+
+
+def check_new_name(conn, name: str, kind: str) -> None:
+    """A new branch, checkpoint or mark must be reachable by its name: refuse one that a
+    revision read first would shadow (Store.resolve: HEAD, branches, checkpoints, commit
+    ids, then marks). `conn`: the transaction that then creates it."""
+    _check_ref_name(name)
+    again = "pick another name"
+    if name in RESERVED:
+        raise StoreError(f"{name!r} names a revision already", again)
+    if kind != "mark" and len(name) >= 6 and set(name) <= HEX:
+        raise StoreError(f"{name!r} reads as a commit id", again + " (not 6+ hex digits)")
+    for other, table in (("branch", "branches"), ("checkpoint", "checkpoints")):
+        if kind != other and conn.execute(f"SELECT 1 FROM {table} WHERE name = ?",
+                                          (name,)).fetchone():
+            raise StoreError(f"a {other} is named {name!r}: a {kind} of that name could never "
+                             f"be reached by it", again)
 
 
 def open_readonly_probe(root: Path) -> sqlite3.Connection:

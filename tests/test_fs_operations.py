@@ -350,3 +350,25 @@ def test_git_status_between_undos_is_not_an_operation(mounted, tmp_path: Path) -
     assert st.stdout == "A  a.txt\n", st.stdout
     out = mounted.cli("undo").stdout  # that git status is not what the next undo takes
     assert "add -A" in out and "with it, after it, changing only times: `git status" in out, out
+
+
+def test_a_touch_is_an_operation_undo_takes_alone(mounted) -> None:
+    """A `touch` changes only times too, but on purpose: `memfs undo` right after it takes
+    back the touch alone (the file's old mtime), never the command before it as well, as it
+    does for git status's side effects."""
+    mounted.require_real()
+    w = mounted.work
+    job(mounted, w, "sh", "-c", "echo one > a.txt")
+    os.utime(w / "a.txt", ns=(10**18, 10**18))  # an old, known time to come back to
+    job(mounted, w, "sh", "-c", "echo two > b.txt")
+    b_time = os.stat(w / "b.txt").st_mtime_ns
+    job(mounted, w, "touch", "a.txt")
+    mounted.cli("status")  # committed
+    ops = head_ops(mounted, 1)
+    assert ops[0]["label"].startswith("touch") and ops[0]["quiet"] == [], ops
+    res = mounted.cli_json("undo")
+    assert len(res["undone"]) == 1 and res["undone"][0].startswith("touch"), res
+    assert res["quiet"] == [], res
+    assert (w / "b.txt").read_text() == "two\n", "the command before the touch stays"
+    assert os.stat(w / "b.txt").st_mtime_ns == b_time
+    assert os.stat(w / "a.txt").st_mtime_ns == 10**18, "the touch is taken back"

@@ -66,6 +66,9 @@ class OpRecord:
     top_self: bool = False  # made by the group's top process itself
     top_shell: bool = False  # the group's top process is a shell (sh, bash, ...)
     pids: tuple[ProcRef, ...] = ()
+    # It set a time on purpose (touch, utimes): a change of times only is then what it did,
+    # not a side effect of reading (git status's index refresh), and undo takes it alone.
+    set_times: bool = False
 
     def to_json(self) -> dict:
         doc = asdict(self)

@@ -63,6 +63,11 @@ class Span:
                     seen.setdefault(o.label)
         return list(seen)
 
+    @property
+    def set_times(self) -> bool:
+        """Did this operation set a time on purpose (touch) in any of its commits?"""
+        return any(o.set_times and self._mine(o) for c in self.commits for o in c.ops or ())
+
     def _mine(self, o: OpRecord) -> bool:
         if self.op is None:
             return False

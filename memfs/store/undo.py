@@ -34,8 +34,11 @@ class UndoPlan:
 
 
 def changed_only_times(store: Store) -> Quiet:
-    """opspan's test for an operation that changed times at most (`git status`)."""
+    """opspan's test for an operation that changed times at most (`git status`) without
+    setting one on purpose (a `touch` is a change the user asked for)."""
     def quiet(s: Span) -> bool:
+        if s.set_times:
+            return False
         before = store.commit(s.target).tree if s.target else None
         return only_times(store, before, s.commits[0].commit.tree)
     return quiet

@@ -20,7 +20,7 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -602,6 +602,15 @@ class Workspace(HistoryOps):
             saw_kernel_time(mtime_ns)
         node.ctime_ns = now_ns()
         self._touch(node)
+        if atime_ns is not None or mtime_ns is not None:
+            self._note_set_times()
+
+    def _note_set_times(self) -> None:
+        """The operation that just changed the tree set a time on purpose (utimes: touch, tar,
+        cp -p): its own times-only change is no side effect to fold away (memfs.store.undo)."""
+        entry = self._group.get(self._last_op) if self._last_op else None
+        if entry is not None and not entry[0].set_times:
+            self._group[entry[0].key] = (replace(entry[0], set_times=True), entry[1])
 
     def set_xattr(self, node: Node, name: bytes, value: bytes) -> None:
         self._writable(node)
@@ -807,6 +816,8 @@ class Workspace(HistoryOps):
         for key, (op, procs) in self._group.items():
             if key in merged:
                 merged[key][1].update(procs)
+                if op.set_times and not merged[key][0].set_times:
+                    merged[key] = (op, merged[key][1])
                 merged[key] = merged.pop(key)
             else:
                 merged[key] = (op, procs)

@@ -16,7 +16,7 @@ from helpers.mount import REPO, memfs_cmd
 from test_backing_mount import ACCESS, backed  # noqa: F401 - the fixture is used by name
 from test_backing_triggers import wait_for
 
-from memfs.workspace.backing import SCAN_DELAY_ENV
+from memfs.backing.tasks.afterbatch import SCAN_DELAY_ENV
 
 SLOW = 2.0  # seconds each scan sleeps in the slow-scan daemon
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from test_backing_mount import states
 from test_backing_triggers import wait_for
 
-from memfs.workspace.backing import PUSH_DELAY_ENV
+from memfs.backing.materialize import PUSH_DELAY_ENV
 
 
 def _read(p: Path) -> str | None:

@@ -16,9 +16,9 @@ from helpers.png import make_png
 from test_backing_mount import ACCESS, states
 from test_backing_triggers import wait_for
 
+from memfs.backing import Backing, Binding
 from memfs.errors import MemfsError
 from memfs.store import Store
-from memfs.workspace.backing import Backing, Binding
 from memfs.workspace.nodes import Node
 from memfs.workspace.workspace import Workspace
 
@@ -109,8 +109,8 @@ async def _crash_left_adoption(ws: Workspace, b: Backing, disk: Path, name: str)
     root = b.journal.root("work")
     b.journal.begin_intent("work", name, "adopt", old=_digest(old), new=_digest(new),
                            branch=ws.branch, root=root)
-    b._load_pending_adopts()  # as Backing.__init__ does at a restart
-    assert ("work", name) in b.pending_adopts
+    b.settle.load(b.bindings, ws.branch)  # as Backing.__init__ does at a restart
+    assert ("work", name) in b.settle.pending
     return f
 
 
@@ -151,14 +151,14 @@ async def test_a_user_edit_while_a_pass_gathers_settles_the_adoption_once(tmp_pa
                 await trio.sleep(took * (k + 1) / 10)
                 ws.truncate(f, 0)
                 ws.write(f, 0, b"the user's edit\n")
-            res = out.get("res") or {}
-            if "error" in out or name in res.get("conflicts", []):
-                bad.append((k, out.get("error"), res.get("conflicts")))
+            conflicts = out["res"].conflicts if "res" in out else []
+            if "error" in out or name in conflicts:
+                bad.append((k, out.get("error"), conflicts))
             await ws.commit()
             again = await b.run_pass("work")
-            if name in again["conflicts"] or \
-                    b.mounts["work"].states.get(name) != ("workspace-draft", None):
-                bad.append((k, "after", b.mounts["work"].states.get(name)))
+            if name in again.conflicts or \
+                    b.states.mounts["work"].states.get(name) != ("workspace-draft", None):
+                bad.append((k, "after", b.states.mounts["work"].states.get(name)))
         assert bad == [], "\n".join(map(repr, bad))
     finally:
         b.close()

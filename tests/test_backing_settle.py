@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from test_backing_unit import _open
 
-from memfs.workspace.backing import Binding
+from memfs.backing import Binding
 from memfs.workspace.workspace import Workspace
 
 CHILD = textwrap.dedent("""
     import pathlib, sys, trio
     from memfs.store import Store
-    from memfs.workspace.backing import Backing
+    from memfs.backing import Backing
     from memfs.workspace.workspace import Workspace
     ws = Workspace(Store.open(pathlib.Path(sys.argv[1])), 0.0)
     b = Backing(ws)
@@ -56,7 +56,7 @@ async def test_a_change_after_a_crash_settles_the_pending_adoption_first(tmp_pat
                            timeout=60)
     assert child.returncode == -9, child.stderr.decode()
     ws, b = _open(root)
-    assert ("work", "a.txt") in b.pending_adopts  # the crash left the adoption pending
+    assert ("work", "a.txt") in b.settle.pending  # the crash left the adoption pending
     assert ws.read(_file(ws, b"a.txt"), 0, 100) == b"a2 on disk\n"  # and its tree side landed
     work = ws.children(ws.root)[b"work"]
     if change == "write":
@@ -67,12 +67,12 @@ async def test_a_change_after_a_crash_settles_the_pending_adoption_first(tmp_pat
         b.note_removed(ws.unlink(work, b"a.txt"), b"work/a.txt")  # as the FUSE layer does
     else:
         ws.rename(work, b"b.txt", work, b"a.txt")
-    assert b.pending_adopts == {}
+    assert b.settle.pending == {}
     assert b.journal.pending_intents("work") == []  # settled as done: the tree showed a2
     await ws.commit()
     res = await b.run_pass("work")
-    assert res["conflicts"] == []
-    state = b.mounts["work"].states.get("a.txt")
+    assert res.conflicts == []
+    state = b.states.mounts["work"].states.get("a.txt")
     if change == "unlink":
         assert state == ("workspace-deleted", None)
     else:

@@ -1,7 +1,7 @@
 """A clean stop (issue 4): watchers stop first, queued work drains until nothing new is queued,
 then new work is refused ("memfs has stopped") before the state is saved.
 
-The first test drives memfs.workspace.backing in trio with no FUSE (the order is the point);
+The first test drives memfs.backing in trio with no FUSE (the order is the point);
 the second unmounts a real daemon while an after-batch scan runs.
 """
 
@@ -17,9 +17,10 @@ import pytest
 import trio
 from helpers.mount import memfs_cmd
 
+from memfs.backing import Backing, Binding
+from memfs.backing.tasks.afterbatch import SCAN_DELAY_ENV
 from memfs.errors import MemfsError
 from memfs.store import Store
-from memfs.workspace.backing import SCAN_DELAY_ENV, Backing, Binding
 from memfs.workspace.workspace import Workspace
 
 SLOW = 1.0  # seconds each after-batch scan sleeps first (the fault-injection shim)

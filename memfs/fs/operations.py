@@ -31,7 +31,7 @@ CACHE_TIMEOUT = 300.0  # safe: every change made behind the kernel's back is inv
 CONTROL_NAME = b".memfs"
 BLKSIZE = 128 * 1024
 HISTORY_TIMEOUT = 60.0  # a past commit's tree never changes (garbage collection aside)
-STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (backing.py)
+STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (memfs.backing)
 
 
 def _guard(fn: Callable) -> Callable:
@@ -84,7 +84,7 @@ class MemfsOperations(pyfuse3.Operations):
         extra = dict(extra_virtual or {})
         extra[b"memory"] = lambda: self.mem.top
         extra[b"conflicts"] = lambda: self.virtual.path_dir(
-            lambda: ws.backing.conflict_files() if ws.backing is not None else {})
+            lambda: ws.backing.conflict_files())
         self.virtual = VirtualTree(ws, ws.store.root, extra)
         self.mem = MemoryView(
             open_memory(ws.store.root),
@@ -210,7 +210,7 @@ class MemfsOperations(pyfuse3.Operations):
         the open answers ESTALE and the kernel walks the path once more, revalidating every name
         (LOOKUP_REVAL), and opens the new inode (or finds the name gone). A descriptor opened
         before for reading keeps the old bytes, as with a file replaced by rename on a local
-        filesystem; one open for writing keeps the node in place (Backing.held_writers)."""
+        filesystem; one open for writing keeps the node in place (memfs.backing.applier)."""
         if node.parent is None:
             return  # already unlinked (an open through /proc/PID/fd): no path to observe
         if not await self.ws.backing.on_access(node):
@@ -250,7 +250,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if parent.id == ROOT_ID and name == CONTROL_NAME:
             return self._counted(self.virtual.top)
-        if parent.id != ROOT_ID and self.ws.backing is not None:
+        if parent.id != ROOT_ID and self.ws.backing.bindings:
             await self._on_access(parent, wait=False, name=name)
         return self._counted(self.ws.lookup(parent, name))
 
@@ -320,7 +320,7 @@ class MemfsOperations(pyfuse3.Operations):
             if kind == DIR:
                 mode |= stat.S_ISGID
         node = self.ws.create(parent, name, kind, mode, ctx.uid, gid, target, rdev)
-        if self.ws.backing is not None and kind == FILE:
+        if kind == FILE and self.ws.backing.bindings:
             self.ws.backing.note_created(node, node.path())
         return node
 
@@ -355,8 +355,7 @@ class MemfsOperations(pyfuse3.Operations):
         await self._enter(ctx)
         node = self._new(parent_inode, name, FILE, mode, ctx)
         fh = self._open_handle(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
-        if self.ws.backing is not None:
-            self.ws.backing.held_writers[node.id] += 1  # released like any writable handle
+        self.ws.backing.hold_writer(node)  # released like any writable handle
         return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._counted(node)
 
     @_guard
@@ -370,7 +369,7 @@ class MemfsOperations(pyfuse3.Operations):
         if parent.id == ROOT_ID and new_name == CONTROL_NAME:
             raise pyfuse3.FUSEError(errno.EEXIST)
         self.ws.link(node, parent, new_name)
-        if self.ws.backing is not None and node.kind == FILE:
+        if node.kind == FILE and self.ws.backing.bindings:
             self.ws.backing.note_created(node, parent.path() + b"/" + new_name)
         return self._counted(node)
 
@@ -383,7 +382,7 @@ class MemfsOperations(pyfuse3.Operations):
         await self._enter(ctx)
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
-        if self.ws.backing is None:
+        if not self.ws.backing.bindings:
             self.ws.unlink(parent, name)
             return
         if self._disk_only(parent, name):
@@ -414,7 +413,7 @@ class MemfsOperations(pyfuse3.Operations):
         if CONTROL_NAME in (name_old, name_new) and ROOT_ID in (old.id, new.id):
             raise pyfuse3.FUSEError(errno.EBUSY)
         backing = self.ws.backing
-        if backing is None:
+        if not backing.bindings:
             self.ws.rename(old, name_old, new, name_new, flags)
             return
         if self._disk_only(old, name_old) or self._disk_only(new, name_new):
@@ -453,7 +452,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if node.kind == DIR:
             raise pyfuse3.FUSEError(errno.EISDIR)
-        if node.kind == FILE and self.ws.backing is not None:
+        if node.kind == FILE and self.ws.backing.bindings:
             await self._observe_at_open(node)
         if writing and node.readonly:
             raise pyfuse3.FUSEError(errno.EROFS)
@@ -461,8 +460,8 @@ class MemfsOperations(pyfuse3.Operations):
             await self._enter(ctx)
             self.ws.truncate(node, 0)
         fh = self._open_handle(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
-        if writing and self.ws.backing is not None:
-            self.ws.backing.held_writers[node.id] += 1  # a pass leaves this node in place
+        if writing:
+            self.ws.backing.hold_writer(node)  # a pass leaves this node in place
         # A disk-only file is read from disk, which changes without memfs (a same-size rewrite
         # with its mtime kept leaves the same node): the kernel drops its pages at each open.
         return pyfuse3.FileInfo(fh=fh, keep_cache=node.id not in self.ws.disk_only)
@@ -503,7 +502,7 @@ class MemfsOperations(pyfuse3.Operations):
         if h is not None and h.mem is not None and not any(
                 o.mem is h.mem for o in self.handles.values()):
             self.mem.released(h.mem)
-        if h is not None and h.node is not None and h.writable and self.ws.backing is not None:
+        if h is not None and h.node is not None and h.writable:
             self.ws.backing.release_writer(h.node)
         if h is not None and h.node is not None and h.node.parent is None \
                 and not self.lookups.get(h.node.id):
@@ -528,7 +527,7 @@ class MemfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if isinstance(node, (VFile, MemFile)) or (isinstance(node, Node) and node.kind != DIR):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        if isinstance(node, Node) and node.id != ROOT_ID and self.ws.backing is not None:
+        if isinstance(node, Node) and node.id != ROOT_ID and self.ws.backing.bindings:
             await self._on_access(node, wait=True)
         fh = self._open_handle(Handle(node if isinstance(node, Node) else None))
         self._dir_snapshots[fh] = []
@@ -613,7 +612,7 @@ class MemfsOperations(pyfuse3.Operations):
     @_guard
     async def getxattr(self, inode, name, ctx):
         node = self._node(inode)
-        if name in STATE_XATTRS and isinstance(node, Node) and self.ws.backing is not None:
+        if name in STATE_XATTRS and isinstance(node, Node):
             state, ran = await self.ws.backing.state_now(node)  # observes the path first
             if ran:
                 trio.lowlevel.spawn_system_task(self._drain_quietly)

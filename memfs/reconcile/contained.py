@@ -269,3 +269,48 @@ def open_contained_file(root_path: str | os.PathLike[str], rel: str, *,
     finally:
         close_chain(chain)
         os.close(root_fd)
+
+
+# --- contained readers (what the backing layer reads from a backing root) --------------------
+
+def read_contained(root_dir: str, expected: RootId | None, rel: str,
+                   digest: str | None) -> bytes | None:
+    """A backing file's bytes through dir fds from the held root; None if it is not the file
+    the decision saw (digest differs), is gone, or is not a regular file."""
+    try:
+        fd, _ = open_contained_file(root_dir, rel, root=expected)
+    except (RootUnavailable, Refused, OSError):
+        return None
+    try:
+        out = bytearray()
+        while piece := os.pread(fd, 1 << 20, len(out)):
+            out += piece
+    finally:
+        os.close(fd)
+    data = bytes(out)
+    if digest is not None and xxhash.xxh3_128_hexdigest(data) != digest:
+        return None
+    return data
+
+
+def pread_contained(root_dir: str, expected: RootId | None, rel: str, off: int,
+                    size: int) -> bytes:
+    """`size` bytes at `off` of a disk-only file, through a contained open. Raises
+    RootUnavailable (a replaced or missing root) and Refused (not a regular file inside it)."""
+    fd, _ = open_contained_file(root_dir, rel, root=expected)
+    try:
+        return os.pread(fd, size, off)
+    finally:
+        os.close(fd)
+
+
+def ctime_trusted(root_dir: str) -> bool:
+    """Does the backing root's filesystem keep ctime (the walk's allowlist)?"""
+    try:
+        fd = os.open(root_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return fs_magic(fd) in CTIME_TRUSTED
+    finally:
+        os.close(fd)

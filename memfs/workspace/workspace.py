@@ -48,6 +48,7 @@ from memfs.store.trees import (
 )
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.history_ops import HistoryOps
+from memfs.workspace.hooks import NO_BACKING, BackingHooks
 from memfs.workspace.inodes import Inodes, TablePlan
 from memfs.workspace.nodes import (
     FileData,
@@ -102,7 +103,7 @@ class _Plan:
     seq: int = 0
     processes: list[dict] = field(default_factory=list)
     ops: list[OpRecord] = field(default_factory=list)  # in the order of their last change
-    intents: dict[str, bytes] | None = None  # backed mounts' branch intent (backing.py)
+    intents: dict[str, bytes] | None = None  # backed mounts' branch intent (memfs.backing)
     inodes: TablePlan | None = None  # the inode table's part (memfs.workspace.inodes)
 
 
@@ -139,9 +140,9 @@ class Workspace(HistoryOps):
         self._free_cache: tuple[float, int] = (0.0, 0)
         self._dirty_files: set[Node] = set()
         self.stopped = False
-        # Backing directories (memfs.workspace.backing installs itself here): disk-only nodes
-        # are shown from disk and never committed.
-        self.backing = None
+        # Backing directories (memfs.backing.Backing installs itself here; until then the
+        # hooks do nothing): disk-only nodes are shown from disk and never committed.
+        self.backing: BackingHooks = NO_BACKING
         self.disk_only: dict[int, tuple[str, str]] = {}
 
     @classmethod
@@ -316,7 +317,7 @@ class Workspace(HistoryOps):
     def _settle_first(self, d: Node | None, name: bytes) -> None:
         """Seed 002: every change first settles a pending adoption of what it changes (only a
         crash leaves one outside a pass, so this is one dict check almost always)."""
-        if d is not None and self.backing is not None and self.backing.pending_adopts:
+        if d is not None:
             self.backing.settle_before_change(d, name)
 
     def _live_dir(self, d: Node) -> None:
@@ -720,8 +721,7 @@ class Workspace(HistoryOps):
             for op in plan.ops for p in op.pids]
         self._group, self._last_op = {}, None
         self.attribution.forget_processes()
-        if self.backing is not None:
-            plan.intents = self.backing.intent_bytes()
+        plan.intents = self.backing.intent_bytes()
         plan.root = self._snap_dir(self.root, plan)
         plan.inodes = self.inodes.snapshot(self.store, self._alive, self._snap_file)
         plan.jobs.extend(plan.inodes.file_jobs)
@@ -864,18 +864,16 @@ class Workspace(HistoryOps):
 
     async def restore(self, rev: str) -> str:
         """Move the branch head to `rev` (the old head stays in the reflog)."""
-        resolved = None
-        if self.backing is not None:
-            # `rev` as it reads now; then disk's changes so far, against this tree (the
-            # restore rewinds past whatever that pass commits).
-            async with self._commit_lock:
-                await self._settle_locked("before restore")
-                resolved = (self.branch, history.resolve(self.store, rev))
-            await self.backing.before_rewind()
+        # `rev` as it reads now; then disk's changes so far, against this tree (the restore
+        # rewinds past whatever that pass commits).
         async with self._commit_lock:
             await self._settle_locked("before restore")
-            same = resolved is not None and resolved[0] == self.branch
-            target = resolved[1] if same else history.resolve(self.store, rev)  # type: ignore[index]
+            resolved = (self.branch, history.resolve(self.store, rev))
+        await self.backing.before_rewind()
+        async with self._commit_lock:
+            await self._settle_locked("before restore")
+            target = resolved[1] if resolved[0] == self.branch else \
+                history.resolve(self.store, rev)
             self.store.reset_head(self.branch, target, f"restore {rev}")
             self._replace_tree(target)
             return target
@@ -896,8 +894,7 @@ class Workspace(HistoryOps):
 
     def _replace_tree(self, commit_id: str) -> None:
         """Show another commit's tree, keeping inode numbers for paths that survive."""
-        if self.backing is not None:
-            self.backing.before_tree_replace()  # which backed files the new tree changes
+        self.backing.before_tree_replace()  # which backed files the new tree changes
         self.head = commit_id
         tree = self.store.commit(commit_id).tree
         entries: list[tuple[int, bytes]] = []
@@ -911,8 +908,7 @@ class Workspace(HistoryOps):
         self._remap_dir(self.root, tree, entries, inodes)
         self.root.ref, self.root.dirty = tree, False
         self.invalidate(entries, inodes)
-        if self.backing is not None:
-            self.backing.tree_replaced()
+        self.backing.tree_replaced()
 
     def _remap_dir(self, d: Node, tree: str, entries: list, inodes: list) -> None:
         """Directories keep their inode (a shell's cwd survives an undo); a file or link
@@ -996,7 +992,8 @@ class Workspace(HistoryOps):
             "last_commit_error": self.last_error,
             "mounts": mounts,
             "daemon": self.served_by.identity() if self.served_by else None,
-            **({"backing": self.backing.status()} if self.backing is not None else {}),
+            **({"backing": backing} if (backing := self.backing.status_json()) is not None
+               else {}),
         }
 
 

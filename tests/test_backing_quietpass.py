@@ -2,7 +2,7 @@
 and a change to any one input is decided afresh.
 
 Driven on a real store and a real backing directory inside trio, with no FUSE (as
-test_backing_unit): what they check is the bridge's bookkeeping, not the kernel.
+tests/helpers/backing.py): what they check is the bridge's bookkeeping, not the kernel.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.backing import attached as _attached
+from helpers.backing import close as _close
 from helpers.require import require_tool
 
 from memfs.backing.planning import PlanInputs as _PlanInputs
@@ -21,7 +23,6 @@ from memfs.reconcile.intent import IntentTable
 from memfs.reconcile.rule import Content, PathIntent
 from memfs.store.journal import Journal
 from memfs.workspace.workspace import Workspace
-from tests.test_backing_unit import _attached, _close
 
 FILES = {"a.txt": "a1\n", "b.txt": "b1\n", "c.txt": "c1\n"}
 

@@ -18,9 +18,9 @@ import trio
 from helpers.mount import memfs_cmd
 
 from memfs.backing import Backing, Binding
-from memfs.backing.tasks.afterbatch import SCAN_DELAY_ENV
 from memfs.errors import MemfsError
 from memfs.store import Store
+from memfs.testing import SCAN_DELAY_ENV
 from memfs.workspace.workspace import Workspace
 
 SLOW = 1.0  # seconds each after-batch scan sleeps first (the fault-injection shim)

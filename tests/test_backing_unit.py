@@ -12,32 +12,14 @@ from pathlib import Path
 
 import pytest
 import xxhash
+from helpers.backing import attached as _attached
+from helpers.backing import close as _close
+from helpers.backing import open_backing as _open
 
-from memfs.backing import Backing, Binding, ref_digest
+from memfs.backing import Binding, ref_digest
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
-from memfs.workspace.workspace import DIR, FILE, Workspace
-
-
-def _open(root: Path) -> tuple[Workspace, Backing]:
-    ws = Workspace(Store.open(root), 0.0)
-    return ws, Backing(ws)
-
-
-async def _attached(tmp_path: Path, files: dict[str, str]) -> tuple[Workspace, Backing, Path]:
-    """A store at tmp_path/root with `work` attached to tmp_path/disk holding `files`."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    for name, text in files.items():
-        (disk / name).write_text(text)
-    ws, b = _open(tmp_path / "root")
-    await b.attach(Binding("work", str(disk)))
-    return ws, b, disk
-
-
-def _close(ws: Workspace, b: Backing) -> None:
-    b.close()
-    ws.store.close()
+from memfs.workspace.workspace import DIR, FILE
 
 
 @pytest.mark.trio

@@ -230,14 +230,14 @@ async def test_a_written_draft_is_rehashed_never_a_stale_digest(tmp_path: Path):
         await b.attach(Binding("work", str(disk)))
         await ws.commit()
         f = _file(ws, b"work", b"f.txt")
-        assert b.owed.count("work").changes == 0
+        assert (await b.owed.count("work")).changes == 0
         # A write of the same bytes makes a draft (dirty) whose digest is the agreed one.
         ws.write(f, 0, b"agreed\n")
         assert f.dirty and b.view.digest_now(f) == h(b"agreed\n")
-        assert b.owed.count("work").changes == 0
+        assert (await b.owed.count("work")).changes == 0
         # Then a real edit of the same size, still uncommitted.
         ws.write(f, 0, b"edited\n")
-        assert b.owed.count("work").changes == 1
+        assert (await b.owed.count("work")).changes == 1
         # A shell edits disk: disk, store and P all differ, so the draft is kept as a conflict.
         (disk / "f.txt").write_bytes(b"shell edit\n")
         res = await b.run_pass("work")

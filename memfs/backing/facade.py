@@ -67,7 +67,6 @@ from memfs.backing.tasks.afterbatch import AfterBatch
 from memfs.backing.tasks.automaterialize import AutoMaterialize
 from memfs.backing.tasks.watchers import FsEventsWatchers, RootPoll
 from memfs.errors import MemfsError
-from memfs.reconcile.contained import RootId
 from memfs.store.journal import Journal
 from memfs.workspace.attribution import labelled
 from memfs.workspace.nodes import Node
@@ -94,7 +93,7 @@ class Backing:
         self.view = StoreView(ws)
         self.intent = BranchIntent(ws, lambda: self.config.bindings)
         self.settle = Settler(self.journal, self.view)
-        self.settle.load(self.config.bindings, ws.branch)
+        self.settle.load(self.settle.read(self.config.bindings), ws.branch)
         self.conflicts = ConflictCopies(Path(self.store.root))
         self.applier = TreeApplier(ws, self.view)
         self.planner = Planner()
@@ -154,7 +153,7 @@ class Backing:
     def tree_replaced(self) -> None:
         """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it."""
         self.view.tree_replaced()
-        self.settle.load(self.config.bindings, self.ws.branch)
+        self.settle.select(self.ws.branch)
         self.applier.tree_replaced()
         self.states.reset_windows()
         self.intent.replaced(self.view.file_refs)
@@ -176,8 +175,15 @@ class Backing:
                 log.warning("pass before the rewind of %s failed: %s", mount, exc)
 
     def status_json(self) -> dict[str, object]:
-        return status.render(self.config, self.states, self.journal, self.owed.count,
+        """Rendered from facts: nothing is computed or read here (every stat of
+        `.memfs/status` asks)."""
+        return status.render(self.config, self.states, self.journal, self.owed.last.get,
                              self.agent.status, self.auto.status)
+
+    async def refresh_status(self) -> None:
+        """Before status is answered: what disk owes, counted again (memfs.backing.owed)."""
+        if self.config.bindings and not self.journal.needs_reopen:
+            await self.owed.refresh(sorted(self.config.bindings))
 
     async def on_access(self, node: Node, name: bytes | None = None) -> bool:
         return await self.onaccess.on_access(node, name)
@@ -216,9 +222,7 @@ class Backing:
             self.auto.writer_closed(node, mount)
 
     async def read_disk(self, node: Node, off: int, size: int) -> bytes:
-        mount, _ = self.ws.disk_only[node.id]
-        root = self.journal.root(mount)
-        return await self.onaccess.read_disk(node, off, size, RootId(*root) if root else None)
+        return await self.onaccess.read_disk(node, off, size)
 
     def conflict_files(self) -> dict[str, Path | None]:
         return self.conflicts.files(self.intent.tables)
@@ -269,7 +273,8 @@ class Backing:
             self.passes.root_accepted(mount)
         await self.ws.boundary()  # what attach changes is an operation of its own
         self.applier.ensure_mount_dir(mount)
-        self.store.set_binding(mount, binding.to_json())
+        # The store's writer lock is held across a group commit's fdatasync: not on the loop.
+        await trio.to_thread.run_sync(self.store.set_binding, mount, binding.to_json())
         self.config.bindings[mount] = binding
         self.intent.bound(mount)
         result = await self.run_pass(mount)
@@ -280,7 +285,7 @@ class Backing:
             raise MemfsError(f"mount {mount!r} is not bound", "see `memfs status`")
         async with self.gate.lock(mount):
             edit = self.applier.drop_mount(mount)
-            self.store.set_binding(mount, None)
+            await trio.to_thread.run_sync(self.store.set_binding, mount, None)
             await trio.to_thread.run_sync(self.journal.clear_pin, mount)
             self.config.pins.pop(mount, None)
             del self.config.bindings[mount]
@@ -289,6 +294,7 @@ class Backing:
             self.onaccess.forget(mount)
             self.passes.forget(mount)
             self.planner.forget(mount)
+            self.owed.forget(mount)
             self.ws.invalidate(edit.entries, edit.inodes)
         return Detached(mount)
 
@@ -327,12 +333,14 @@ class Backing:
             try:
                 await trio.to_thread.run_sync(self.journal.reopen)
                 pins = await trio.to_thread.run_sync(self._read_pins)
+                known = await trio.to_thread.run_sync(self.settle.read,
+                                                      list(self.config.bindings))
             except sqlite3.Error as exc:
                 raise MemfsError(f"the journal could not be reopened ({exc})",
                                  "check the disk that holds the store (free space, dmesg), "
                                  "then run `memfs sync --reopen` again") from None
             self.config.pins = pins
-            self.settle.load(self.config.bindings, self.ws.branch)
+            self.settle.load(known, self.ws.branch)
             self.states.reset_windows()  # on-access windows: observe afresh from the new view
         was = None if refusal is None else refusal.message
         self.events.record("journal-reopened", was_refusing=was)

@@ -15,7 +15,6 @@ memfs.backing.tasks.automaterialize's, passed in.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -35,6 +34,7 @@ from memfs.backing.storeview import StoreView, ref_chunks
 from memfs.reconcile.contained import RootId
 from memfs.reconcile.plan import pending_from_journal, plan_pass
 from memfs.store.journal import Journal
+from memfs.testing import push_delay
 from memfs.workspace.attribution import labelled
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memfs.backing")
 
-PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps before each effect
 PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
               "to write {branch!r} over it (the mount is then pinned to {branch!r})")
 
@@ -61,7 +60,7 @@ class Materializer:
         self.gate = gate
         self.applier = applier
         self.passes = passes
-        self.push_delay: Callable[[], float] = _push_delay
+        self.push_delay: Callable[[], float] = push_delay  # the tests' shim
 
     async def materialize(self, paths: Iterable[str] | None, *, force: bool = False,
                           apply_deletions: bool = False) -> Materialized:
@@ -179,8 +178,4 @@ class Materializer:
                                written=result.written, removed=result.removed)
 
 
-def _push_delay() -> float:
-    return float(os.environ.get(PUSH_DELAY_ENV) or 0)
-
-
-__all__ = ["Materializer", "PIN_REMEDY", "PUSH_DELAY_ENV"]
+__all__ = ["Materializer", "PIN_REMEDY"]

@@ -10,6 +10,7 @@ files small scoped passes saw (at most SEEN_PATHS_KEPT, then cleared). A lookup 
 file first compares one lstat (in a worker thread, which is handed the fingerprint to compare
 with: it reads no shared state) with what the last pass over it saw; if disk still holds that
 file no pass runs. A fact is superseded by the next pass's; a detach forgets the mount's.
+Also the root each mount's last gather held, for disk-only reads.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ class OnAccess:
         self._facts: dict[str, Mapping[str, FileFact]] = {}  # mount -> last full pass's files
         self._facts_seen: dict[str, Seen] = {}
         self._seen_paths: dict[tuple[str, str], tuple[Fingerprint, Seen]] = {}
-        self.roots: dict[str, RootId | None] = {}  # mount -> the root the last gather held
+        # mount -> the root the last gather held: the journal's recorded root (the gather
+        # opens the root expecting it; the first pass records the one it held)
+        self.roots: dict[str, RootId] = {}
 
     # -- what passes saw -------------------------------------------------------------------
     def learn(self, mount: str, scope: str, got: Gathered) -> None:
@@ -190,13 +193,16 @@ class OnAccess:
             return ("unverified", None), False
         return state_of(mount, rel), True
 
-    async def read_disk(self, node: Node, off: int, size: int, root: RootId | None) -> bytes:
+    async def read_disk(self, node: Node, off: int, size: int) -> bytes:
         """A disk-only node's bytes, from disk (a replaced root reads EIO, a vanished or
-        swapped file ENOENT). `root`: the root disk last agreed with."""
+        swapped file ENOENT), checked against the root the last pass over the mount held:
+        the one the journal records, known without asking it (a FUSE read never waits for a
+        pass's journal write). A disk-only node exists only after such a pass."""
         mount, rel = self.ws.disk_only[node.id]
         b: Binding | None = self.bindings.get(mount)
         if b is None:
             raise WorkspaceError(errno.ENOENT, "the mount is no longer bound")
+        root = self.roots.get(mount)
         try:
             return await trio.to_thread.run_sync(pread_contained, b.dir, root, rel, off, size)
         except RootUnavailable as exc:

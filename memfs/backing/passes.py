@@ -53,11 +53,12 @@ from memfs.backing.settle import Settler
 from memfs.backing.states import MountState, States, record_states
 from memfs.backing.storeview import StoreView
 from memfs.errors import MemfsError
-from memfs.reconcile.contained import RootId, RootUnavailable, crash_point, read_contained
+from memfs.reconcile.contained import RootId, RootUnavailable, read_contained
 from memfs.reconcile.observe import Observation, WalkMemo
 from memfs.reconcile.plan import PassPlan, SyncPlan, pending_from_journal
 from memfs.reconcile.rule import ABSENT, Content, State
 from memfs.store.journal import Journal
+from memfs.testing import crash_point
 from memfs.workspace.attribution import labelled
 
 if TYPE_CHECKING:

@@ -1,12 +1,13 @@
 """Settling before a change (seed 002): a pending adoption a crash left is resolved by the
 first change through the mount to what it adopted, before that change lands.
 
-Owns `pending` ((mount, path) -> the journal's pending adoption on this branch) and `settles`
-(how many this process settled: a pass gathering in its thread meanwhile read the intents and P
-from before, so it counts as a change of view and the pass gathers again). Both on the trio
-loop. `pending` is read from the journal at open, after a tree replacement and after a journal
-reopen; a pass forgets the entries it settled itself; accepting a replaced root forgets the
-mount's (the journal abandoned them).
+Owns, on the trio loop: `known` (every pending adoption of every branch, read from the journal
+at open and after a journal reopen, in a worker thread once serving), `pending` ((mount, path)
+-> those of the selected branch: chosen from `known` again when the tree is replaced, with no
+journal read on the loop) and `settles` (how many this process settled: a pass gathering in its
+thread meanwhile read the intents and P from before, so it counts as a change of view and the
+pass gathers again). A pass forgets the entries it settled itself; accepting a replaced root
+forgets the mount's (the journal abandoned them).
 
 Only a crash leaves an adoption pending outside a pass, so a change costs one empty-dict
 check almost always.
@@ -33,24 +34,34 @@ class Settler:
     def __init__(self, journal: Journal, view: StoreView) -> None:
         self.journal = journal
         self.view = view
+        self.known: list[Intent] = []
         self.pending: dict[tuple[str, str], Intent] = {}
         self.settles = 0
 
-    def load(self, mounts: Iterable[str], branch: str) -> None:
-        out: dict[tuple[str, str], Intent] = {}
+    def read(self, mounts: Iterable[str]) -> list[Intent]:
+        """Every pending adoption of these mounts, any branch (a worker thread's part, or
+        the constructor's before serving)."""
         try:
-            for mount in mounts:
-                for i in self.journal.pending_intents(mount):
-                    if i.op == "adopt" and i.branch == branch:
-                        out[(mount, i.path)] = i
+            return [i for mount in mounts for i in self.journal.pending_intents(mount)
+                    if i.op == "adopt"]
         except MemfsError as exc:  # a poisoned journal: every pass refuses until reopened
             log.warning("pending adoptions not read: %s", exc)
-        self.pending = out
+            return []
+
+    def load(self, known: list[Intent], branch: str) -> None:
+        self.known = known
+        self.select(branch)
+
+    def select(self, branch: str) -> None:
+        """The selected branch's (after a tree replacement: no journal read)."""
+        self.pending = {(i.mount, i.path): i for i in self.known if i.branch == branch}
 
     def forget_mount(self, mount: str) -> None:
+        self.known = [i for i in self.known if i.mount != mount]
         self.pending = {k: i for k, i in self.pending.items() if k[0] != mount}
 
     def settled_by_pass(self, mount: str, still_pending: set[int]) -> None:
+        self.known = [i for i in self.known if i.mount != mount or i.id in still_pending]
         for key in [k for k, i in self.pending.items() if k[0] == mount and
                     i.id not in still_pending]:
             del self.pending[key]
@@ -68,6 +79,7 @@ class Settler:
             return
         for key in [k for k in self.pending if k[0] == mount and under(k[1], rel)]:
             intent = self.pending.pop(key)
+            self.known = [i for i in self.known if i.id != intent.id]
             if not any(p.id == intent.id for p in self.journal.pending_intents(*key)):
                 continue  # a pass settled it already
             node = self.view.node_at(*key)

@@ -35,7 +35,7 @@ def listing(states: States, mount: str, scope: str = "") -> Listing:
 
 
 def render(bindings: Bindings, states: States, journal: Journal,
-           owed: Callable[[str], Owed], scans: Callable[[Binding], Json | None],
+           owed: Callable[[str], Owed | None], scans: Callable[[Binding], Json | None],
            auto: Callable[[str], Json]) -> Json:
     """Per mount; `journal` is None, or the refusal every evidence read answers after a
     failed journal write, with its remedy (`memfs sync --reopen`)."""
@@ -60,7 +60,8 @@ def render(bindings: Bindings, states: States, journal: Journal,
             "workspace_deleted": sorted(p for p, (s, _) in st.states.items()
                                         if s == "workspace-deleted"),
             "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
-            "owed": None if refusing else owed(mount).to_json(),  # owed reads the evidence
+            # The last count (memfs.backing.owed, refreshed before status is answered).
+            "owed": None if refusing or (o := owed(mount)) is None else o.to_json(),
             "scans": scans(b),
             "auto_materialize": auto(mount) if b.auto_materialize else None,
         }

@@ -280,11 +280,13 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
         return {"pid": os.getpid(),
                 "mountpoint": ws.served_by.mountpoint if ws.served_by else None}
     if op == "status":
+        await backing.refresh_status()
         return ws.status()
     if op == "requests":
         return dict(ops.requests)
     if op == "sync":
         await ws.sync()
+        await backing.refresh_status()
         return ws.status()
     if op == "log":
         return [c.to_json() for c in store.log(args.get("branch"), int(args.get("n", 20)))]

@@ -446,6 +446,8 @@ class MemfsOperations(pyfuse3.Operations):
         if isinstance(node, VFile):
             if writing:
                 raise pyfuse3.FUSEError(errno.EROFS)
+            if node.prepare is not None:
+                await node.prepare()
             fh = self._open_handle(Handle(None, node.render()))
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         if isinstance(node, (VDir, MemDir)):

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from memfs.errors import MemfsError
-from memfs.reconcile.contained import Refused, RootId, crash_point
+from memfs.reconcile.contained import Refused, RootId
 from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
 from memfs.reconcile.plan import MaterializePlan
 from memfs.reconcile.rule import ABSENT, Decision, Pending, _Absent
+from memfs.testing import crash_point
 
 
 class JournalLike(Protocol):
@@ -85,21 +86,6 @@ def push_unlink(
     crash_point("apply:after-effect")
     journal.complete_intent(iid)
     return removed
-
-
-def adopt(
-    journal: JournalLike, mount: str, rel: str, *, old: str | _Absent, new: str | _Absent,
-    branch: str | None, commit: Callable[[], None], root: RootId | None = None,
-) -> None:
-    """Take disk into the tree: intent (old/new are the store side), then `commit` — the
-    caller's tree change, which must be durable (synced) when it returns — then completion,
-    which records P := new."""
-    iid = journal.begin_intent(mount, rel, "adopt", old=_col(old), new=_col(new), branch=branch,
-                               root=(root.dev, root.ino) if root else None)
-    crash_point("apply:after-intent")
-    commit()
-    crash_point("apply:after-effect")
-    journal.complete_intent(iid)
 
 
 def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision],

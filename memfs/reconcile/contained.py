@@ -13,9 +13,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
-import signal
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import xxhash
@@ -64,20 +62,6 @@ class Refused(MemfsError):
         super().__init__(message, remedy)
         self.reason = reason
         self.touched = touched
-
-
-FAULT_HOOKS: dict[str, Callable[[], None]] = {}
-"""Fault-injection shim for tests: a callable run at a named point (e.g. an edit racing a check)."""
-
-
-def crash_point(name: str) -> None:
-    """A named point of an effect: MEMFS_CRASH_AT=<name> SIGKILLs this process here (crash
-    tests), and a test may run a FAULT_HOOKS callable here (race tests)."""
-    if os.environ.get("MEMFS_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-    hook = FAULT_HOOKS.get(name)
-    if hook is not None:
-        hook()
 
 
 def components(rel: str) -> list[str]:

@@ -45,7 +45,6 @@ from memfs.reconcile.contained import (
     RootId,
     close_chain,
     components,
-    crash_point,
     hash_fd,
     ident,
     open_chain,
@@ -55,6 +54,7 @@ from memfs.reconcile.contained import (
     still_linked,
 )
 from memfs.reconcile.rule import ABSENT, MODE_BITS, _Absent
+from memfs.testing import crash_point
 
 HARD_LINK_REMEDY = (
     "force does not override this; to write this path alone, give it a copy of its own first "

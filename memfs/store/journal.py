@@ -15,15 +15,12 @@ then record a conflict from stale evidence. So the journal is poisoned: every ev
 write raises JournalNeedsReopen until `reopen()` (`memfs sync --reopen` does it in a running
 daemon, then observes again).
 
-Fault injection for tests: while $MEMFS_TEST_JOURNAL_FAULT names a file that exists, the next
-journal write commits and then fails as SQLite does when the WAL's fsync fails after its frames
-were written (the record may be in the file, the writer is told it failed), removing the file:
-a test arms exactly one failure, in a real daemon, at the moment it chooses.
+Fault injection for tests: memfs.testing.journal_fault, run after each write's COMMIT (the
+record may be in the file, the writer is told it failed).
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import time
@@ -36,6 +33,7 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple, TypeVar
 
 from memfs.errors import MemfsError
+from memfs.testing import journal_fault
 
 T = TypeVar("T")
 
@@ -130,7 +128,6 @@ ADDED_COLUMNS = (
 )
 
 _ABSENT_COL = ""  # how an absent old/new/prior value is stored in journal_intents
-FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"  # tests: a file whose existence fails the next write
 REOPEN_REMEDY = ("run `memfs sync --reopen` (it reopens the journal's view of the store in the "
                  "running daemon, then observes again; restarting memfs does the same) before any "
                  "sync, listing or materialize; files the workspace already holds stay readable")
@@ -178,20 +175,6 @@ class FingerprintRow(NamedTuple):
     kind: str
     hashed_at_ns: int
     mime: str | None = None  # None: not recorded (a row older than the column)
-
-
-def _fault_point() -> None:
-    """The tests' one injected failure (see the module docstring): consumed as it fires."""
-    trigger = os.environ.get(FAULT_ENV)
-    if not trigger:
-        return
-    try:
-        os.unlink(trigger)
-    except FileNotFoundError:
-        return
-    exc = sqlite3.OperationalError("disk I/O error (injected)")
-    exc.sqlite_errorcode = 10  # type: ignore[attr-defined]  # SQLITE_IOERR
-    raise exc
 
 
 @dataclass(frozen=True)
@@ -375,7 +358,7 @@ class Journal:
                 for key, entry in self._stale.items():
                     self._memo.setdefault(key, entry)
                 conn.execute("COMMIT")
-                _fault_point()
+                journal_fault()
             except BaseException as exc:
                 self._memo.clear()  # patched for a transaction that did not commit
                 try:

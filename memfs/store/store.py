@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -466,6 +465,3 @@ def check_new_name(conn, name: str, kind: str) -> None:
             raise StoreError(f"a {other} is named {name!r}: a {kind} of that name could never "
                              f"be reached by it", again)
 
-
-def open_readonly_probe(root: Path) -> sqlite3.Connection:
-    return db.connect(root / "store.db", readonly=True)

@@ -49,7 +49,10 @@ class BackingHooks(Protocol):
         """The tree was replaced: intent rewinds with it."""
 
     def status_json(self) -> dict[str, object] | None:
-        """The `backing` part of status (None: leave it out)."""
+        """The `backing` part of status (None: leave it out), rendered from facts."""
+
+    async def refresh_status(self) -> None:
+        """Before status is answered: recount what the facts cannot know by themselves."""
 
     # -- the FUSE layer ------------------------------------------------------------------
     async def on_access(self, node: Node, name: bytes | None = None) -> bool:
@@ -99,6 +102,9 @@ class NoBacking:
         return None
 
     def status_json(self) -> dict[str, object] | None:
+        return None
+
+    async def refresh_status(self) -> None:
         return None
 
     async def on_access(self, node: Node, name: bytes | None = None) -> bool:

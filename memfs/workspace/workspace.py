@@ -46,6 +46,7 @@ from memfs.store.trees import (
     name_to_str,
     new_inode_key,
 )
+from memfs.testing import crash_point
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.history_ops import HistoryOps
 from memfs.workspace.hooks import NO_BACKING, BackingHooks
@@ -800,7 +801,7 @@ class Workspace(HistoryOps):
                             rows.append(e)
                     j.ref = tx.put_object(encode_rows(rows))
             plan.inodes.write(tx)
-            _maybe_crash("after-objects")
+            crash_point("after-objects")
             commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
                                    plan.processes, plan.inodes.table)
             history.put_ops(tx.conn, commit.id, plan.ops)
@@ -1027,14 +1028,6 @@ def _check_name(name: bytes) -> None:
         raise fail(errno.ENAMETOOLONG)
     if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
         raise fail(errno.EINVAL)
-
-
-def _maybe_crash(point: str) -> None:
-    """Test hook: MEMFS_CRASH_AT=<point> kills the process there (ordering tests)."""
-    if os.environ.get("MEMFS_CRASH_AT") == point:
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 __all__ = ["Workspace", "WorkspaceError", "Node", "ROOT_ID", "DIR", "FILE", "LINK", "CHR", "BLK",

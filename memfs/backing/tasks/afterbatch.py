@@ -9,7 +9,6 @@ the number of scans run, and the last direct scan's outcome.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -18,8 +17,8 @@ from memfs.backing.binding import AGENT_WATCH, DEFAULT_SCAN_DEADLINE, Binding, B
 from memfs.backing.events import Events
 from memfs.backing.results import NotDecided, PassDone, PassOutcome
 from memfs.reconcile.afterbatch import ScanCoordinator, ScanOutcome
+from memfs.testing import scan_delay
 
-SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"  # fault-injection shim: seconds each scan sleeps first
 AfterChange = Callable[[], Awaitable[None]]
 RunPass = Callable[[str, str], Awaitable[PassOutcome]]
 Json = dict[str, object]
@@ -39,7 +38,7 @@ class AfterBatch:
         self.after_change: AfterChange | None = None
         self.scans_run = 0
         self._last_direct: Json | None = None
-        self.scan_delay: Callable[[], float] = lambda: float(os.environ.get(SCAN_DELAY_ENV) or 0)
+        self.scan_delay: Callable[[], float] = scan_delay  # the tests' shim
 
     def open(self, nursery: trio.Nursery, after_change: AfterChange) -> None:
         """The daemon's coordinator, whose scans run in `nursery`."""
@@ -118,4 +117,4 @@ class AfterBatch:
         self.events.record(str(ev["event"]), mounts=self.bindings.agent_mounts(), **fields)
 
 
-__all__ = ["AfterBatch", "SCAN_DELAY_ENV"]
+__all__ = ["AfterBatch"]

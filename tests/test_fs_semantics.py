@@ -1,4 +1,4 @@
-"""Fresh-eyes review of the FUSE layer: edge cases a real mount must get right.
+"""POSIX semantics through a real mount: edge cases a filesystem must get right.
 
 Each test drives a real mount with ordinary syscalls. A test that shows a known bug is marked
 xfail(strict=True) with the bug in one line, so it turns into a failure once the bug is fixed.

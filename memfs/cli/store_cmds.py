@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from memfs.cli.gc_cmds import status_lines
 from memfs.cli.main import add_json_flag, emit
 from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
@@ -190,6 +191,10 @@ def cmd_umount(args) -> int:
         call(root, "sync")
     except NoDaemon:
         pass
+    except MemfsError as exc:  # nothing was unmounted: the mount stays usable
+        raise MemfsError(f"{mnt} stays mounted: {exc.message}",
+                         f"{exc.remedy}; then `memfs umount` again" if exc.remedy else
+                         "see `memfs status`, then `memfs umount` again") from None
     res = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, text=True)
     if res.returncode != 0:
         raise MemfsError(f"could not unmount {mnt}: {res.stderr.strip()}",
@@ -227,6 +232,7 @@ def cmd_status(args) -> int:
     st = _ask(args, "status", direct)
     lines = [f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
              f"pending  {st['pending']} change(s) not yet durable",
+             *status_lines(st),
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
     refusing = [b["journal"] for b in (st.get("backing") or {}).values() if b.get("journal")]
     if refusing:  # one journal serves every mount: said once

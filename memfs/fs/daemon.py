@@ -29,6 +29,7 @@ from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
 STOP_DRAIN_LIMIT = 60  # seconds a stop waits for running backing work before cutting it
+STOP_COMMIT_LIMIT = 60  # seconds a stop retries a failing last commit (a full disk)
 READ_ONLY_OPS = ("ping", "status", "log", "branch_list", "backing_events", "backing_states")
 
 
@@ -118,7 +119,7 @@ async def _stop(ws: Workspace) -> None:
             ws.backing.stopped = True
     log.info("committing what is pending")
     ws.stopped = True
-    await ws.commit("unmount")
+    await ws.final_commit("unmount", STOP_COMMIT_LIMIT)
 
 
 async def _initial_passes(ws: Workspace, ops: MemfsOperations) -> None:

@@ -447,6 +447,8 @@ class MemfsOperations(pyfuse3.Operations):
         h = self.handles.get(fh)
         if h is not None and h.mem is not None:
             await self.mem.flush(h.mem)
+        elif h is not None and h.node is not None and h.writable:
+            await self.ws.before_close(h.node)  # a write that cannot be stored fails here
 
     @_guard
     async def release(self, fh):
@@ -534,15 +536,18 @@ class MemfsOperations(pyfuse3.Operations):
     # -- filesystem -------------------------------------------------------------------
     @_guard
     async def statfs(self, ctx):
-        st = self.ws.store.stat_space()
+        """The store filesystem's own size and use (df on the mount and on the store's disk
+        agree), with what waits in memory counted as used and the headroom commits need
+        (memfs.store.space) kept out of what is available. Inode counts are the store
+        filesystem's: a file here takes none of them, so they bound nothing of memfs's."""
+        sp = self.ws.space()
+        pending = self.ws.pending_bytes
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 4096
-        scale = st.f_frsize / 4096
-        s.f_blocks = int(st.f_blocks * scale)
-        free = self.ws.free_bytes() // 4096
-        s.f_bfree = s.f_bavail = max(0, min(int(st.f_bavail * scale), free))
-        s.f_files = max(st.f_files, 1 << 20)
-        s.f_ffree = s.f_favail = max(st.f_ffree, 1 << 19)
+        s.f_blocks = sp.size // 4096
+        s.f_bfree = max(0, sp.free - pending) // 4096
+        s.f_bavail = min(s.f_bfree, self.ws.free_bytes() // 4096)
+        s.f_files, s.f_ffree, s.f_favail = sp.files, sp.ffree, sp.favail
         s.f_namemax = 255
         return s
 

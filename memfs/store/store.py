@@ -142,12 +142,27 @@ class Store:
     def transaction(self) -> Iterator[Transaction]:
         with self._write_lock:
             self._writer.execute("BEGIN IMMEDIATE")
+            self.chunks.begin()
             try:
                 yield Transaction(self)
             except BaseException:
-                self._writer.execute("ROLLBACK")
+                # SQLite rolls a transaction back by itself on some errors (a full disk):
+                # a second ROLLBACK would raise and hide the error that matters.
+                if self._writer.in_transaction:
+                    self._writer.execute("ROLLBACK")
+                self.chunks.rollback()
                 raise
-            self._writer.execute("COMMIT")
+            try:
+                self._writer.execute("COMMIT")
+            except sqlite3.Error as exc:
+                # A full disk fails COMMIT before its commit frame is written: surely not
+                # committed. Any other error may have committed (the WAL frames reached the
+                # file): the appended chunks are kept, never overwritten by the next commit.
+                if self._writer.in_transaction:
+                    self._writer.execute("ROLLBACK")
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL:
+                    self.chunks.rollback()
+                raise
 
     # -- reading -----------------------------------------------------------------
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:

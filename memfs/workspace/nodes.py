@@ -51,6 +51,26 @@ class FileData:
     def dirty_bytes(self) -> int:
         return sum(len(b) for b in self.dirty.values())
 
+    def growth(self, off: int, length: int) -> int:
+        """How many bytes of changed pieces a write of `length` at `off` adds (what it will
+        take in the store: a piece written is stored anew, copy-on-write)."""
+        total, pos, end = 0, off, off + length
+        while pos < end:
+            idx, start = divmod(pos, CHUNK_SIZE)
+            n = min(end - pos, CHUNK_SIZE - start)
+            cur = len(self.dirty[idx]) if idx in self.dirty else 0
+            if start == 0 and n == CHUNK_SIZE:
+                new = CHUNK_SIZE
+            elif idx in self.dirty:
+                new = max(cur, start + n)
+            elif idx in self.chunks:  # loaded whole, then changed
+                new = max(min(CHUNK_SIZE, self.size - idx * CHUNK_SIZE), start + n)
+            else:
+                new = start + n
+            total += max(0, new - cur)
+            pos += n
+        return total
+
     def read(self, off: int, length: int, fetch: Callable[[str, int, int], bytes]) -> bytes:
         end = min(self.size, off + length)
         if off >= end:

@@ -25,6 +25,7 @@ import trio
 
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
+from memfs.store.space import Reserve, Space, headroom
 from memfs.store.trees import (
     DIR,
     FILE,
@@ -38,6 +39,7 @@ from memfs.store.trees import (
     name_to_bytes,
     name_to_str,
 )
+from memfs.workspace.health import CommitError, CommitHealth
 from memfs.workspace.nodes import FileData, Node, WorkspaceError, fail
 
 log = logging.getLogger("memfs.workspace")
@@ -112,7 +114,10 @@ class Workspace:
         self.commit_count = 0  # commits made by this process (auto-materialize follows them)
         self._committed = trio.Event()
         self._views: dict[tuple[str, str], Node] = {}
-        self._free_cache: tuple[float, int] = (0.0, 0)
+        self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
+        self.health = CommitHealth()
+        self.reserve = Reserve(store.root)
+        self._reserve_checked = 0.0
         self._dirty_files: set[Node] = set()
         self.stopped = False
         # Backing directories (memfs.workspace.backing installs itself here): disk-only nodes
@@ -294,6 +299,7 @@ class Workspace:
     def _remove(self, d: Node, node: Node) -> None:
         self._settle_first(d, node.name)
         self._touch(d)
+        self.health.poke()
         self._detach(node)
         d.mtime_ns = d.ctime_ns = node.ctime_ns = time.time_ns()
 
@@ -374,12 +380,14 @@ class Workspace:
         self._writable(f)
         self._settle_first(f.parent, f.name)
         fd = self._load_data(f)
-        # Only the bytes written take space; a hole left before them does not.
-        grow = min(len(data), max(0, off + len(data) - fd.size))
-        if grow and grow > self.free_bytes():  # free_bytes() already counts pending bytes
+        # What the write adds to the changed pieces is what its commit will store (a hole
+        # before it takes nothing). It must fit in what is free, less what already waits.
+        growth = fd.growth(off, len(data))
+        if growth and (self.health.full or growth > self.free_bytes()):
             raise fail(errno.ENOSPC)
+        before = fd.dirty_bytes() if len(fd.dirty) < 64 else None
         n = fd.write(off, data, self._fetch)
-        self._dirty_bytes += len(data)
+        self._dirty_bytes += fd.dirty_bytes() - before if before is not None else growth
         self._dirty_files.add(f)
         f.mtime_ns = f.ctime_ns = time.time_ns()
         self._touch(f)
@@ -398,7 +406,11 @@ class Workspace:
         fd = self._load_data(f)
         if size > fd.size and size - fd.size > self.free_bytes() + (1 << 40):
             raise fail(errno.EFBIG)
+        before = fd.dirty_bytes()
+        if size < fd.size:
+            self.health.poke()
         fd.truncate(size, self._fetch)
+        self._dirty_bytes = max(0, self._dirty_bytes + fd.dirty_bytes() - before)
         self._dirty_files.add(f)
         f.mtime_ns = f.ctime_ns = time.time_ns()
         self._touch(f)
@@ -411,15 +423,24 @@ class Workspace:
         present = set(fd.chunks) | set(fd.dirty)
         return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
 
-    def free_bytes(self) -> int:
-        """Free space on the store's filesystem, less what is waiting to be committed."""
-        at, free = self._free_cache
+    def space(self) -> Space:
+        """The store filesystem's space, read at most every 0.5 s (and again after each
+        commit, which moves pending bytes from memory to disk)."""
         now = time.monotonic()
-        if now - at > 0.5:
-            st = self.store.stat_space()
-            free = st.f_bavail * st.f_frsize
-            self._free_cache = (now, free)
-        return max(0, free - self._dirty_bytes)
+        if self._space is None or now - self._space[0] > 0.5:
+            self._space = (now, Space.of(self.store.root))
+        return self._space[1]
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of changed file pieces waiting in memory for a commit."""
+        return self._dirty_bytes
+
+    def free_bytes(self) -> int:
+        """What writes may still take: the store filesystem's available space, less what
+        waits in memory to be committed and the headroom its commits need."""
+        sp = self.space()
+        return max(0, sp.avail - self._dirty_bytes - headroom(sp.size))
 
     def _not_root(self, node: Node) -> None:
         """The mount root has no entry of its own in the store, so its metadata cannot be
@@ -465,22 +486,66 @@ class Workspace:
     # -- group commit ----------------------------------------------------------------
     async def run(self) -> None:
         """The group-commit loop: commit within commit_interval of the first change."""
+        await trio.to_thread.run_sync(self._take_reserve)
         while not self.stopped:
             await self._wake.wait()
             self._wake = trio.Event()
             if self.dirty_since is None:
                 continue
-            if self._dirty_bytes < DIRTY_BYTES_SOON:
+            if self.health.failure is not None:  # a failed commit (perhaps an fsync's): retry
+                await self.health.wait_to_retry()
+            elif self._dirty_bytes < DIRTY_BYTES_SOON:
                 delay = self.dirty_since + self.commit_interval - time.monotonic()
                 with trio.move_on_after(max(0.0, delay)):
                     await self._urgent.wait()
             self._urgent = trio.Event()
             try:
                 await self.commit()
-            except Exception as exc:  # noqa: BLE001 - a failed commit is retried, never fatal
-                log.error("group commit failed: %s", exc)
-                await trio.sleep(min(1.0, max(self.commit_interval, 0.05)))
-                self._wake.set()
+            except Exception:  # noqa: BLE001 - a failed commit is retried, never fatal
+                self._wake.set()  # logged by health.failed; the retry waits at the top
+                continue
+            if time.monotonic() - self._reserve_checked > 5.0:  # it may have been given back
+                await trio.to_thread.run_sync(self._take_reserve)
+
+    def _take_reserve(self) -> None:
+        """Hold the space reserve (memfs.store.space) when there is room for it."""
+        self._reserve_checked = time.monotonic()
+        try:
+            self.reserve.ensure()
+        except OSError as exc:
+            log.warning("could not take the space reserve: %s", exc)
+
+    async def before_close(self, f: Node) -> None:
+        """close() of a writable file: while commits fail, a file whose changes are not
+        stored tries one commit and fails the close with its errno (ENOSPC), so a writer
+        learns at close, not later, that what it wrote is not on disk yet."""
+        if f.data is None or not f.data.dirty or not self._attached(f):
+            return
+        if self.health.failure is not None or self._space_short():
+            await self.sync()
+
+    def _space_short(self) -> bool:
+        """Does the space free right now (read again) fall short of what waits in memory?
+        Someone else may have filled the disk since the writes were let in."""
+        self._space = None
+        sp = self.space()
+        return sp.avail < self._dirty_bytes + headroom(sp.size) // 2
+
+    async def final_commit(self, message: str, limit: float) -> None:
+        """The mount has ended: commit what is pending, retrying a failing commit (a full
+        disk someone may still clear) for up to `limit` seconds before giving up loudly."""
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                await self.commit(message)
+                return
+            except CommitError as exc:
+                if time.monotonic() >= deadline:
+                    log.error("giving up: %d change(s) made before the unmount could not be "
+                              "committed and are lost: %s", self.mutation_seq - self.durable_seq,
+                              exc)
+                    raise
+                await self.health.wait_to_retry()
 
     async def wait_for_commit(self, after: int) -> int:
         """Return the commit count once a commit beyond `after` has been made."""
@@ -516,11 +581,21 @@ class Workspace:
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             self.dirty_since = time.monotonic()
-            self._wake.set()  # the commit loop retries, whoever asked for this commit
-            raise
+            self._wake.set()  # the commit loop retries, whoever asked for this commit,
+            self._urgent.set()  # at the retry pace, not after the commit interval
+            self._space = None
+            space = None
+            try:
+                space = self.space()
+            except OSError:
+                pass
+            raise self.health.failed(exc, space, str(self.store.root),
+                                     self.mutation_seq - self.durable_seq) from exc
         self.last_error = None
+        self.health.succeeded()
         self._apply(plan)
         self._recount_dirty()
+        self._space = None  # the committed bytes left memory for the disk
         self.head = commit.id
         self.durable_seq = max(self.durable_seq, plan.seq)
         self.commit_count += 1
@@ -589,7 +664,17 @@ class Workspace:
         return _FileJob(f, f.ver, fd.size, dict(fd.chunks), pieces, dict(fd.gen))
 
     def _write_errno(self, plan: _Plan, message: str):
-        """_write, with SQLite's disk-full and I/O errors as the errno fsync should answer."""
+        """_write, with SQLite's disk-full and I/O errors as the errno fsync should answer.
+        A full disk gives back the reserve (memfs.store.space) and tries once more."""
+        try:
+            return self._write_sqlite_errno(plan, message)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or not self.reserve.release():
+                raise
+            log.warning("the store's filesystem is full: released the reserve to commit")
+            return self._write_sqlite_errno(plan, message)
+
+    def _write_sqlite_errno(self, plan: _Plan, message: str):
         try:
             return self._write(plan, message)
         except sqlite3.Error as exc:
@@ -775,6 +860,12 @@ class Workspace:
             self._views[key] = node
         return node
 
+    def space_status(self) -> dict:
+        """statfs's figures and what memfs keeps of them (bytes)."""
+        sp = self.space()
+        return {**sp.to_json(), "pending_bytes": self._dirty_bytes, "writable": self.free_bytes(),
+                "headroom": headroom(sp.size), "reserve": self.reserve.held()}
+
     def status(self) -> dict:
         mounts = sorted(name_to_str(n) for n in self.children(self.root))
         return {
@@ -786,6 +877,8 @@ class Workspace:
             "durable": self.mutation_seq == self.durable_seq,
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,
+            "commit_failure": self.health.failure.to_json() if self.health.failure else None,
+            "space": self.space_status(),
             "mounts": mounts,
             **({"backing": self.backing.status()} if self.backing is not None else {}),
         }

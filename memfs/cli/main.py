@@ -15,7 +15,8 @@ import sys
 
 from memfs.errors import MemfsError
 
-TOPICS = ("store_cmds", "memory_cmds", "consolidate_cmds", "receipts_cmds", "reconcile_cmds")
+TOPICS = ("store_cmds", "memory_cmds", "consolidate_cmds", "receipts_cmds", "reconcile_cmds",
+          "gc_cmds")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,16 +14,18 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from memfs.cli.gc_cmds import status_lines
+from memfs.cli.gc_cmds import add_policy_flags, policy_from_flags, status_lines
 from memfs.cli.main import add_json_flag, emit
 from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 from memfs.store import Store
+from memfs.store.retention import Policy
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="create the store (idempotent)")
+    add_policy_flags(p)
     add_json_flag(p)
     p.set_defaults(func=cmd_init)
 
@@ -111,9 +113,15 @@ def _ask(args, op: str, direct, **kw):
 
 def cmd_init(args) -> int:
     root = _root(args)
+    policy_from_flags(args, Policy())  # a bad value is refused before anything is created
     store = Store.open(root)
-    head = store.head()
-    store.close()
+    try:
+        policy = policy_from_flags(args, store.policy())
+        if policy is not None:
+            store.set_policy(policy)
+        head = store.head()
+    finally:
+        store.close()
     emit(args, {"root": str(root), "head": head}, f"memfs store ready at {root}")
     return 0
 
@@ -226,8 +234,10 @@ def cmd_status(args) -> int:
         head = store.head()
         tree = store.commit(head).tree
         mounts = sorted(e.name for e in decode_dir(store.read_object(tree)))
+        policy = store.policy()
         return {"root": str(store.root), "branch": store.current_branch(), "head": head,
-                "pending": 0, "durable": True, "mounts": mounts, "daemon": None}
+                "pending": 0, "durable": True, "mounts": mounts, "daemon": None,
+                "retention": {**policy.to_json(), "summary": policy.summary()}}
 
     st = _ask(args, "status", direct)
     lines = [f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",

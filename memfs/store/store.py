@@ -15,11 +15,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
-from memfs.store import db
+from memfs.store import db, retention
 from memfs.store.chunks import ChunkStore
 from memfs.store.trees import DIR, FILE, LINK, decode_dir, decode_manifest, encode_dir, object_id
 
@@ -54,6 +55,20 @@ class Commit:
 
 class StoreError(MemfsError):
     pass
+
+
+class CommitDropped(StoreError):
+    """A commit the retention policy dropped: named, dated, with the way to a kept one."""
+
+    def __init__(self, cid: str, time_ns: int, dropped_ns: int, reason: str) -> None:
+        def when(ns: int) -> str:
+            return datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M")
+        super().__init__(
+            f"commit {cid[:12]} ({when(time_ns)}) was dropped by the retention policy on "
+            f"{when(dropped_ns)} ({reason})",
+            "restore a kept commit or a checkpoint (`memfs log` lists them); to keep a state "
+            "for good, `memfs checkpoint NAME`; the policy: `memfs config`")
+        self.cid = cid
 
 
 class Transaction:
@@ -107,6 +122,7 @@ class Store:
         self._writer = db.connect(self.db_path)
         db.create_schema(self._writer)
         self._writer.executescript(INTENT_SCHEMA)
+        self._writer.executescript(retention.SCHEMA)
         fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
         self._reader = db.connect(self.db_path)
         self._reader_lock = threading.Lock()
@@ -205,18 +221,47 @@ class Store:
     def commit(self, cid: str) -> Commit:
         rows = self._query("SELECT * FROM commits WHERE id = ?", (cid,))
         if not rows:
+            self._refuse_dropped(cid)
             raise StoreError(f"no commit {cid}", "see `memfs log` for commit ids")
         return _commit_from_row(rows[0])
 
+    def _refuse_dropped(self, cid: str) -> None:
+        rows = self._query("SELECT time_ns, dropped_ns, reason FROM dropped_commits WHERE id = ?",
+                           (cid,))
+        if rows:
+            raise CommitDropped(cid, *rows[0])
+
+    def dropped_parent(self, cid: str) -> str | None:
+        """The parent of a commit retention dropped (how history is walked over a gap)."""
+        rows = self._query("SELECT parent FROM dropped_commits WHERE id = ?", (cid,))
+        if not rows:
+            raise StoreError(f"no commit {cid}", "see `memfs log` for commit ids")
+        return rows[0][0]
+
     def log(self, branch: str | None = None, limit: int = 20, start: str | None = None) -> list[Commit]:
-        """First-parent history from the branch head (or `start`), newest first."""
+        """First-parent history from the branch head (or `start`), newest first; commits the
+        retention policy dropped are walked over (memfs.store.retention)."""
         out: list[Commit] = []
         cid: str | None = start or self.head(branch)
         while cid and len(out) < limit:
-            c = self.commit(cid)
+            try:
+                c = self.commit(cid)
+            except CommitDropped:
+                cid = self.dropped_parent(cid)
+                continue
             out.append(c)
             cid = c.parent
         return out
+
+    def policy(self) -> retention.Policy:
+        """The retention policy kept with this store (the defaults if none was set)."""
+        rows = self._query("SELECT value FROM meta WHERE key = ?", (retention.META_KEY,))
+        return retention.Policy.decode(rows[0][0] if rows else None)
+
+    def set_policy(self, policy: retention.Policy) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                            (retention.META_KEY, policy.encode()))
 
     def branches(self) -> dict[str, str]:
         return dict(self._query("SELECT name, head FROM branches ORDER BY name"))
@@ -243,6 +288,7 @@ class Store:
             if parent is None:
                 raise StoreError(f"{rev} goes past the first commit", "use a smaller N")
             cid = parent
+        self.commit(cid)  # a commit retention dropped is refused by name
         return cid
 
     def _resolve_base(self, base: str) -> str:
@@ -259,6 +305,11 @@ class Store:
                                (len(base), base))
             if len(rows) == 1:
                 return rows[0][0]
+            if not rows:
+                gone = self._query("SELECT id FROM dropped_commits WHERE substr(id, 1, ?) = ?",
+                                   (len(base), base))
+                if len(gone) == 1:
+                    self._refuse_dropped(gone[0][0])
         raise StoreError(f"unknown revision {base!r}", "name a branch, a checkpoint or a commit id")
 
     # -- branch and history operations (writer) -----------------------------------
@@ -327,7 +378,10 @@ class Store:
                     except StoreError:
                         out[mount] = None
                 return out
-            cid = self.commit(cid).parent
+            try:
+                cid = self.commit(cid).parent
+            except CommitDropped:  # GC copies what a gap would hide onto the commit after it
+                return {}
         return {}
 
     # -- consistency ---------------------------------------------------------------

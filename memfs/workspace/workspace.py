@@ -866,6 +866,10 @@ class Workspace:
         return {**sp.to_json(), "pending_bytes": self._dirty_bytes, "writable": self.free_bytes(),
                 "headroom": headroom(sp.size), "reserve": self.reserve.held()}
 
+    def retention_status(self) -> dict:
+        policy = self.store.policy()
+        return {**policy.to_json(), "summary": policy.summary()}
+
     def status(self) -> dict:
         mounts = sorted(name_to_str(n) for n in self.children(self.root))
         return {
@@ -879,6 +883,7 @@ class Workspace:
             "last_commit_error": self.last_error,
             "commit_failure": self.health.failure.to_json() if self.health.failure else None,
             "space": self.space_status(),
+            "retention": self.retention_status(),
             "mounts": mounts,
             **({"backing": self.backing.status()} if self.backing is not None else {}),
         }

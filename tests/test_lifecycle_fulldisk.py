@@ -37,14 +37,18 @@ def fill(fs: Path, name: str = "filler") -> Path:
     return path
 
 
-def write_until_enospc(path: Path, rng: random.Random) -> tuple[bytes, OSError]:
-    """Write 1 MiB pieces until a write() fails; what was accepted, and the error."""
+def write_until_enospc(path: Path, rng: random.Random, *, fsync: bool = False
+                       ) -> tuple[bytes, OSError]:
+    """Write 1 MiB pieces (each fsynced, if asked) until a write() fails; what was accepted,
+    and the error."""
     accepted = bytearray()
     with open(path, "wb", buffering=0) as f:
         while True:
             piece = rng.randbytes(MiB)
             try:
                 n = f.write(piece)
+                if fsync:
+                    os.fsync(f.fileno())
             except OSError as exc:
                 return bytes(accepted), exc
             accepted += piece[:n]
@@ -185,3 +189,97 @@ def test_reserve_is_held_and_counted_as_used(small_fs, mount_factory) -> None:
     wait_for(lambda: m.status()["space"]["reserve"] > 0, what="the space reserve")
     assert os.stat(m.root / "reserve").st_blocks * 512 == m.status()["space"]["reserve"]
     subprocess.run(memfs_cmd(m.root, "status"), cwd=REPO, check=True, capture_output=True)
+
+
+def free_in(m) -> int:
+    sv = os.statvfs(m.mnt)
+    return sv.f_bavail * sv.f_frsize
+
+
+def test_deleting_files_and_memfs_gc_make_room_again(small_fs, mount_factory) -> None:
+    """The issue's sequence: fill the store by writing through the mount (dd conv=fsync
+    style: all of it committed, so all of it in history), rm the big file, `memfs gc`: the
+    space comes back (its history goes, the disk being under the floor) and new writes fit,
+    without a restart."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("config", "gc-auto", "off")  # this test is about `memfs gc` (the next: automatic)
+    m.cli("config", "space-floor", "40%")  # 5% of 32 MiB is under the commits' headroom
+    keep = os.urandom(2 * MiB)
+    (m.work / "keep.bin").write_bytes(keep)
+    accepted, exc = write_until_enospc(m.work / "big", random.Random(2), fsync=True)
+    assert exc.errno == errno.ENOSPC
+    os.unlink(m.work / "big")
+    fsync_path(m.work)
+    low = free_in(m)
+    res = m.cli_json("gc")
+    assert res["returned"] >= len(accepted) * 8 // 10, res
+    assert res["pressure"] and res["commits_dropped"] >= 1
+    assert free_in(m) >= low + len(accepted) * 8 // 10
+    again = os.urandom(len(accepted) // 2)
+    (m.work / "again").write_bytes(again)
+    fsync_path(m.work)
+    st = m.cli_json("status")
+    assert st["gc"]["last"]["returned"] == res["returned"]
+    assert "gc       last run" in m.cli("status").stdout
+    m.kill()
+    store_check(m.root)
+    m.remount()
+    assert (m.work / "keep.bin").read_bytes() == keep
+    assert (m.work / "again").read_bytes() == again
+    assert not (m.work / "big").exists()
+
+
+def test_the_automatic_run_makes_room_without_being_asked(small_fs, mount_factory) -> None:
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("config", "space-floor", "40%")
+    accepted, _ = write_until_enospc(m.work / "big", random.Random(3), fsync=True)
+    os.unlink(m.work / "big")
+    fsync_path(m.work)
+    wait_for(lambda: free_in(m) >= len(accepted) * 8 // 10, timeout=60,
+             what="the automatic GC to give the space back")
+    assert m.status()["gc"]["last"]["trigger"] != "manual"
+
+
+def test_failed_commits_go_through_once_gc_frees_history(small_fs, mount_factory) -> None:
+    """History holds a deleted file; someone else fills the disk so commits fail; the GC the
+    failure starts drops that history and the pending commit goes through, no restart."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    (m.work / "old").write_bytes(os.urandom(10 * MiB))
+    fsync_path(m.work)
+    os.unlink(m.work / "old")
+    fsync_path(m.work)
+    m.cli("config", "gc-auto", "off")  # first: that a plain `memfs gc` does it
+    fillers = []
+    d = m.work / "names"
+    d.mkdir()
+    for attempt in range(5):
+        fillers.append(fill(small_fs, f"filler{attempt}"))
+        for i in range(300):
+            (d / f"name-{attempt}-{i:04d}").touch()
+        try:
+            fsync_path(d)
+        except OSError:
+            break
+    else:
+        pytest.fail("commits never failed on a full disk")
+    assert m.cli_json("status")["commit_failure"] is not None
+    m.cli("gc")
+    wait_for(lambda: m.cli_json("status")["commit_failure"] is None, what="the failed commits")
+    assert m.status()["pending"] == 0
+    n = len(os.listdir(d))
+    # And by itself: the same again, with gc-auto on.
+    m.cli("config", "gc-auto", "on")
+    (m.work / "old2").write_bytes(os.urandom(4 * MiB))
+    for f in fillers:
+        f.unlink()
+    fsync_path(m.work)
+    os.unlink(m.work / "old2")
+    fsync_path(m.work)
+    fill(small_fs, "filler-again")
+    for i in range(300):
+        (d / f"late-{i:04d}").touch()
+    wait_for(lambda: m.status()["pending"] == 0 and m.cli_json("status")["commit_failure"] is None,
+             timeout=60, what="the automatic GC to let the commit through")
+    m.kill()
+    m.remount()
+    assert len(os.listdir(m.work / "names")) == n + 300

@@ -20,6 +20,7 @@ from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 from memfs.store import Store
+from memfs.store.gc import last_run
 from memfs.store.retention import Policy
 
 
@@ -237,7 +238,8 @@ def cmd_status(args) -> int:
         policy = store.policy()
         return {"root": str(store.root), "branch": store.current_branch(), "head": head,
                 "pending": 0, "durable": True, "mounts": mounts, "daemon": None,
-                "retention": {**policy.to_json(), "summary": policy.summary()}}
+                "retention": {**policy.to_json(), "summary": policy.summary()},
+                "gc": {"running": None, "last": last_run(store)}}
 
     st = _ask(args, "status", direct)
     lines = [f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",

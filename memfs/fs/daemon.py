@@ -25,6 +25,7 @@ from memfs.fs.operations import MemfsOperations
 from memfs.rootdir import control_socket
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.backing import Backing
+from memfs.workspace.lifecycle import Lifecycle
 from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
@@ -63,6 +64,7 @@ def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool
     ws = Workspace.open(root, commit_interval)
     store = ws.store
     Backing(ws)
+    Lifecycle(ws)
     ops = MemfsOperations(ws)
     options = set(pyfuse3.default_options) | {"fsname=memfs", "subtype=memfs"}
     if os.getuid() == 0:
@@ -93,6 +95,7 @@ def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool
 async def _serve(ws: Workspace, ops: MemfsOperations, root: Path) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
+        nursery.start_soon(ws.lifecycle.run)
         nursery.start_soon(_signals, ws)
         await nursery.start(_control_server, ws, ops, root)
         nursery.start_soon(_initial_passes, ws, ops)
@@ -204,6 +207,9 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
         result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
     elif op == "branch_switch":
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
+    elif op in ("gc", "du"):
+        result = await ws.lifecycle.collect(dry_run=op == "du" or bool(args.get("dry_run")),
+                                            trigger="manual" if op == "gc" else "du")
     elif op.startswith("backing_") and ws.backing is not None:
         result = await ws.backing.control(op, args)
     else:

@@ -88,6 +88,8 @@ class MemfsOperations(pyfuse3.Operations):
         self._dir_snapshots: dict[int, list[tuple[bytes, object]]] = {}
         self._pending_inval: list[tuple[list[tuple[int, bytes]], list[int]]] = []
         ws.invalidate = self._queue_invalidation
+        ws.held_nodes = lambda: [h.node for h in self.handles.values()
+                                 if isinstance(h.node, Node)]
 
     # -- helpers -----------------------------------------------------------------
     def _node(self, ino: int) -> Node | VDir | VFile | MemDir | MemFile:

@@ -152,6 +152,29 @@ class ChunkStore:
             os.ftruncate(self._write_fd, self._txn_start)
 
     @property
+    def write_end(self) -> int:
+        return self._write_end
+
+    def seal(self) -> None:
+        """The next commit starts a new pack; this one may then be rewritten (GC, under the
+        writer lock)."""
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+        self._write_fd = self._write_pack = None
+        self._write_end = self._txn_start = 0
+
+    def remove_pack(self, pack: int) -> None:
+        """Unlink a pack no row names (GC, under the writer lock; the caller syncs the dir)."""
+        with self._lock:
+            fd = self._read_fds.pop(pack, None)
+            if fd is not None:
+                os.close(fd)
+        try:
+            os.unlink(self.pack_path(pack))
+        except FileNotFoundError:
+            pass
+
+    @property
     def write_pack(self) -> int | None:
         """The pack group commits append to (GC never rewrites or removes it)."""
         return self._write_pack

@@ -41,13 +41,15 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
         )
     else:
+        new = not path.exists() or path.stat().st_size == 0
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA busy_timeout = 10000")
     if not readonly:
-        # Before WAL: only a new database takes it. Pages GC frees go back to the
-        # filesystem (memfs.store.gc runs incremental_vacuum); an older store keeps its
-        # free pages for later commits instead.
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        if new:
+            # Before WAL, and only on a new database (on an old one it is a write, which a
+            # full disk refuses). Pages GC frees go back to the filesystem (memfs.store.gc
+            # runs incremental_vacuum); an older store keeps them for later commits instead.
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode = WAL")
         # After a big transaction the WAL is cut back to this once checkpointed, instead of
         # keeping its largest size on the disk forever.

@@ -2,10 +2,11 @@
 recoverable.
 
 Why a reserve: at zero bytes free SQLite cannot even write the WAL frames of a transaction
-that deletes, so neither the commit that records an `rm` nor the GC that reclaims the space
-could run, and a disk that filled would stay full. The daemon keeps a small preallocated file
-(`<root>/reserve`) and gives it back the moment a commit fails for lack of space; the next
-GC takes it again once there is room. It is real, allocated space: statfs counts it as used.
+that deletes, so neither the GC that reclaims space nor the commit that records an `rm` could
+run, and a disk that filled would stay full. The daemon keeps a small preallocated file
+(`<root>/reserve`); a GC that finds the disk full gives it back before its first write (and
+what it leaves over lets the next commit through); the daemon takes it again once there is
+room. It is real, allocated space: statfs counts it as used.
 
 Headroom: what a write may take stops short of the filesystem's last bytes by `headroom()`,
 so the store's own metadata (tree objects, chunk rows, the WAL) always has room to commit

@@ -22,7 +22,8 @@ from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
 from memfs.store import db, retention
 from memfs.store.chunks import ChunkStore
-from memfs.store.trees import DIR, FILE, LINK, decode_dir, decode_manifest, encode_dir, object_id
+from memfs.store.refs import CHUNK, TREE, Ref, references
+from memfs.store.trees import decode_manifest, encode_dir, object_id
 
 DEFAULT_BRANCH = "main"
 EMPTY_TREE = encode_dir([])
@@ -118,7 +119,7 @@ class Store:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.db_path = root / "store.db"
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.RLock()  # re-entered by exclusive()
         self._writer = db.connect(self.db_path)
         db.create_schema(self._writer)
         self._writer.executescript(INTENT_SCHEMA)
@@ -179,6 +180,22 @@ class Store:
                 if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL:
                     self.chunks.rollback()
                 raise
+
+    def exclusive(self):
+        """Hold the writer lock across several transactions (a GC on a full disk: no commit
+        may take the room its transactions need in between)."""
+        return self._write_lock
+
+    def forget_objects(self) -> None:
+        """Objects went (GC): drop the read cache."""
+        self._objects = {}
+
+    def compact_db(self) -> None:
+        """Give SQLite's free pages back to the filesystem and cut the WAL back (GC's last
+        step; a busy reader just leaves the WAL for the next run)."""
+        with self._write_lock:
+            self._writer.execute("PRAGMA incremental_vacuum").fetchall()
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # -- reading -----------------------------------------------------------------
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
@@ -386,36 +403,33 @@ class Store:
 
     # -- consistency ---------------------------------------------------------------
     def fsck(self) -> list[str]:
-        """Every branch, checkpoint and commit names trees whose objects and chunks exist."""
+        """Every branch, checkpoint and commit names trees whose objects and chunks exist.
+        Walked with a stack (memfs.store.refs), so a tree of any depth is checked."""
         problems: list[str] = []
-        seen: set[str] = set()
-        for (tree,) in self._query("SELECT tree FROM commits"):
-            self._check_tree(tree, seen, problems)
+        seen: set[Ref] = set()
+        stack = [Ref(TREE, tree) for (tree,) in self._query("SELECT tree FROM commits")]
+        while stack:
+            ref = stack.pop()
+            if ref in seen:
+                continue
+            seen.add(ref)
+            if ref.kind == CHUNK:
+                try:
+                    self.read_chunk(ref.id)
+                except (KeyError, OSError) as exc:
+                    problems.append(f"chunk {ref.id}: {exc}")
+                continue
+            try:
+                stack += references(ref, self.read_object(ref.id))
+            except Exception as exc:  # noqa: BLE001 - fsck reports, never raises
+                problems.append(f"{ref.kind} {ref.id}: {exc}")
         for name, head in self.branches().items():
             if not self._query("SELECT 1 FROM commits WHERE id = ?", (head,)):
                 problems.append(f"branch {name} points at missing commit {head}")
+        for name, cid, _, _ in self.checkpoints():
+            if not self._query("SELECT 1 FROM commits WHERE id = ?", (cid,)):
+                problems.append(f"checkpoint {name} points at missing commit {cid}")
         return problems
-
-    def _check_tree(self, oid: str, seen: set[str], problems: list[str]) -> None:
-        if oid in seen:
-            return
-        seen.add(oid)
-        try:
-            entries = decode_dir(self.read_object(oid))
-        except Exception as exc:  # noqa: BLE001 - fsck reports, never raises
-            problems.append(f"tree {oid}: {exc}")
-            return
-        for e in entries:
-            if e.kind == DIR:
-                self._check_tree(e.ref, seen, problems)
-            elif e.kind == FILE:
-                for chunk in self.file_chunks(e.ref).values():
-                    try:
-                        self.read_chunk(chunk)
-                    except (KeyError, OSError) as exc:
-                        problems.append(f"{e.name}: {exc}")
-            elif e.kind != LINK:
-                problems.append(f"{e.name}: unknown kind {e.kind!r}")
 
     def file_chunks(self, ref: str) -> dict[int, str]:
         if not ref:

@@ -18,13 +18,15 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import trio
 
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
+from memfs.store.gc import Pins
+from memfs.store.refs import CHUNK, Ref, file_refs
 from memfs.store.space import Reserve, Space, headroom
 from memfs.store.trees import (
     DIR,
@@ -117,6 +119,10 @@ class Workspace:
         self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
         self.health = CommitHealth()
         self.reserve = Reserve(store.root)
+        self.lifecycle = None  # the daemon's GC (memfs.workspace.lifecycle) installs itself
+        self.space_refused = False  # the last write that needed space was refused
+        # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
+        self.held_nodes: Callable[[], Iterable[Node]] = lambda: ()
         self._reserve_checked = 0.0
         self._dirty_files: set[Node] = set()
         self.stopped = False
@@ -300,6 +306,8 @@ class Workspace:
         self._settle_first(d, node.name)
         self._touch(d)
         self.health.poke()
+        if (self.space_refused or self.health.full) and self.lifecycle is not None:
+            self.lifecycle.poke(delay=self.commit_interval + 0.5)  # once the removal is in
         self._detach(node)
         d.mtime_ns = d.ctime_ns = node.ctime_ns = time.time_ns()
 
@@ -384,7 +392,9 @@ class Workspace:
         # before it takes nothing). It must fit in what is free, less what already waits.
         growth = fd.growth(off, len(data))
         if growth and (self.health.full or growth > self.free_bytes()):
-            raise fail(errno.ENOSPC)
+            self._refuse_for_space()
+        if growth:
+            self.space_refused = False
         before = fd.dirty_bytes() if len(fd.dirty) < 64 else None
         n = fd.write(off, data, self._fetch)
         self._dirty_bytes += fd.dirty_bytes() - before if before is not None else growth
@@ -422,6 +432,33 @@ class Workspace:
         fd = self._load_data(f)
         present = set(fd.chunks) | set(fd.dirty)
         return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
+
+    def space_changed(self) -> None:
+        """Space was given back (GC): read it again before the next write is let in."""
+        self._space = None
+
+    def _refuse_for_space(self) -> None:
+        if not self.space_refused and self.lifecycle is not None:
+            self.lifecycle.poke()  # a GC may make room
+        self.space_refused = True
+        raise fail(errno.ENOSPC)
+
+    def gc_pins(self) -> Pins:
+        """What GC must keep for this process beyond the store's refs: the trees of views
+        shown under .memfs, and the content of files held open that are no longer in the
+        tree (unlinked, replaced by an undo) or belong to a view."""
+        pins = Pins(trees={n.ref for n in self._views.values() if n.ref})
+        for node in self.held_nodes():
+            if not node.readonly and self._attached(node):
+                continue  # in the tree: the head names it
+            if node.kind == DIR and node.ref:
+                pins.trees.add(node.ref)
+            elif node.kind == FILE:
+                if node._data_loaded and node.data is not None:
+                    pins.refs.update(Ref(CHUNK, c) for c in node.data.chunks.values())
+                elif node.ref:
+                    pins.refs.update(file_refs(node.ref))
+        return pins
 
     def space(self) -> Space:
         """The store filesystem's space, read at most every 0.5 s (and again after each
@@ -486,7 +523,7 @@ class Workspace:
     # -- group commit ----------------------------------------------------------------
     async def run(self) -> None:
         """The group-commit loop: commit within commit_interval of the first change."""
-        await trio.to_thread.run_sync(self._take_reserve)
+        await trio.to_thread.run_sync(self.take_reserve)
         while not self.stopped:
             await self._wake.wait()
             self._wake = trio.Event()
@@ -505,9 +542,9 @@ class Workspace:
                 self._wake.set()  # logged by health.failed; the retry waits at the top
                 continue
             if time.monotonic() - self._reserve_checked > 5.0:  # it may have been given back
-                await trio.to_thread.run_sync(self._take_reserve)
+                await trio.to_thread.run_sync(self.take_reserve)
 
-    def _take_reserve(self) -> None:
+    def take_reserve(self) -> None:
         """Hold the space reserve (memfs.store.space) when there is room for it."""
         self._reserve_checked = time.monotonic()
         try:
@@ -589,8 +626,11 @@ class Workspace:
                 space = self.space()
             except OSError:
                 pass
-            raise self.health.failed(exc, space, str(self.store.root),
-                                     self.mutation_seq - self.durable_seq) from exc
+            error = self.health.failed(exc, space, str(self.store.root),
+                                       self.mutation_seq - self.durable_seq)
+            if self.health.full and self.lifecycle is not None:
+                self.lifecycle.poke()  # a GC may make the room
+            raise error from exc
         self.last_error = None
         self.health.succeeded()
         self._apply(plan)
@@ -664,17 +704,7 @@ class Workspace:
         return _FileJob(f, f.ver, fd.size, dict(fd.chunks), pieces, dict(fd.gen))
 
     def _write_errno(self, plan: _Plan, message: str):
-        """_write, with SQLite's disk-full and I/O errors as the errno fsync should answer.
-        A full disk gives back the reserve (memfs.store.space) and tries once more."""
-        try:
-            return self._write_sqlite_errno(plan, message)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC or not self.reserve.release():
-                raise
-            log.warning("the store's filesystem is full: released the reserve to commit")
-            return self._write_sqlite_errno(plan, message)
-
-    def _write_sqlite_errno(self, plan: _Plan, message: str):
+        """_write, with SQLite's disk-full and I/O errors as the errno fsync should answer."""
         try:
             return self._write(plan, message)
         except sqlite3.Error as exc:
@@ -884,6 +914,7 @@ class Workspace:
             "commit_failure": self.health.failure.to_json() if self.health.failure else None,
             "space": self.space_status(),
             "retention": self.retention_status(),
+            **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),
             "mounts": mounts,
             **({"backing": self.backing.status()} if self.backing is not None else {}),
         }

@@ -224,7 +224,7 @@ def test_gc_racing_group_commits_that_dedup_against_dead_chunks(tmp_path: Path) 
     rng = random.Random(3)
     model: dict[str, bytes] = {}
     try:
-        for i in range(300):
+        for _ in range(300):
             name = f"f{rng.randrange(5)}"
             if name in model and rng.random() < 0.4:
                 h.rm(name)

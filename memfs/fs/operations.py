@@ -160,7 +160,8 @@ class MemfsOperations(pyfuse3.Operations):
         if found is None:
             vdir.cache.pop(name, None)
             raise pyfuse3.FUSEError(errno.ENOENT)
-        vdir.cache[name] = found
+        if not isinstance(found, Node):  # views are the workspace's (unloaded when forgotten)
+            vdir.cache[name] = found
         return found
 
     def _queue_invalidation(self, entries: list[tuple[int, bytes]], inodes: list[int]) -> None:
@@ -240,16 +241,19 @@ class MemfsOperations(pyfuse3.Operations):
             log.exception("forget%r failed", inode_list[:4])
 
     def _forget(self, inode_list) -> None:
+        held = {h.node.id for h in self.handles.values() if isinstance(h.node, Node)}
+
+        def referenced(ino: int) -> bool:
+            return ino in held or ino in self.lookups
+
         for ino, n in inode_list:
             left = self.lookups.get(ino, 0) - n
             if left > 0:
                 self.lookups[ino] = left
                 continue
             self.lookups.pop(ino, None)
-            if ino not in self.virtual.nodes and ino not in self.mem.nodes and not any(
-                h.node is not None and h.node.id == ino for h in self.handles.values()
-            ):
-                self.ws.forget(ino)
+            if ino not in self.virtual.nodes and ino not in self.mem.nodes and ino not in held:
+                self.ws.forget(ino, referenced)
 
     @_guard
     async def getattr(self, inode, ctx=None):
@@ -339,12 +343,15 @@ class MemfsOperations(pyfuse3.Operations):
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
         if self.ws.backing is None:
-            self.ws.unlink(parent, name)
-            return
-        if self._disk_only(parent, name):
-            raise pyfuse3.FUSEError(errno.EROFS)  # disk-only: shown from disk, read-only
-        path = parent.path() + b"/" + name
-        self.ws.backing.note_removed(self.ws.unlink(parent, name), path)
+            node = self.ws.unlink(parent, name)
+        else:
+            if self._disk_only(parent, name):
+                raise pyfuse3.FUSEError(errno.EROFS)  # disk-only: shown from disk, read-only
+            path = parent.path() + b"/" + name
+            node = self.ws.unlink(parent, name)
+            self.ws.backing.note_removed(node, path)
+        if self.ws.wants_spill(node) and any(h.node is node for h in self.handles.values()):
+            await self.ws.spill(node)  # still open: what it holds in memory goes to disk
 
     @_guard
     async def rmdir(self, parent_inode, name, ctx):
@@ -442,7 +449,10 @@ class MemfsOperations(pyfuse3.Operations):
             await self.ws.commit()
         if h.who is not None:
             self.ws.note_process(*h.who)
-        return self.ws.write(h.node, off, buf)
+        n = self.ws.write(h.node, off, buf)
+        if self.ws.wants_spill(h.node):  # unlinked but open: its data goes to disk
+            await self.ws.spill(h.node)
+        return n
 
     @_guard
     async def flush(self, fh):

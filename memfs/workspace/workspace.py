@@ -18,7 +18,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -41,8 +41,10 @@ from memfs.store.trees import (
     name_to_bytes,
     name_to_str,
 )
+from memfs.workspace import unload
 from memfs.workspace.health import CommitError, CommitHealth
 from memfs.workspace.nodes import FileData, Node, WorkspaceError, fail
+from memfs.workspace.spill import SPILL_AT, Spill
 
 log = logging.getLogger("memfs.workspace")
 
@@ -53,10 +55,9 @@ RENAME_EXCHANGE = 2
 DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
 
-# The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
-sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-
-# The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
+# The commit snapshot, undo's remap, fsck and GC walk trees of any depth without recursion;
+# the backing layer's walks (reconcile.observe.walk_dir, Backing._files_of) still recurse per
+# level, so the limit stays raised for them: a 4 KiB path can be 2048 levels deep.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
 Invalidator = Callable[[list[tuple[int, bytes]], list[int]], None]
@@ -166,12 +167,34 @@ class Workspace:
             raise fail(errno.ESTALE)
         return node
 
-    def forget(self, nid: int) -> None:
-        """The kernel dropped its last reference: a detached node can go, with its data."""
+    def forget(self, nid: int, referenced: Callable[[int], bool] = lambda _: False) -> None:
+        """The kernel dropped its last reference: a detached node goes, with its data; a
+        view of history goes; a clean directory unloads what is below it, a clean file its
+        chunk map (memfs.workspace.unload). `referenced` says which node ids the FUSE layer
+        still holds (open handles, counted lookups)."""
         node = self.nodes.get(nid)
-        if node is not None and node.parent is None and nid != ROOT_ID and not node.readonly:
+        if node is None or nid == ROOT_ID:
+            return
+        if node.parent is None and not node.readonly:
             del self.nodes[nid]
             self._dirty_files.discard(node)
+            if node.data is not None and node.data.spill is not None:
+                node.data.spill.close()  # its disk space goes back
+        elif node.parent is None:
+            unload.drop_view(self, node, referenced)
+        elif node.kind == DIR and not self._backed(node):
+            unload.unload_dir(self, node, referenced)
+        elif node.kind == FILE:
+            unload.unload_file(node)
+
+    def _backed(self, node: Node) -> bool:
+        """Is the node in a store mount bound to a backing directory? Those keep their nodes:
+        the backing layer knows them by id (disk-only files, held writers, states)."""
+        if self.backing is None or not self.backing.bindings:
+            return False
+        while node.parent is not None and node.parent is not self.root:
+            node = node.parent
+        return name_to_str(node.name) in self.backing.bindings
 
     def children(self, d: Node) -> dict[bytes, Node]:
         if d.kind != DIR:
@@ -405,6 +428,29 @@ class Workspace:
             self._urgent.set()
         return n
 
+    def wants_spill(self, f: Node) -> bool:
+        """A file that left the tree (never committed again) holding SPILL_AT changed bytes."""
+        return (f.kind == FILE and f.data is not None and f._data_loaded and not f.readonly
+                and len(f.data.dirty) > 0 and f.data.dirty_bytes() >= SPILL_AT
+                and not self._attached(f))
+
+    async def spill(self, f: Node) -> None:
+        """Move a detached file's changed pieces to its scratch file (memfs.workspace.spill);
+        a piece changed while they were written stays in memory, being newer."""
+        fd = f.data
+        if fd.spill is None:
+            fd.spill = await trio.to_thread.run_sync(Spill, self.store.root)
+        pieces = {i: bytes(b) for i, b in fd.dirty.items()}
+        gens = dict(fd.gen)
+        await trio.to_thread.run_sync(fd.spill.write_pieces, pieces)
+        if f.data is not fd or fd.spill.fd < 0:
+            return  # truncated to a new FileData or forgotten meanwhile
+        for i, data in pieces.items():
+            if i in fd.dirty and fd.gen.get(i) == gens.get(i):
+                del fd.dirty[i]
+                del fd.gen[i]
+                fd.spill.present[i] = len(data)
+
     def over_dirty_limit(self) -> bool:
         return self._dirty_bytes >= DIRTY_BYTES_MAX
 
@@ -430,7 +476,7 @@ class Workspace:
         if f.kind != FILE or not f.data.size:
             return 0
         fd = self._load_data(f)
-        present = set(fd.chunks) | set(fd.dirty)
+        present = set(fd.chunks) | set(fd.dirty) | set(fd.spill.present if fd.spill else ())
         return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
 
     def space_changed(self) -> None:
@@ -667,14 +713,27 @@ class Workspace:
         plan.root = self._snap_dir(self.root, plan)
         return plan
 
-    def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
-        entries: list[tuple[object, object]] = []
-        for child in self.children(d).values():
+    def _snap_dir(self, top: Node, plan: _Plan) -> _DirJob:
+        """The dirty directories under `top`, children before parents in plan.jobs (the
+        commit thread writes them in that order). A stack, not recursion: a tree may be
+        deeper than Python's recursion limit (cd-and-mkdir in a loop has no PATH_MAX)."""
+        stack: list[tuple[Node, list, Iterator[Node]]] = [
+            (top, [], iter(list(self.children(top).values())))]
+        while True:
+            d, entries, kids = stack[-1]
+            child = next(kids, None)
+            if child is None:
+                stack.pop()
+                job = _DirJob(d, d.ver, entries)
+                plan.jobs.append(job)
+                if not stack:
+                    return job
+                stack[-1][1].append((d.entry("", 0), job))
+                continue
             if child.id in self.disk_only:
                 continue
             if child.kind == DIR and (child.dirty or child.ref is None):
-                job = self._snap_dir(child, plan)
-                entries.append((child.entry("", 0), job))
+                stack.append((child, [], iter(list(self.children(child).values()))))
             elif child.kind == FILE and (child.dirty or child.ref is None):
                 fjob = self._snap_file(child)
                 plan.jobs.append(fjob)
@@ -694,9 +753,6 @@ class Workspace:
                     if not child.dirty:
                         child.row = row
                 entries.append((row, None))
-        job = _DirJob(d, d.ver, entries)
-        plan.jobs.append(job)
-        return job
 
     def _snap_file(self, f: Node) -> _FileJob:
         fd = self._load_data(f)
@@ -831,47 +887,54 @@ class Workspace:
         if self.backing is not None:
             self.backing.tree_replaced()
 
-    def _remap_dir(self, d: Node, tree: str, entries: list, inodes: list) -> None:
+    def _remap_dir(self, top: Node, tree: str, entries: list, inodes: list) -> None:
         """Directories keep their inode (a shell's cwd survives an undo); a file or link
         whose committed form differs becomes a new inode, because with the writeback cache
-        the kernel keeps its own size and mtime for a cached regular file."""
-        inodes.append(d.id)
-        old = d._children
-        d._children = None
-        d.ref, d.dirty = tree, False
-        if old is None:
-            return
-        fresh = {name_to_bytes(e.name): e for e in decode_dir(self.store.read_object(tree))}
-        kids: dict[bytes, Node] = {}
-        for name, node in old.items():
-            e = fresh.get(name)
-            if e is not None and e.kind == node.kind == DIR:
-                children_loaded = node._children
-                node.apply_entry(e)
-                node._children = children_loaded
-                self._remap_dir(node, e.ref, entries, inodes)
-                kids[name] = node
-            elif e is not None and e.kind == node.kind and _same(node, e):
-                kids[name] = node
-            else:
-                node.parent = None
-                self._empty_subtree(node, inodes)
-                entries.append((d.id, name))
-                inodes.append(node.id)
-        for name, e in fresh.items():
-            if name not in kids:
-                kids[name] = self._node_from_entry(e, d)
-        d._children = kids
+        the kernel keeps its own size and mtime for a cached regular file. A work list, not
+        recursion: trees of any depth."""
+        work = [(top, tree)]
+        while work:
+            d, tree = work.pop()
+            inodes.append(d.id)
+            old = d._children
+            d._children = None
+            d.ref, d.dirty = tree, False
+            if old is None:
+                continue
+            fresh = {name_to_bytes(e.name): e for e in decode_dir(self.store.read_object(tree))}
+            kids: dict[bytes, Node] = {}
+            for name, node in old.items():
+                e = fresh.get(name)
+                if e is not None and e.kind == node.kind == DIR:
+                    children_loaded = node._children
+                    node.apply_entry(e)
+                    node._children = children_loaded
+                    work.append((node, e.ref))
+                    kids[name] = node
+                elif e is not None and e.kind == node.kind and _same(node, e):
+                    kids[name] = node
+                else:
+                    node.parent = None
+                    self._empty_subtree(node, inodes)
+                    entries.append((d.id, name))
+                    inodes.append(node.id)
+            for name, e in fresh.items():
+                if name not in kids:
+                    kids[name] = self._node_from_entry(e, d)
+            d._children = kids
 
-    def _empty_subtree(self, node: Node, inodes: list) -> None:
+    def _empty_subtree(self, top: Node, inodes: list) -> None:
         """A removed directory, and every directory below it that a shell may still be
         in, reads empty (as after rm -r) instead of showing the old entries."""
-        if node.kind != DIR or node._children is None:
-            return
-        for child in node._children.values():
-            inodes.append(child.id)
-            self._empty_subtree(child, inodes)
-        node._children, node.ref = {}, None
+        work = [top]
+        while work:
+            node = work.pop()
+            if node.kind != DIR or node._children is None:
+                continue
+            for child in node._children.values():
+                inodes.append(child.id)
+                work.append(child)
+            node._children, node.ref = {}, None
 
     def view(self, commit_id: str, place: str = "history") -> Node:
         """A read-only tree of a past commit (for .memfs/history and .memfs/branches).
@@ -908,6 +971,7 @@ class Workspace:
             "head": self.head,
             "pending": self.mutation_seq - self.durable_seq,
             "pending_bytes": self._dirty_bytes,
+            "nodes": len(self.nodes),
             "durable": self.mutation_seq == self.durable_seq,
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,

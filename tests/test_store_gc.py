@@ -240,3 +240,20 @@ def test_gc_racing_group_commits_that_dedup_against_dead_chunks(tmp_path: Path) 
     assert sum(r.chunks_freed for r in runs) > 0, "GC never swept anything during the race"
     assert h.store.fsck() == []
     assert files_at(h.store, h.store.head()) == {f"work/{n}": b for n, b in model.items()}
+
+
+def test_object_history_gives_its_pages_back_to_the_disk(tmp_path: Path) -> None:
+    """Tree objects live in store.db: a GC that frees them must shrink the file (SQLite's
+    incremental vacuum, one step per page), not only leave free pages inside it."""
+    h = History(tmp_path / "root")
+    for i in range(300):
+        h.write(f"f{i % 40}", os.urandom(64))
+        h.write(f"wide-{i}", b"")  # a directory of hundreds of entries, rewritten each commit
+        h.commit()
+    h.store.set_policy(Policy(keep_all=0, hourly=0, daily=0))
+    db = h.store.root / "store.db"
+    r = h.gc()
+    assert r.object_bytes_freed > 5 * MiB, r
+    assert db.stat().st_size < r.object_bytes_freed, (db.stat().st_size, r.object_bytes_freed)
+    assert r.returned > r.object_bytes_freed // 2, r
+    assert h.store.fsck() == []

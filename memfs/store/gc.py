@@ -111,6 +111,7 @@ class GcReport:
     store_before: int = 0  # bytes the store takes on disk (store.db, WAL, packs)
     store_after: int = 0
     reserve_released: int = 0  # the disk was full: the reserve was given to this run
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -153,6 +154,7 @@ class Collector:
         self.marks = Marks()
         self._conn: sqlite3.Connection | None = None
         self._full = False
+        self._phase_at = 0.0
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> GcReport:
@@ -209,6 +211,11 @@ class Collector:
         return fd
 
     def _phase(self, name: str, total: int = 0) -> None:
+        now = time.monotonic()
+        if self._phase_at:
+            self.report.phases[self.progress.phase] = round(
+                self.report.phases.get(self.progress.phase, 0) + now - self._phase_at, 3)
+        self._phase_at = now
         self.progress.phase, self.progress.done, self.progress.total = name, 0, total
 
     # -- 1. plan --------------------------------------------------------------------------------
@@ -301,7 +308,9 @@ class Collector:
                 continue
             row = conn.execute("SELECT data FROM objects WHERE id = ?", (ref.id,)).fetchone()
             if row is None:
-                self.report.problems.append(f"{ref.kind} {ref.id} is missing (named by history)")
+                if len(self.report.problems) < 50:
+                    self.report.problems.append(f"{ref.kind} {ref.id} is missing (named by "
+                                                "history; `memfs fsck` lists all)")
                 continue
             try:
                 stack += references(ref, row[0])
@@ -434,6 +443,7 @@ class Collector:
                         r.chunks_freed += 1
                         r.chunk_bytes_freed += n
             self.progress.done += len(batch)
+            time.sleep(0)  # a commit waiting for the writer lock gets it before the next batch
             if start == 0:
                 crash_point("swept-batch")
         self.store.chunks.forget_locations()

@@ -194,7 +194,19 @@ class Store:
         """Give SQLite's free pages back to the filesystem and cut the WAL back (GC's last
         step; a busy reader just leaves the WAL for the next run)."""
         with self._write_lock:
-            self._writer.execute("PRAGMA incremental_vacuum").fetchall()
+            # Python's sqlite3 steps this pragma once, and each step frees one page: one
+            # statement per free page, in one transaction (one sync).
+            self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                free = self._writer.execute("PRAGMA freelist_count").fetchone()[0]
+                if self._writer.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+                    for _ in range(free):
+                        self._writer.execute("PRAGMA incremental_vacuum(1)")
+                self._writer.execute("COMMIT")
+            except BaseException:
+                if self._writer.in_transaction:
+                    self._writer.execute("ROLLBACK")
+                raise
             self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # -- reading -----------------------------------------------------------------

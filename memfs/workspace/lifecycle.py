@@ -31,7 +31,9 @@ import trio
 
 from memfs.store import gc
 from memfs.store.packs import pack_usage
+from memfs.store.refs import CHUNK, Ref, file_refs
 from memfs.store.space import Space, size_text
+from memfs.store.trees import DIR, FILE
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -144,7 +146,7 @@ class Lifecycle:
             return doc
 
     def _pins(self) -> gc.Pins:
-        return trio.from_thread.run_sync(self.ws.gc_pins)
+        return trio.from_thread.run_sync(pins_of, self.ws)
 
     def status(self) -> dict:
         running = self.running
@@ -158,6 +160,24 @@ class Lifecycle:
                     "dropped_for_space", "chunk_bytes_freed", "live_bytes", "history_bytes",
                     "reclaimable_bytes", "problems")},
         }
+
+
+def pins_of(ws: Workspace) -> gc.Pins:
+    """What GC must keep for this process beyond the store's refs (loop thread): the trees
+    of views shown under .memfs, and the content of files held open that are no longer in
+    the tree (unlinked, replaced by an undo) or belong to a view."""
+    pins = gc.Pins(trees={n.ref for n in ws._views.values() if n.ref})
+    for node in ws.held_nodes():
+        if not node.readonly and ws._attached(node):
+            continue  # in the tree: the head names it
+        if node.kind == DIR and node.ref:
+            pins.trees.add(node.ref)
+        elif node.kind == FILE:
+            if node._data_loaded and node.data is not None:
+                pins.refs.update(Ref(CHUNK, c) for c in node.data.chunks.values())
+            elif node.ref:
+                pins.refs.update(file_refs(node.ref))
+    return pins
 
 
 def summary(doc: dict) -> str:

@@ -20,6 +20,8 @@ import os
 import tempfile
 from pathlib import Path
 
+import trio
+
 from memfs.durable import mkdir_durable
 from memfs.store.chunks import CHUNK_SIZE
 
@@ -66,3 +68,21 @@ class Spill:
             os.close(self.fd)
             self.fd = -1
         self.present = {}
+
+
+async def spill_pieces(f, root: Path) -> None:
+    """Move a detached file's changed pieces to its scratch file; a piece changed while they
+    were written stays in memory, being newer (loop; the writes in a worker thread)."""
+    fd = f.data
+    if fd.spill is None:
+        fd.spill = await trio.to_thread.run_sync(Spill, root)
+    pieces = {i: bytes(b) for i, b in fd.dirty.items()}
+    gens = dict(fd.gen)
+    await trio.to_thread.run_sync(fd.spill.write_pieces, pieces)
+    if f.data is not fd or fd.spill.fd < 0:
+        return  # truncated to a new FileData or forgotten meanwhile
+    for i, data in pieces.items():
+        if i in fd.dirty and fd.gen.get(i) == gens.get(i):
+            del fd.dirty[i]
+            del fd.gen[i]
+            fd.spill.present[i] = len(data)

@@ -25,8 +25,6 @@ import trio
 
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
-from memfs.store.gc import Pins
-from memfs.store.refs import CHUNK, Ref, file_refs
 from memfs.store.space import Reserve, Space, headroom
 from memfs.store.trees import (
     DIR,
@@ -44,7 +42,7 @@ from memfs.store.trees import (
 from memfs.workspace import unload
 from memfs.workspace.health import CommitError, CommitHealth
 from memfs.workspace.nodes import FileData, Node, WorkspaceError, fail
-from memfs.workspace.spill import SPILL_AT, Spill
+from memfs.workspace.spill import SPILL_AT, spill_pieces
 
 log = logging.getLogger("memfs.workspace")
 
@@ -435,21 +433,8 @@ class Workspace:
                 and not self._attached(f))
 
     async def spill(self, f: Node) -> None:
-        """Move a detached file's changed pieces to its scratch file (memfs.workspace.spill);
-        a piece changed while they were written stays in memory, being newer."""
-        fd = f.data
-        if fd.spill is None:
-            fd.spill = await trio.to_thread.run_sync(Spill, self.store.root)
-        pieces = {i: bytes(b) for i, b in fd.dirty.items()}
-        gens = dict(fd.gen)
-        await trio.to_thread.run_sync(fd.spill.write_pieces, pieces)
-        if f.data is not fd or fd.spill.fd < 0:
-            return  # truncated to a new FileData or forgotten meanwhile
-        for i, data in pieces.items():
-            if i in fd.dirty and fd.gen.get(i) == gens.get(i):
-                del fd.dirty[i]
-                del fd.gen[i]
-                fd.spill.present[i] = len(data)
+        """Move a detached file's changed pieces to its scratch file (memfs.workspace.spill)."""
+        await spill_pieces(f, self.store.root)
 
     def over_dirty_limit(self) -> bool:
         return self._dirty_bytes >= DIRTY_BYTES_MAX
@@ -488,23 +473,6 @@ class Workspace:
             self.lifecycle.poke()  # a GC may make room
         self.space_refused = True
         raise fail(errno.ENOSPC)
-
-    def gc_pins(self) -> Pins:
-        """What GC must keep for this process beyond the store's refs: the trees of views
-        shown under .memfs, and the content of files held open that are no longer in the
-        tree (unlinked, replaced by an undo) or belong to a view."""
-        pins = Pins(trees={n.ref for n in self._views.values() if n.ref})
-        for node in self.held_nodes():
-            if not node.readonly and self._attached(node):
-                continue  # in the tree: the head names it
-            if node.kind == DIR and node.ref:
-                pins.trees.add(node.ref)
-            elif node.kind == FILE:
-                if node._data_loaded and node.data is not None:
-                    pins.refs.update(Ref(CHUNK, c) for c in node.data.chunks.values())
-                elif node.ref:
-                    pins.refs.update(file_refs(node.ref))
-        return pins
 
     def space(self) -> Space:
         """The store filesystem's space, read at most every 0.5 s (and again after each

@@ -56,6 +56,10 @@ class Span:
                     seen.setdefault(o.label)
         return list(seen)
 
+    def owns(self, o: OpRecord) -> bool:
+        """Is `o` a change of this operation (its group, or its command)?"""
+        return self._mine(o)
+
     def _mine(self, o: OpRecord) -> bool:
         if self.op is None:
             return False

@@ -117,3 +117,51 @@ def test_undo_takes_an_operation_back_over_its_own_dropped_commits(mounted) -> N
     assert (w / "p").read_text() == "before\n"
     mounted.cli("restore", head)
     assert (w / "p").read_text() == "step 3\n"
+
+
+def test_tombstones_keep_who_made_them_for_the_reflog_window(tmp_path: Path) -> None:
+    """What a dropped commit keeps besides its tombstone (its operations, its marks) goes
+    once the reflog window has passed, so tombstones stay small; the tombstone stays."""
+    import time
+
+    import trio
+
+    from memfs.store import Store, history
+    from memfs.store.gc import Collector
+    from memfs.store.history import History
+    from memfs.store.retention import DAY, Policy
+    from memfs.store.store import CommitDropped
+    from memfs.store.trees import DIR, FILE
+    from memfs.workspace.workspace import Workspace
+
+    ws = Workspace(Store.open(tmp_path / "root"), commit_interval=0.05)
+    store = ws.store
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    ids = []
+    for name in (b"a", b"b", b"c"):
+        ws.write(ws.create(work, name, FILE, 0o644, 0, 0), 0, name)
+        ids.append(trio.run(ws.commit))
+    first, middle, head = ids
+    with store.transaction() as tx:  # made in-process, so no request named who made it
+        history.put_ops(tx.conn, middle, [history.made_by_memfs("write b")])
+    history.add_mark(store, "after-b", middle, "main", "after-b")
+    store.checkpoint("start", first)
+    store.set_policy(Policy(keep_all=0, hourly=0, daily=0))  # the reflog: 30 days
+
+    Collector(store).run()
+    gap = History(store, head).gap_below(head)
+    assert gap is not None and gap.commits == (middle,) and gap.below == first
+    assert gap.labels == ["write b"] and gap.unrecorded == 0
+    assert history.mark_commit(store, "after-b") == middle
+
+    Collector(store, now_ns=time.time_ns() + int(31 * DAY * 1e9)).run()
+    gap = History(store, head).gap_below(head)
+    assert gap is not None and gap.commits == (middle,) and gap.ops == ()
+    assert gap.unrecorded == 1
+    assert history.mark_commit(store, "after-b") is None
+    try:
+        store.commit(middle)
+        raise AssertionError("a dropped commit was read")
+    except CommitDropped:
+        pass  # the tombstone still says what happened to it
+    store.close()

@@ -57,6 +57,7 @@ from memfs.store.refs import (
     Ref,
     UnknownEntry,
     commit_refs,
+    expire_tombstone_rows,
     forget_commits,
     intent_objects,
     object_refs,
@@ -396,9 +397,10 @@ class Collector:
                 [(self.now, why(cid), cid) for cid in self.dropped])
             forget_commits(conn, self.dropped)
             if self.policy.reflog != retention.FOREVER:
-                cur = conn.execute("DELETE FROM reflog WHERE time_ns < ?",
-                                   (self.now - int(self.policy.reflog * 1e9),))
+                cutoff = self.now - int(self.policy.reflog * 1e9)
+                cur = conn.execute("DELETE FROM reflog WHERE time_ns < ?", (cutoff,))
                 self.report.reflog_dropped = cur.rowcount
+                expire_tombstone_rows(conn, cutoff)  # who made long-dropped commits
         self.report.commits_dropped = len(self.dropped)
 
     def _intent_fixes(self) -> list[tuple[str, str]]:

@@ -273,6 +273,7 @@ class History:
         self._marks = _has_table(store, "marks")
         self._gaps = _has_table(store, "dropped_commits")  # the retention policy's (lifecycle)
         self.gaps: dict[str, Gap] = {}  # kept commit id -> the dropped commits below it
+        self._ids: set[str] = set()  # ids of _items (gap_below's look-up)
 
     def get(self, i: int) -> LoggedCommit | None:
         while i >= len(self._items) and self._next is not None:
@@ -308,10 +309,17 @@ class History:
 
     def gap_below(self, cid: str) -> Gap | None:
         """The dropped commits between kept commit `cid` (already read) and its nearest kept
-        ancestor, if any: they are walked when the commits after `cid` are read."""
-        if self._items and self._items[-1].id == cid and self._next is not None:
+        ancestor, if any: they are walked when the commits after `cid` are read (read here
+        as far as needed)."""
+        while self._next is not None and (not self._items or self._items[-1].id == cid
+                                          or cid not in self._seen()):
             self._load_page()
         return self.gaps.get(cid)
+
+    def _seen(self) -> set[str]:
+        if len(self._ids) != len(self._items):
+            self._ids = {c.id for c in self._items}
+        return self._ids
 
     def _over_gaps(self, cid: str | None, child: str | None) -> str | None:
         """A commit the retention policy dropped is walked over to its parent, as log does;

@@ -139,7 +139,8 @@ def commit_refs(conn: sqlite3.Connection, cid: str, tree: str) -> CommitRefs:
 
 # What each table beside `commits` does when the retention policy drops the commit.
 FORGET = ("commit_inodes", "commit_intents")  # name objects: they go, and so may the objects
-KEEP = ("commit_ops", "marks")  # who made it, what it was called: kept with the tombstone
+KEEP = ("commit_ops", "marks")  # who made it, what it was called: kept with the tombstone,
+# for the reflog window (expire_tombstone_rows); the tombstone itself stays
 
 
 def forget_commits(conn: sqlite3.Connection, cids: Iterable[str]) -> None:
@@ -150,3 +151,13 @@ def forget_commits(conn: sqlite3.Connection, cids: Iterable[str]) -> None:
     conn.executemany("DELETE FROM commits WHERE id = ?", args)
     for table in FORGET:
         conn.executemany(f"DELETE FROM {table} WHERE commit_id = ?", args)
+
+
+def expire_tombstone_rows(conn: sqlite3.Connection, before_ns: int) -> int:
+    """The KEEP rows of commits dropped before `before_ns` go (the reflog window has passed:
+    nothing can go back there), so what tombstones keep besides themselves stays bounded.
+    Returns how many commits lost them."""
+    old = "SELECT id FROM dropped_commits WHERE dropped_ns < ?"
+    n = conn.execute(f"DELETE FROM commit_ops WHERE commit_id IN ({old})", (before_ns,)).rowcount
+    conn.execute(f"DELETE FROM marks WHERE commit_id IN ({old})", (before_ns,))
+    return n

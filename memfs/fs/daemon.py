@@ -28,10 +28,12 @@ from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, rea
 from memfs.rootdir import control_socket
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.backing import Backing
+from memfs.workspace.lifecycle import Lifecycle
 from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
 STOP_DRAIN_LIMIT = 60  # seconds a stop waits for running backing work before cutting it
+STOP_COMMIT_LIMIT = 60  # seconds a stop retries a failing last commit (a full disk)
 LOCK_PATIENCE = 1.0  # seconds to wait out a CLI's liveness probe of the root lock
 READ_ONLY_OPS = ("ping", "status", "requests", "log", "branch_list", "backing_events",
                  "backing_states")
@@ -131,6 +133,7 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
                      options: set[str]) -> None:
     store = ws.store
     Backing(ws)
+    Lifecycle(ws)
     ops = MemfsOperations(ws)
     try:
         pyfuse3.init(ops, str(mountpoint), options)
@@ -160,6 +163,7 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
 async def _serve(ws: Workspace, ops: MemfsOperations, root: Path, lock: RootLock) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
+        nursery.start_soon(ws.lifecycle.run)
         nursery.start_soon(_signals, ws)
         nursery.start_soon(_heartbeat, ws, lock)
         await nursery.start(_control_server, ws, ops, root)
@@ -187,7 +191,7 @@ async def _stop(ws: Workspace) -> None:
             ws.backing.stopped = True
     log.info("committing what is pending")
     ws.stopped = True
-    await ws.commit("unmount")
+    await ws.final_commit("unmount", STOP_COMMIT_LIMIT)
 
 
 async def _heartbeat(ws: Workspace, lock: RootLock) -> None:
@@ -309,6 +313,9 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
         result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
     elif op == "branch_switch":
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
+    elif op in ("gc", "du"):
+        result = await ws.lifecycle.collect(dry_run=op == "du" or bool(args.get("dry_run")),
+                                            trigger="manual" if op == "gc" else "du")
     elif op.startswith("backing_") and ws.backing is not None:
         if op == "backing_after_batch":  # an agent's tool batch ended: an operation boundary
             await ws.mark(args.get("agent") or "after-batch")

@@ -100,6 +100,8 @@ class MemfsOperations(pyfuse3.Operations):
         self._dir_snapshots: dict[int, list[tuple[bytes, object]]] = {}
         self._pending_inval: list[tuple[list[tuple[int, bytes]], list[int]]] = []
         ws.invalidate = self._queue_invalidation
+        ws.held_nodes = lambda: [h.node for h in self.handles.values()
+                                 if isinstance(h.node, Node)]
 
     # -- helpers -----------------------------------------------------------------
     def _node(self, ino: int) -> Node | VDir | VFile | MemDir | MemFile:
@@ -264,16 +266,19 @@ class MemfsOperations(pyfuse3.Operations):
             log.exception("forget%r failed", inode_list[:4])
 
     def _forget(self, inode_list) -> None:
+        held = {h.node.id for h in self.handles.values() if isinstance(h.node, Node)}
+
+        def referenced(ino: int) -> bool:
+            return ino in held or ino in self.lookups
+
         for ino, n in inode_list:
             left = self.lookups.get(ino, 0) - n
             if left > 0:
                 self.lookups[ino] = left
                 continue
             self.lookups.pop(ino, None)
-            if ino not in self.virtual.nodes and ino not in self.mem.nodes and not any(
-                h.node is not None and h.node.id == ino for h in self.handles.values()
-            ):
-                self.ws.forget(ino)
+            if ino not in self.virtual.nodes and ino not in self.mem.nodes and ino not in held:
+                self.ws.forget(ino, referenced)
 
     @_guard
     async def getattr(self, inode, ctx=None):
@@ -384,12 +389,15 @@ class MemfsOperations(pyfuse3.Operations):
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
         if self.ws.backing is None:
-            self.ws.unlink(parent, name)
-            return
-        if self._disk_only(parent, name):
-            raise pyfuse3.FUSEError(errno.EROFS)  # disk-only: shown from disk, read-only
-        path = parent.path() + b"/" + name
-        self.ws.backing.note_removed(self.ws.unlink(parent, name), path)
+            node = self.ws.unlink(parent, name)
+        else:
+            if self._disk_only(parent, name):
+                raise pyfuse3.FUSEError(errno.EROFS)  # disk-only: shown from disk, read-only
+            path = parent.path() + b"/" + name
+            node = self.ws.unlink(parent, name)
+            self.ws.backing.note_removed(node, path)
+        if self.ws.wants_spill(node) and any(h.node is node for h in self.handles.values()):
+            await self.ws.spill(node)  # still open: what it holds in memory goes to disk
 
     @_guard
     async def rmdir(self, parent_inode, name, ctx):
@@ -489,13 +497,18 @@ class MemfsOperations(pyfuse3.Operations):
             await self.ws.commit()
         if h.who is not None:
             await self.ws.enter(*h.who)
-        return self.ws.write(h.node, off, buf)
+        n = self.ws.write(h.node, off, buf)
+        if self.ws.wants_spill(h.node):  # unlinked but open: its data goes to disk
+            await self.ws.spill(h.node)
+        return n
 
     @_guard
     async def flush(self, fh):
         h = self.handles.get(fh)
         if h is not None and h.mem is not None:
             await self.mem.flush(h.mem)
+        elif h is not None and h.node is not None and h.writable:
+            await self.ws.before_close(h.node)  # a write that cannot be stored fails here
 
     @_guard
     async def release(self, fh):
@@ -587,15 +600,18 @@ class MemfsOperations(pyfuse3.Operations):
     # -- filesystem -------------------------------------------------------------------
     @_guard
     async def statfs(self, ctx):
-        st = self.ws.store.stat_space()
+        """The store filesystem's own size and use (df on the mount and on the store's disk
+        agree), with what waits in memory counted as used and the headroom commits need
+        (memfs.store.space) kept out of what is available. Inode counts are the store
+        filesystem's: a file here takes none of them, so they bound nothing of memfs's."""
+        sp = self.ws.space()
+        pending = self.ws.pending_bytes
         s = pyfuse3.StatvfsData()
         s.f_bsize = s.f_frsize = 4096
-        scale = st.f_frsize / 4096
-        s.f_blocks = int(st.f_blocks * scale)
-        free = self.ws.free_bytes() // 4096
-        s.f_bfree = s.f_bavail = max(0, min(int(st.f_bavail * scale), free))
-        s.f_files = max(st.f_files, 1 << 20)
-        s.f_ffree = s.f_favail = max(st.f_ffree, 1 << 19)
+        s.f_blocks = sp.size // 4096
+        s.f_bfree = max(0, sp.free - pending) // 4096
+        s.f_bavail = min(s.f_bfree, self.ws.free_bytes() // 4096)
+        s.f_files, s.f_ffree, s.f_favail = sp.files, sp.ffree, sp.favail
         s.f_namemax = 255
         return s
 

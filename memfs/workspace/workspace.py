@@ -19,7 +19,7 @@ import sqlite3
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 import trio
@@ -28,6 +28,7 @@ from memfs.liveness import DaemonRecord
 from memfs.store import Store, history
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
+from memfs.store.space import Reserve, Space, headroom
 from memfs.store.trees import (
     BLK,
     CHR,
@@ -46,7 +47,9 @@ from memfs.store.trees import (
     name_to_str,
     new_inode_key,
 )
+from memfs.workspace import unload
 from memfs.workspace.attribution import CURRENT, Attribution
+from memfs.workspace.health import CommitError, CommitHealth
 from memfs.workspace.history_ops import HistoryOps
 from memfs.workspace.inodes import Inodes, TablePlan
 from memfs.workspace.nodes import (
@@ -57,6 +60,7 @@ from memfs.workspace.nodes import (
     now_ns,
     saw_kernel_time,
 )
+from memfs.workspace.spill import SPILL_AT, spill_pieces
 
 log = logging.getLogger("memfs.workspace")
 
@@ -67,7 +71,9 @@ RENAME_EXCHANGE = 2
 DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
 
-# The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
+# The commit snapshot, undo's remap, fsck and GC walk trees of any depth without recursion;
+# the backing layer's walks (reconcile.observe.walk_dir, Backing._files_of) still recurse per
+# level, so the limit stays raised for them: a 4 KiB path can be 2048 levels deep.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
 Invalidator = Callable[[list[tuple[int, bytes]], list[int]], None]
@@ -135,8 +141,16 @@ class Workspace(HistoryOps):
         self._committed = trio.Event()
         self._views: OrderedDict[tuple[str, str], Node] = OrderedDict()
         self._view_keys: dict[int, tuple[str, str]] = {}
+        self._view_roots: dict[int, Node] = {}  # every view root until the kernel forgets it
         self._immutable: set[int] = set()
-        self._free_cache: tuple[float, int] = (0.0, 0)
+        self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
+        self.health = CommitHealth()
+        self.reserve = Reserve(store.root)
+        self.lifecycle = None  # the daemon's GC (memfs.workspace.lifecycle) installs itself
+        self.space_refused = False  # the last write that needed space was refused
+        # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
+        self.held_nodes: Callable[[], Iterable[Node]] = lambda: ()
+        self._reserve_checked = 0.0
         self._dirty_files: set[Node] = set()
         self.stopped = False
         # Backing directories (memfs.workspace.backing installs itself here): disk-only nodes
@@ -203,17 +217,34 @@ class Workspace(HistoryOps):
             raise fail(errno.ESTALE)
         return node
 
-    def forget(self, nid: int) -> None:
-        """The kernel dropped its last reference: a detached node can go, with its data."""
+    def forget(self, nid: int, referenced: Callable[[int], bool] = lambda _: False) -> None:
+        """The kernel dropped its last reference: a detached node goes, with its data; a
+        view of history goes; a clean directory unloads what is below it, a clean file its
+        chunk map (memfs.workspace.unload). `referenced` says which node ids the FUSE layer
+        still holds (open handles, counted lookups)."""
         node = self.nodes.get(nid)
         if node is None or nid == ROOT_ID:
             return
-        if node.readonly:
-            if node.parent is None:
-                self.forget_view(node)
-        elif not self._alive(node):
+        if node.readonly and node.parent is None:
+            unload.drop_view(self, node, referenced)
+        elif not node.readonly and not self._alive(node):
             del self.nodes[nid]
             self._dirty_files.discard(node)
+            if node.data is not None and node.data.spill is not None:
+                node.data.spill.close()  # its disk space goes back
+        elif node.kind == DIR and not self._backed(node):
+            unload.unload_dir(self, node, referenced)
+        elif node.kind == FILE:
+            unload.unload_file(node)
+
+    def _backed(self, node: Node) -> bool:
+        """Is the node in a store mount bound to a backing directory? Those keep their nodes:
+        the backing layer knows them by id (disk-only files, held writers, states)."""
+        if self.backing is None or not self.backing.bindings:
+            return False
+        while node.parent is not None and node.parent is not self.root:
+            node = node.parent
+        return name_to_str(node.name) in self.backing.bindings
 
     def _alive(self, node: Node) -> bool:
         """Has it a name? A linked inode may have names only in directories not loaded yet."""
@@ -435,6 +466,9 @@ class Workspace(HistoryOps):
     def _remove(self, d: Node, name: bytes, node: Node) -> None:
         self._settle_first(d, name)
         self._touch(d)
+        self.health.poke()
+        if (self.space_refused or self.health.full) and self.lifecycle is not None:
+            self.lifecycle.poke(delay=self.commit_interval + 0.5)  # once the removal is in
         self._detach(d, name, node)
         d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
         self._unname(node)
@@ -528,18 +562,32 @@ class Workspace(HistoryOps):
         self._writable(f)
         self._settle_first(f.parent, f.name)
         fd = self._load_data(f)
-        # Only the bytes written take space; a hole left before them does not.
-        grow = min(len(data), max(0, off + len(data) - fd.size))
-        if grow and grow > self.free_bytes():  # free_bytes() already counts pending bytes
-            raise fail(errno.ENOSPC)
+        # What the write adds to the changed pieces is what its commit will store (a hole
+        # before it takes nothing). It must fit in what is free, less what already waits.
+        growth = fd.growth(off, len(data))
+        if growth and (self.health.full or growth > self.free_bytes()):
+            self._refuse_for_space()
+        if growth:
+            self.space_refused = False
+        before = fd.dirty_bytes() if len(fd.dirty) < 64 else None
         n = fd.write(off, data, self._fetch)
-        self._dirty_bytes += len(data)
+        self._dirty_bytes += fd.dirty_bytes() - before if before is not None else growth
         self._dirty_files.add(f)
         f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
         if self._dirty_bytes >= DIRTY_BYTES_SOON:
             self._urgent.set()
         return n
+
+    def wants_spill(self, f: Node) -> bool:
+        """A file that left the tree (never committed again) holding SPILL_AT changed bytes."""
+        return (f.kind == FILE and f.data is not None and f._data_loaded and not f.readonly
+                and len(f.data.dirty) > 0 and f.data.dirty_bytes() >= SPILL_AT
+                and not self._attached(f))
+
+    async def spill(self, f: Node) -> None:
+        """Move a detached file's changed pieces to its scratch file (memfs.workspace.spill)."""
+        await spill_pieces(f, self.store.root)
 
     def over_dirty_limit(self) -> bool:
         return self._dirty_bytes >= DIRTY_BYTES_MAX
@@ -552,7 +600,11 @@ class Workspace(HistoryOps):
         fd = self._load_data(f)
         if size > fd.size and size - fd.size > self.free_bytes() + (1 << 40):
             raise fail(errno.EFBIG)
+        before = fd.dirty_bytes()
+        if size < fd.size:
+            self.health.poke()
         fd.truncate(size, self._fetch)
+        self._dirty_bytes = max(0, self._dirty_bytes + fd.dirty_bytes() - before)
         self._dirty_files.add(f)
         f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
@@ -562,18 +614,37 @@ class Workspace(HistoryOps):
         if f.kind != FILE or not f.data.size:
             return 0
         fd = self._load_data(f)
-        present = set(fd.chunks) | set(fd.dirty)
+        present = set(fd.chunks) | set(fd.dirty) | set(fd.spill.present if fd.spill else ())
         return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
 
-    def free_bytes(self) -> int:
-        """Free space on the store's filesystem, less what is waiting to be committed."""
-        at, free = self._free_cache
+    def space_changed(self) -> None:
+        """Space was given back (GC): read it again before the next write is let in."""
+        self._space = None
+
+    def _refuse_for_space(self) -> None:
+        if not self.space_refused and self.lifecycle is not None:
+            self.lifecycle.poke()  # a GC may make room
+        self.space_refused = True
+        raise fail(errno.ENOSPC)
+
+    def space(self) -> Space:
+        """The store filesystem's space, read at most every 0.5 s (and again after each
+        commit, which moves pending bytes from memory to disk)."""
         now = time.monotonic()
-        if now - at > 0.5:
-            st = self.store.stat_space()
-            free = st.f_bavail * st.f_frsize
-            self._free_cache = (now, free)
-        return max(0, free - self._dirty_bytes)
+        if self._space is None or now - self._space[0] > 0.5:
+            self._space = (now, Space.of(self.store.root))
+        return self._space[1]
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of changed file pieces waiting in memory for a commit."""
+        return self._dirty_bytes
+
+    def free_bytes(self) -> int:
+        """What writes may still take: the store filesystem's available space, less what
+        waits in memory to be committed and the headroom its commits need."""
+        sp = self.space()
+        return max(0, sp.avail - self._dirty_bytes - headroom(sp.size))
 
     def _not_root(self, node: Node) -> None:
         """The mount root has no entry of its own in the store, so its metadata cannot be
@@ -630,22 +701,66 @@ class Workspace(HistoryOps):
     # -- group commit ----------------------------------------------------------------
     async def run(self) -> None:
         """The group-commit loop: commit within commit_interval of the first change."""
+        await trio.to_thread.run_sync(self.take_reserve)
         while not self.stopped:
             await self._wake.wait()
             self._wake = trio.Event()
             if self.dirty_since is None:
                 continue
-            if self._dirty_bytes < DIRTY_BYTES_SOON:
+            if self.health.failure is not None:  # a failed commit (perhaps an fsync's): retry
+                await self.health.wait_to_retry()
+            elif self._dirty_bytes < DIRTY_BYTES_SOON:
                 delay = self.dirty_since + self.commit_interval - time.monotonic()
                 with trio.move_on_after(max(0.0, delay)):
                     await self._urgent.wait()
             self._urgent = trio.Event()
             try:
                 await self.commit()
-            except Exception as exc:  # noqa: BLE001 - a failed commit is retried, never fatal
-                log.error("group commit failed: %s", exc)
-                await trio.sleep(min(1.0, max(self.commit_interval, 0.05)))
-                self._wake.set()
+            except Exception:  # noqa: BLE001 - a failed commit is retried, never fatal
+                self._wake.set()  # logged by health.failed; the retry waits at the top
+                continue
+            if time.monotonic() - self._reserve_checked > 5.0:  # it may have been given back
+                await trio.to_thread.run_sync(self.take_reserve)
+
+    def take_reserve(self) -> None:
+        """Hold the space reserve (memfs.store.space) when there is room for it."""
+        self._reserve_checked = time.monotonic()
+        try:
+            self.reserve.ensure()
+        except OSError as exc:
+            log.warning("could not take the space reserve: %s", exc)
+
+    async def before_close(self, f: Node) -> None:
+        """close() of a writable file: while commits fail, a file whose changes are not
+        stored tries one commit and fails the close with its errno (ENOSPC), so a writer
+        learns at close, not later, that what it wrote is not on disk yet."""
+        if f.data is None or not f.data.dirty or not self._attached(f):
+            return
+        if self.health.failure is not None or self._space_short():
+            await self.sync()
+
+    def _space_short(self) -> bool:
+        """Does the space free right now (read again) fall short of what waits in memory?
+        Someone else may have filled the disk since the writes were let in."""
+        self._space = None
+        sp = self.space()
+        return sp.avail < self._dirty_bytes + headroom(sp.size) // 2
+
+    async def final_commit(self, message: str, limit: float) -> None:
+        """The mount has ended: commit what is pending, retrying a failing commit (a full
+        disk someone may still clear) for up to `limit` seconds before giving up loudly."""
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                await self.commit(message)
+                return
+            except CommitError as exc:
+                if time.monotonic() >= deadline:
+                    log.error("giving up: %d change(s) made before the unmount could not be "
+                              "committed and are lost: %s", self.mutation_seq - self.durable_seq,
+                              exc)
+                    raise
+                await self.health.wait_to_retry()
 
     async def wait_for_commit(self, after: int) -> int:
         """Return the commit count once a commit beyond `after` has been made."""
@@ -682,11 +797,24 @@ class Workspace(HistoryOps):
             self.last_error = f"{type(exc).__name__}: {exc}"
             self._regroup(plan)  # the retry still names who made these changes
             self.dirty_since = time.monotonic()
-            self._wake.set()  # the commit loop retries, whoever asked for this commit
-            raise
+            self._wake.set()  # the commit loop retries, whoever asked for this commit,
+            self._urgent.set()  # at the retry pace, not after the commit interval
+            self._space = None
+            space = None
+            try:
+                space = self.space()
+            except OSError:
+                pass
+            error = self.health.failed(exc, space, str(self.store.root),
+                                       self.mutation_seq - self.durable_seq)
+            if self.health.full and self.lifecycle is not None:
+                self.lifecycle.poke()  # a GC may make the room
+            raise error from exc
         self.last_error = None
+        self.health.succeeded()
         self._apply(plan)
         self._recount_dirty()
+        self._space = None  # the committed bytes left memory for the disk
         self.head = commit.id
         self.durable_seq = max(self.durable_seq, plan.seq)
         self.commit_count += 1
@@ -727,39 +855,59 @@ class Workspace(HistoryOps):
         plan.jobs.extend(plan.inodes.file_jobs)
         return plan
 
-    def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
-        entries: list[tuple[object, object]] = []
-        for name, child in self.children(d).items():
-            if child.id in self.disk_only:
-                continue
-            if child.ikey is not None:  # a hard-linked inode: its row is in the inode table
-                entries.append((encode_row(hard_entry(name_to_str(name), child.ikey)), None))
-                continue
-            if child.kind == DIR and (child.dirty or child.ref is None):
-                job = self._snap_dir(child, plan)
-                entries.append((child.entry("", 0), job))
-            elif child.kind == FILE and (child.dirty or child.ref is None):
-                fjob = self._snap_file(child)
-                plan.jobs.append(fjob)
-                entries.append((child.entry("", fjob.size), fjob))
-            else:
-                # A clean child's row is cached: a commit in a directory of 20k entries
-                # must not rebuild 20k rows on the loop.
-                row = child.row
-                if row is None:
-                    if child.kind == LINK:
-                        ref = name_to_str(child.target)
-                        if child.dirty:
-                            plan.clean.append((child, child.ver))
-                    else:
-                        ref = child.ref or ""
-                    row = encode_row(child.entry(ref, child.size()))
-                    if not child.dirty:
-                        child.row = row
-                entries.append((row, None))
-        job = _DirJob(d, d.ver, entries)
-        plan.jobs.append(job)
-        return job
+    def _snap_dir(self, top: Node, plan: _Plan) -> _DirJob:
+        """The dirty directories under `top`: file jobs as they are met, then every directory
+        job, children before parents (the order the commit thread writes them in). A work
+        list, not recursion: a tree may be deeper than Python's recursion limit (cd-and-mkdir
+        in a loop has no PATH_MAX); one plain loop per directory, so a directory of 20k
+        entries costs the loop what it did."""
+        root = _DirJob(top, top.ver, [])
+        dirs: list[_DirJob] = []
+        work = [root]
+        while work:
+            job = work.pop()
+            dirs.append(job)
+            entries = job.entries
+            disk_only = self.disk_only
+            for name, child in self.children(job.node).items():
+                row = child.row  # a clean child's cached row: the common case, inline
+                if row is not None and child.ikey is None and child.id not in disk_only:
+                    entries.append((row, None))
+                else:
+                    self._snap_child(name, child, entries, work, plan)
+        plan.jobs.extend(reversed(dirs))
+        return root
+
+    def _snap_child(self, name: bytes, child: Node, entries: list, work: list[_DirJob],
+                    plan: _Plan) -> None:
+        if child.id in self.disk_only:
+            return
+        if child.ikey is not None:  # a hard-linked inode: its row is in the inode table
+            entries.append((encode_row(hard_entry(name_to_str(name), child.ikey)), None))
+            return
+        if child.kind == DIR and (child.dirty or child.ref is None):
+            sub = _DirJob(child, child.ver, [])
+            entries.append((child.entry("", 0), sub))
+            work.append(sub)
+        elif child.kind == FILE and (child.dirty or child.ref is None):
+            fjob = self._snap_file(child)
+            plan.jobs.append(fjob)
+            entries.append((child.entry("", fjob.size), fjob))
+        else:
+            # A clean child's row is cached: a commit in a directory of 20k entries
+            # must not rebuild 20k rows on the loop.
+            row = child.row
+            if row is None:
+                if child.kind == LINK:
+                    ref = name_to_str(child.target)
+                    if child.dirty:
+                        plan.clean.append((child, child.ver))
+                else:
+                    ref = child.ref or ""
+                row = encode_row(child.entry(ref, child.size()))
+                if not child.dirty:
+                    child.row = row
+            entries.append((row, None))
 
     def _snap_file(self, f: Node) -> _FileJob:
         fd = self._load_data(f)
@@ -914,52 +1062,60 @@ class Workspace(HistoryOps):
         if self.backing is not None:
             self.backing.tree_replaced()
 
-    def _remap_dir(self, d: Node, tree: str, entries: list, inodes: list) -> None:
+    def _remap_dir(self, top: Node, tree: str, entries: list, inodes: list) -> None:
         """Directories keep their inode (a shell's cwd survives an undo); a file or link
         whose committed form differs becomes a new inode, because with the writeback cache
         the kernel keeps its own size and mtime for a cached regular file. A hard-linked inode
-        always becomes a new one: its other names may be in directories not loaded."""
-        inodes.append(d.id)
-        old = d._children
-        d._children = None
-        d.ref, d.dirty = tree, False
-        if old is None:
-            return
-        fresh = {name_to_bytes(e.name): e for e in decode_dir(self.store.read_object(tree))}
-        kids: dict[bytes, Node] = {}
-        for name, node in old.items():
-            e = fresh.get(name)
-            if e is not None and e.kind == node.kind == DIR:
-                children_loaded = node._children
-                node.apply_entry(e)
-                node._children = children_loaded
-                node.space = d.space
-                self._remap_dir(node, e.ref, entries, inodes)
-                kids[name] = node
-            elif e is not None and e.kind == node.kind and node.ikey is None and _same(node, e):
-                node.space = d.space
-                kids[name] = node
-            else:
-                node.parent, node.nlink = None, 0
-                self._empty_subtree(node, inodes)
-                entries.append((d.id, name))
-                inodes.append(node.id)
-        d._children = kids
-        for name, e in fresh.items():
-            if name not in kids:
-                kids[name] = self._node_from_entry(e, d)
-        d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
+        always becomes a new one: its other names may be in directories not loaded. A work
+        list, not recursion: trees of any depth."""
+        work = [(top, tree)]
+        while work:
+            d, tree = work.pop()
+            inodes.append(d.id)
+            old = d._children
+            d._children = None
+            d.ref, d.dirty = tree, False
+            if old is None:
+                continue
+            fresh = {name_to_bytes(e.name): e for e in decode_dir(self.store.read_object(tree))}
+            kids: dict[bytes, Node] = {}
+            for name, node in old.items():
+                e = fresh.get(name)
+                if e is not None and e.kind == node.kind == DIR:
+                    children_loaded = node._children
+                    node.apply_entry(e)
+                    node._children = children_loaded
+                    node.space = d.space
+                    work.append((node, e.ref))
+                    kids[name] = node
+                elif (e is not None and e.kind == node.kind and node.ikey is None
+                      and _same(node, e)):
+                    node.space = d.space
+                    kids[name] = node
+                else:
+                    node.parent, node.nlink = None, 0
+                    self._empty_subtree(node, inodes)
+                    entries.append((d.id, name))
+                    inodes.append(node.id)
+            d._children = kids
+            for name, e in fresh.items():
+                if name not in kids:
+                    kids[name] = self._node_from_entry(e, d)
+            d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
 
-    def _empty_subtree(self, node: Node, inodes: list) -> None:
+    def _empty_subtree(self, top: Node, inodes: list) -> None:
         """A removed directory, and every directory below it that a shell may still be
         in, reads empty (as after rm -r) instead of showing the old entries."""
-        if node.kind != DIR or node._children is None:
-            return
-        for child in node._children.values():
-            inodes.append(child.id)
-            child.nlink = 0
-            self._empty_subtree(child, inodes)
-        node._children, node.ref = {}, None
+        work = [top]
+        while work:
+            node = work.pop()
+            if node.kind != DIR or node._children is None:
+                continue
+            for child in node._children.values():
+                inodes.append(child.id)
+                child.nlink = 0
+                work.append(child)
+            node._children, node.ref = {}, None
 
     def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
         """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),
@@ -983,6 +1139,16 @@ class Workspace(HistoryOps):
             self._views.move_to_end(key)
         return node
 
+    def space_status(self) -> dict:
+        """statfs's figures and what memfs keeps of them (bytes)."""
+        sp = self.space()
+        return {**sp.to_json(), "pending_bytes": self._dirty_bytes, "writable": self.free_bytes(),
+                "headroom": headroom(sp.size), "reserve": self.reserve.held()}
+
+    def retention_status(self) -> dict:
+        policy = self.store.policy()
+        return {**policy.to_json(), "summary": policy.summary()}
+
     def status(self) -> dict:
         mounts = sorted(name_to_str(n) for n in self.children(self.root))
         return {
@@ -991,9 +1157,14 @@ class Workspace(HistoryOps):
             "head": self.head,
             "pending": self.mutation_seq - self.durable_seq,
             "pending_bytes": self._dirty_bytes,
+            "nodes": len(self.nodes),
             "durable": self.mutation_seq == self.durable_seq,
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,
+            "commit_failure": self.health.failure.to_json() if self.health.failure else None,
+            "space": self.space_status(),
+            "retention": self.retention_status(),
+            **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),
             "mounts": mounts,
             "daemon": self.served_by.identity() if self.served_by else None,
             **({"backing": self.backing.status()} if self.backing is not None else {}),

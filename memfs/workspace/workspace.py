@@ -926,6 +926,7 @@ class Workspace(HistoryOps):
         for name, e in fresh.items():
             if name not in kids:
                 kids[name] = self._node_from_entry(e, d)
+                entries.append((d.id, name))  # the kernel may cache it as missing (lookup)
         d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
 
     def _empty_subtree(self, node: Node, inodes: list) -> None:

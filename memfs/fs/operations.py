@@ -20,6 +20,7 @@ import trio
 
 from memfs.fs.memory_view import MemDir, MemError, MemFile, MemoryView
 from memfs.fs.virtual import VDir, VFile, VirtualTree
+from memfs.store.trees import name_to_str
 from memfs.workspace.agent_memory import open_memory
 from memfs.workspace.attribution import CURRENT
 from memfs.workspace.nodes import KIND_OF_MODE, Node, WorkspaceError
@@ -35,28 +36,55 @@ STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (b
 
 
 def _guard(fn: Callable) -> Callable:
+    """For a request that may change the tree: its operation (attribution.py's CURRENT, set by
+    note_process) ends with it, so the next request this pyfuse3 task serves starts unnamed."""
     name = fn.__name__
 
     @functools.wraps(fn)
-    async def wrapper(self, *args, **kwargs):
+    async def wrapper(self, *args):
         self.requests[name] += 1
         token = CURRENT.set(None)  # a request's operation ends with it (attribution.py)
         try:
-            return await fn(self, *args, **kwargs)
+            return await fn(self, *args)
         except pyfuse3.FUSEError:
             raise
-        except (WorkspaceError, MemError) as exc:
-            raise pyfuse3.FUSEError(exc.errno) from None
-        except OSError as exc:
-            log.error("%s%r failed: %s", fn.__name__, args[:2], exc)
-            raise pyfuse3.FUSEError(exc.errno or errno.EIO) from None
-        except Exception:
-            log.exception("%s%r failed", fn.__name__, args[:2])
-            raise pyfuse3.FUSEError(errno.EIO) from None
+        except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount
+            raise _fuse_error(fn.__name__, args, exc) from None
         finally:
             CURRENT.reset(token)
 
     return wrapper
+
+
+def _reader(fn: Callable) -> Callable:
+    """_guard for a request that never changes the tree itself and never names an operation
+    (lookups, attributes, reads, closes): no context variable to set and reset per request.
+    A backing pass it starts names its own operation (attribution.labelled)."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(self, *args):
+        self.requests[name] += 1
+        try:
+            return await fn(self, *args)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount
+            raise _fuse_error(fn.__name__, args, exc) from None
+
+    return wrapper
+
+
+def _fuse_error(op: str, args: tuple, exc: Exception) -> pyfuse3.FUSEError:
+    """A WorkspaceError is its errno; another OSError is logged with its errno; anything else
+    is logged with its traceback and answered EIO."""
+    if isinstance(exc, (WorkspaceError, MemError)):
+        return pyfuse3.FUSEError(exc.errno)
+    if isinstance(exc, OSError):
+        log.error("%s%r failed: %s", op, args[:2], exc)
+        return pyfuse3.FUSEError(exc.errno or errno.EIO)
+    log.error("%s%r failed", op, args[:2], exc_info=exc)
+    return pyfuse3.FUSEError(errno.EIO)
 
 
 class Handle:
@@ -228,6 +256,13 @@ class MemfsOperations(pyfuse3.Operations):
         except Exception:  # noqa: BLE001
             log.exception("invalidation after an on-access pass failed")
 
+    def _bound(self):
+        """The workspace's Backing when some mount is bound to a directory, else None: with
+        nothing bound, its per-request hooks (observe on access, note a path's origin) have
+        nothing to do, and skipping them saves a path walk on every lookup and create."""
+        backing = self.ws.backing
+        return backing if backing is not None and backing.bindings else None
+
     def _disk_only(self, parent: Node, name: bytes) -> bool:
         child = self.ws.children(parent).get(name) if parent.kind == DIR else None
         return child is not None and child.id in self.ws.disk_only
@@ -241,7 +276,7 @@ class MemfsOperations(pyfuse3.Operations):
         await self.ws.enter(ctx.pid, ctx.uid)
 
     # -- lookups and attributes -------------------------------------------------------
-    @_guard
+    @_reader
     async def lookup(self, parent_inode, name, ctx=None):
         parent = self._node(parent_inode)
         if isinstance(parent, VDir):
@@ -252,9 +287,33 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if parent.id == ROOT_ID and name == CONTROL_NAME:
             return self._counted(self.virtual.top)
-        if parent.id != ROOT_ID and self.ws.backing is not None:
+        if parent.id != ROOT_ID and self._bound() is not None:
             await self._on_access(parent, wait=False, name=name)
-        return self._counted(self.ws.lookup(parent, name))
+        try:
+            node = self.ws.lookup(parent, name)
+        except WorkspaceError as exc:
+            if exc.errno == errno.ENOENT and (timeout := self._negative_timeout(parent)):
+                return _negative(timeout)
+            raise
+        return self._counted(node)
+
+    def _negative_timeout(self, parent: Node) -> float:
+        """How long the kernel may remember that a name is missing in `parent` (0: not at
+        all). A live directory's names only appear through the kernel (which replaces the
+        negative entry itself) or from behind it, by an undo, a restore or a branch switch,
+        which invalidate every name they add (Workspace._remap_dir). A directory of a bound
+        mount is not cached: a lookup of a missing name is what observes a file just made on
+        disk. A past commit's view never changes; a branch's view moves with its head."""
+        if parent.readonly:
+            return HISTORY_TIMEOUT if self.ws.immutable_view(parent) else 0.0
+        backing = self._bound()
+        if backing is not None and parent.id != ROOT_ID:
+            top = parent
+            while top.parent is not None and top.parent.id != ROOT_ID:
+                top = top.parent
+            if top.parent is None or name_to_str(top.name) in backing.bindings:
+                return 0.0
+        return CACHE_TIMEOUT
 
     async def forget(self, inode_list):
         # pyfuse3 awaits forget with no error handling: anything raised here, even a
@@ -280,7 +339,7 @@ class MemfsOperations(pyfuse3.Operations):
             if ino not in self.virtual.nodes and ino not in self.mem.nodes and ino not in held:
                 self.ws.forget(ino, referenced)
 
-    @_guard
+    @_reader
     async def getattr(self, inode, ctx=None):
         return self._attr(self._node(inode))
 
@@ -305,7 +364,7 @@ class MemfsOperations(pyfuse3.Operations):
         )
         return self._attr(node)
 
-    @_guard
+    @_reader
     async def readlink(self, inode, ctx):
         node = self._node(inode)
         if not isinstance(node, Node) or node.kind != LINK:
@@ -325,7 +384,7 @@ class MemfsOperations(pyfuse3.Operations):
             if kind == DIR:
                 mode |= stat.S_ISGID
         node = self.ws.create(parent, name, kind, mode, ctx.uid, gid, target, rdev)
-        if self.ws.backing is not None and kind == FILE:
+        if kind == FILE and self._bound() is not None:
             self.ws.backing.note_created(node, node.path())
         return node
 
@@ -375,7 +434,7 @@ class MemfsOperations(pyfuse3.Operations):
         if parent.id == ROOT_ID and new_name == CONTROL_NAME:
             raise pyfuse3.FUSEError(errno.EEXIST)
         self.ws.link(node, parent, new_name)
-        if self.ws.backing is not None and node.kind == FILE:
+        if node.kind == FILE and self._bound() is not None:
             self.ws.backing.note_created(node, parent.path() + b"/" + new_name)
         return self._counted(node)
 
@@ -388,7 +447,7 @@ class MemfsOperations(pyfuse3.Operations):
         await self._enter(ctx)
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
-        if self.ws.backing is None:
+        if self._bound() is None:
             node = self.ws.unlink(parent, name)
         else:
             if self._disk_only(parent, name):
@@ -421,7 +480,7 @@ class MemfsOperations(pyfuse3.Operations):
         self._ctx(ctx)
         if CONTROL_NAME in (name_old, name_new) and ROOT_ID in (old.id, new.id):
             raise pyfuse3.FUSEError(errno.EBUSY)
-        backing = self.ws.backing
+        backing = self._bound()
         if backing is None:
             self.ws.rename(old, name_old, new, name_new, flags)
             return
@@ -461,7 +520,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if node.kind == DIR:
             raise pyfuse3.FUSEError(errno.EISDIR)
-        if node.kind == FILE and self.ws.backing is not None:
+        if node.kind == FILE and self._bound() is not None:
             await self._observe_at_open(node)
         if writing and node.readonly:
             raise pyfuse3.FUSEError(errno.EROFS)
@@ -475,7 +534,7 @@ class MemfsOperations(pyfuse3.Operations):
         # with its mtime kept leaves the same node): the kernel drops its pages at each open.
         return pyfuse3.FileInfo(fh=fh, keep_cache=node.id not in self.ws.disk_only)
 
-    @_guard
+    @_reader
     async def read(self, fh, off, size):
         h = self.handles[fh]
         if h.mem is not None:
@@ -502,15 +561,26 @@ class MemfsOperations(pyfuse3.Operations):
             await self.ws.spill(h.node)
         return n
 
-    @_guard
     async def flush(self, fh):
+        """Every close(2) of every descriptor. A memory record's close-time refusal, and a
+        writable file whose changes cannot be stored while commits fail (ENOSPC), must fail
+        the writer's close, so flush cannot be ENOSYS for the mount; for a read-only handle
+        it is one dict lookup, with no wrapper around it."""
+        self.requests["flush"] += 1
         h = self.handles.get(fh)
-        if h is not None and h.mem is not None:
-            await self.mem.flush(h.mem)
-        elif h is not None and h.node is not None and h.writable:
-            await self.ws.before_close(h.node)  # a write that cannot be stored fails here
+        if h is None or (h.mem is None and not h.writable):
+            return
+        try:
+            if h.mem is not None:
+                await self.mem.flush(h.mem)
+            elif h.node is not None:
+                await self.ws.before_close(h.node)  # a write that cannot be stored fails here
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount
+            raise _fuse_error("flush", (fh,), exc) from None
 
-    @_guard
+    @_reader
     async def release(self, fh):
         h = self.handles.pop(fh, None)
         if h is not None and h.mem is not None and not any(
@@ -536,12 +606,12 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     # -- directories ------------------------------------------------------------------
-    @_guard
+    @_reader
     async def opendir(self, inode, ctx):
         node = self._node(inode)
         if isinstance(node, (VFile, MemFile)) or (isinstance(node, Node) and node.kind != DIR):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        if isinstance(node, Node) and node.id != ROOT_ID and self.ws.backing is not None:
+        if isinstance(node, Node) and node.id != ROOT_ID and self._bound() is not None:
             await self._on_access(node, wait=True)
         fh = self._open_handle(Handle(node if isinstance(node, Node) else None))
         self._dir_snapshots[fh] = []
@@ -562,7 +632,7 @@ class MemfsOperations(pyfuse3.Operations):
             return out
         return sorted(self.ws.children(node).items())
 
-    @_guard
+    @_reader
     async def readdir(self, fh, start_id, token):
         # Offsets 1 and 2 are "." and ".."; then offsets index a snapshot taken when the
         # listing starts, so they stay stable while the directory changes. A rewind
@@ -588,7 +658,7 @@ class MemfsOperations(pyfuse3.Operations):
                 return
             self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
 
-    @_guard
+    @_reader
     async def releasedir(self, fh):
         self._dir_snapshots.pop(fh, None)
         self.handles.pop(fh, None)
@@ -598,7 +668,7 @@ class MemfsOperations(pyfuse3.Operations):
         await self._sync()
 
     # -- filesystem -------------------------------------------------------------------
-    @_guard
+    @_reader
     async def statfs(self, ctx):
         """The store filesystem's own size and use (df on the mount and on the store's disk
         agree), with what waits in memory counted as used and the headroom commits need
@@ -626,8 +696,22 @@ class MemfsOperations(pyfuse3.Operations):
         await self._enter(ctx)
         self.ws.set_xattr(node, name, value)
 
-    @_guard
     async def getxattr(self, inode, name, ctx):
+        """The kernel asks for security.capability before every write(2) (FUSE never marks an
+        inode S_NOSEC without KILLPRIV_V2, which libfuse 3.14 cannot ask for). memfs keeps only
+        user.* attributes (setxattr refuses others), so any other name is answered here, first
+        thing, without touching the tree."""
+        self.requests["getxattr"] += 1
+        if not name.startswith(b"user."):
+            raise pyfuse3.FUSEError(errno.ENODATA)
+        try:
+            return await self._user_xattr(inode, name)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount
+            raise _fuse_error("getxattr", (inode, name), exc) from None
+
+    async def _user_xattr(self, inode, name):
         node = self._node(inode)
         if name in STATE_XATTRS and isinstance(node, Node) and self.ws.backing is not None:
             state, ran = await self.ws.backing.state_now(node)  # observes the path first
@@ -641,7 +725,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENODATA)
         return node.xattrs[name]
 
-    @_guard
+    @_reader
     async def listxattr(self, inode, ctx):
         node = self._node(inode)
         if not isinstance(node, Node):
@@ -656,13 +740,23 @@ class MemfsOperations(pyfuse3.Operations):
         node = self._wnode(inode)
         self.ws.remove_xattr(node, name)
 
-    @_guard
+    @_reader
     async def access(self, inode, mode, ctx):
         return True
 
     def destroy(self) -> None:
         self.lookups.clear()
         self.handles.clear()
+
+
+def _negative(timeout: float) -> pyfuse3.EntryAttributes:
+    """A lookup's answer that the name does not exist, which the kernel caches for `timeout`
+    (an ENOENT error is never cached): inode 0, holding no reference to forget."""
+    a = pyfuse3.EntryAttributes()
+    a.st_ino = 0
+    a.entry_timeout = timeout
+    a.attr_timeout = 0
+    return a
 
 
 def _invalidate(entries: list[tuple[int, bytes]], inodes: list[int]) -> None:

@@ -13,6 +13,7 @@ every change made before the call is durable.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
 import sqlite3
@@ -65,6 +66,14 @@ from memfs.workspace.spill import SPILL_AT, spill_pieces
 log = logging.getLogger("memfs.workspace")
 
 ROOT_ID = 1
+# Inode numbers (docs/architecture.md, "Inode numbers"). A live-tree node's number is derived
+# from its place, (its parent's number, its name), so the same tree loaded again after a
+# restart shows the same numbers and git's index (which keys on st_ino) stays valid; a
+# hard-linked inode's comes from its inode-table key. They lie in [PLACED_BASE, 2**63). Below
+# 1 << 40 are counted numbers (the root, history and branch views), and from 1 << 40 the
+# generated .memfs files (memfs.fs.virtual).
+PLACED_BASE = 1 << 41
+PLACED_SPAN = (1 << 63) - PLACED_BASE
 NAME_MAX = 255
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -169,10 +178,30 @@ class Workspace(HistoryOps):
         self._next_id += 1
         return nid
 
-    def _new_node(self, kind: str, mode: int, uid: int, gid: int, space: Inodes | None) -> Node:
-        node = Node(self._new_id(), kind, mode, uid, gid, now_ns())
+    def _placed_id(self, seed: bytes) -> int:
+        """The number a live node's place (or inode key) gives it: the same on every load. One
+        still held under that number (a replaced file the kernel has not forgotten, so never
+        reused: its cached size and pages must not show for the new one) or, rarely, a hash
+        collision moves it to the next free number."""
+        digest = hashlib.blake2b(seed, digest_size=8).digest()
+        nid = PLACED_BASE + int.from_bytes(digest, "little") % PLACED_SPAN
+        while nid in self.nodes:
+            nid = PLACED_BASE + (nid - PLACED_BASE + 1) % PLACED_SPAN
+        return nid
+
+    def _new_node(self, kind: str, mode: int, uid: int, gid: int, space: Inodes | None,
+                  place: tuple[Node, bytes] | None = None, key: str | None = None) -> Node:
+        """A node numbered by its `place` (parent, name) or inode-table `key` in the live tree;
+        a view's (read-only) nodes and the root are counted."""
+        if key is not None:
+            nid = self._placed_id(b"inode-table\0" + key.encode())
+        elif place is not None and not place[0].readonly:
+            nid = self._placed_id(place[0].id.to_bytes(8, "little") + place[1])
+        else:
+            nid = self._new_id()
+        node = Node(nid, kind, mode, uid, gid, now_ns())
         node.space = space
-        self.nodes[node.id] = node
+        self.nodes[nid] = node
         return node
 
     def _load_root(self, tree: str, space: Inodes) -> Node:
@@ -186,7 +215,7 @@ class Workspace(HistoryOps):
         name = name_to_bytes(e.name)
         if e.kind == HARD:
             return self._linked(parent, name, e.ref)
-        node = self._new_node(e.kind, e.mode, e.uid, e.gid, parent.space)
+        node = self._new_node(e.kind, e.mode, e.uid, e.gid, parent.space, (parent, name))
         node.apply_entry(e)
         node.parent, node.name = parent, name
         node.readonly = parent.readonly
@@ -200,7 +229,8 @@ class Workspace(HistoryOps):
             if e is None:
                 raise fail(errno.EIO, f"{name_to_str(d.path() + b'/' + name)} names inode {key}, "
                                       "which its commit's inode table lacks: run `memfs fsck`")
-            node = self._new_node(e.kind, e.mode, e.uid, e.gid, space)
+            node = self._new_node(e.kind, e.mode, e.uid, e.gid, space,
+                                  key=None if d.readonly else key)
             node.apply_entry(e)
             node.nlink = e.nlink or 1
             node.ikey, node.links, node.readonly = key, set(), d.readonly
@@ -383,7 +413,7 @@ class Workspace(HistoryOps):
         self._settle_first(d, name)
         if d.id == ROOT_ID and kind != DIR:
             raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
-        node = self._new_node(kind, mode & 0o7777, uid, gid, d.space)
+        node = self._new_node(kind, mode & 0o7777, uid, gid, d.space, (d, name))
         node.target = target
         node.rdev = rdev
         self._attach(d, name, node)
@@ -1101,6 +1131,7 @@ class Workspace(HistoryOps):
             for name, e in fresh.items():
                 if name not in kids:
                     kids[name] = self._node_from_entry(e, d)
+                    entries.append((d.id, name))  # the kernel may cache it as missing (lookup)
             d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
 
     def _empty_subtree(self, top: Node, inodes: list) -> None:

@@ -143,8 +143,6 @@ def test_fstat_of_unlinked_open_file_has_nlink_zero(mounted) -> None:
 
 # -- review findings: open ones are xfail(strict); the rest were fixed in 271df95 -------------------
 
-@pytest.mark.xfail(strict=True, reason="an unlinked file's data lives only in daemon memory "
-                   "(never spilled, no longer counted as dirty): RSS grows without bound")
 def test_open_unlinked_file_data_keeps_daemon_rss_bounded(mounted) -> None:
     mounted.require_real()
     p = mounted.work / "spill"

@@ -229,8 +229,6 @@ def test_changes_racing_a_commit_are_never_lost_or_torn(tmp_path: Path) -> None:
     assert ws.store.fsck() == []
 
 
-@pytest.mark.xfail(strict=True, reason="history/branch view nodes are readonly, and "
-                   "Workspace.forget never drops readonly nodes: browsing history leaks nodes")
 def test_browsing_history_does_not_leak_nodes(tmp_path: Path) -> None:
     ws = new_ws(tmp_path / "root")
     work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
@@ -327,9 +325,6 @@ def test_undo_finishes_while_a_writer_keeps_writing(tmp_path: Path) -> None:
     assert done, "undo did not finish within 3 s while a writer was active"
 
 
-@pytest.mark.xfail(strict=True, reason="deep trees are handled by raising the recursion limit to "
-                   "10 000 (workspace.py): a deeper tree (cd-and-mkdir in a loop has no PATH_MAX) "
-                   "still wedges every commit with RecursionError")
 def test_deeper_than_the_recursion_limit_tree_commits(tmp_path: Path) -> None:
     import sys
 

@@ -18,6 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from memfs.errors import MemfsError
 from memfs.reconcile.observe import DEFAULT_MAX_FILE_SIZE
@@ -67,7 +68,7 @@ class Binding:
                    bool(args.get("auto_materialize")))
 
 
-def _given(args: Mapping[str, object], key: str, kind: type, default: object):  # noqa: ANN202
+def _given(args: Mapping[str, object], key: str, kind: type, default: Any) -> Any:
     """args[key] as `kind`, the default only when it is absent: 0 is a value (`--scan-deadline
     0` used to become 20 s, `--max-file-size 0` 64 MiB, silently); attach checks the range."""
     value = args.get(key)

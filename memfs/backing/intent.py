@@ -58,7 +58,7 @@ class BranchIntent:
             return None
         return {m: intent_mod.encode(self.table(m)) for m in mounts}
 
-    def set(self, mount: str, path: str, pi: PathIntent | None) -> None:
+    def set_entry(self, mount: str, path: str, pi: PathIntent | None) -> None:
         table = self.tables.setdefault(mount, IntentTable())
         new = table.with_entry(path, pi)
         if new != table:
@@ -85,7 +85,7 @@ class BranchIntent:
             if mount is not None and rel:
                 old = self.table(mount).get(rel)
                 if not old.damaged:
-                    self.set(mount, rel, PathIntent(removed, not removed, old.conflict))
+                    self.set_entry(mount, rel, PathIntent(removed, not removed, old.conflict))
 
     def _files_of(self, node: Node, path: bytes) -> Iterator[bytes]:
         if node.kind == FILE:
@@ -112,12 +112,12 @@ class BranchIntent:
         table = self.table(mount)
         for path in sp.clear_intent:
             if path not in skipped:
-                self.set(mount, path, None)
+                self.set_entry(mount, path, None)
         for path, c in sp.record_conflicts.items():
             if path in skipped or not isinstance(c, Conflict):
                 continue
             old = table.get(path)
-            self.set(mount, path, PathIntent(old.tombstone, old.origin_store, c))
+            self.set_entry(mount, path, PathIntent(old.tombstone, old.origin_store, c))
 
     def decided(self, mount: str, paths: Iterable[str]) -> None:
         """A pass decided these paths: their rewind marks go."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import trio
@@ -31,6 +31,7 @@ from memfs.backing.paths import split_path
 from memfs.backing.results import Materialized, MaterializeDone, MaterializeOutcome, NotDecided
 from memfs.backing.states import States
 from memfs.backing.storeview import StoreView, ref_chunks
+from memfs.reconcile.apply import MaterializeResult
 from memfs.reconcile.contained import RootId
 from memfs.reconcile.plan import pending_from_journal, plan_pass
 from memfs.store.journal import Journal
@@ -124,14 +125,15 @@ class Materializer:
         # The bytes to write, taken now on the loop.
         sources: dict[str, tuple[bytes | tuple[str, int], str]] = {}
         for w in mplan.writes:
-            node = nodes[w.path]
+            node, digest = nodes[w.path], s_view[w.path].digest
+            assert digest is not None  # the store side always has its digest
             if node.dirty or node.ref is None:
-                sources[w.path] = (self.ws.read(node, 0, node.size()), s_view[w.path].digest)
+                sources[w.path] = (self.ws.read(node, 0, node.size()), digest)
             else:
-                sources[w.path] = ((node.ref, node.size()), s_view[w.path].digest)
+                sources[w.path] = ((node.ref, node.size()), digest)
         store = self.ws.store
 
-        def content(path: str):  # noqa: ANN202 - (bytes or chunks, digest)
+        def content(path: str) -> tuple[bytes | Iterator[bytes], str]:
             src, digest = sources[path]
             data = src if isinstance(src, bytes) else ref_chunks(store, *src)
             return data, digest
@@ -143,7 +145,7 @@ class Materializer:
                 time.sleep(delay)
             return self.ws.branch == branch and self.view.epoch == epoch
 
-        def run():  # noqa: ANN202 - apply.MaterializeResult
+        def run() -> MaterializeResult:
             settle(self.journal, mount, plan.decisions, plan.pending)
             result = run_materialize(self.journal, mount, b.dir,
                                      RootId(obs.root.dev, obs.root.ino), mplan, content,
@@ -165,7 +167,8 @@ class Materializer:
             PIN_REMEDY.format(pinned=pinned, branch=branch)
             if result.refused and pinned is not None else None, result.interrupted)
 
-    def _events(self, mount: str, branch: str, result, *, auto: bool) -> None:  # noqa: ANN001
+    def _events(self, mount: str, branch: str, result: MaterializeResult, *,
+                auto: bool) -> None:
         if result.refused:
             self.events.record("write-refused", mount=mount, path=None, reason=result.refused)
         for s in result.skipped:

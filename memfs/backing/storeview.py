@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import xxhash
 
@@ -76,7 +76,7 @@ class StoreView:
         self.digests: dict[RefKey, str] = {}
         self.draft_digests: dict[int, tuple[int, str]] = {}
         # [key, nodes, refs still to hash, view or None]
-        self._memo: list | None = None  # type: ignore[type-arg]
+        self._memo: list[Any] | None = None
 
     def tree_replaced(self) -> None:
         self.epoch += 1
@@ -107,11 +107,12 @@ class StoreView:
         nothing it depends on moved (module docstring): a pass asks twice, and a quiet tree's
         next pass asks the same question again; at 100k files the walk and the view cost
         more than the decisions."""
-        key = self._key(mount, scope)
+        top = self.mount_node(mount)
+        key = self._key(mount, scope, top)
         memo = self._memo
         if memo is None or memo[0] != key:
-            nodes = self._walk(key[-1], scope)
-            refs = {}
+            nodes = self._walk(top, scope)
+            refs: dict[RefKey, None] = {}
             for node in nodes.values():
                 if not node.dirty and node.ref is not None:
                     refs[(node.ref, node.data.size if node.data is not None else 0)] = None
@@ -121,9 +122,11 @@ class StoreView:
             memo[2] = {ref: None for ref in memo[2] if ref not in digests}
         return memo[1], list(memo[2])
 
-    def _key(self, mount: str, scope: str) -> tuple[object, ...]:
+    def _key(self, mount: str, scope: str, top: Node | None = None) -> tuple[object, ...]:
         ws = self.ws
-        return (mount, scope, self.epoch, ws.mutation_seq, ws.head, self.mount_node(mount))
+        if top is None:
+            top = self.mount_node(mount)
+        return (mount, scope, self.epoch, ws.mutation_seq, ws.head, top)
 
     def _walk(self, top: Node | None, scope: str) -> dict[str, Node]:
         nodes: dict[str, Node] = {}

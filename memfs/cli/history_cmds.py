@@ -17,6 +17,7 @@ from memfs.cli.history_text import (
     change_lines,
     commit_line,
     diff_text,
+    gap_line,
     listing_lines,
     span_json,
     span_line,
@@ -176,20 +177,24 @@ def cmd_log(args) -> int:
         docs, lines = [], []
         if args.ops:
             for s in _op_spans(store, hist, limit, since):
-                ch = diff_trees(store, _tree(store, s.target), s.commits[0].commit.tree) \
+                last = s.commits[-1]
+                ch = diff_trees(store, _base(store, hist, last), s.commits[0].commit.tree) \
                     if changes else None
-                docs.append(span_json(s, ch))
+                doc = span_json(s, ch)
                 lines.append(span_line(s))
                 lines += change_lines(ch, args.stat) if ch is not None else []
+                _gaps(hist, s.commits, doc, lines)
+                docs.append(doc)
         else:
             for c in _commits(hist, limit, since):
-                ch = diff_trees(store, _tree(store, c.parent), c.commit.tree) if changes else None
+                ch = diff_trees(store, _base(store, hist, c), c.commit.tree) if changes else None
                 doc = c.to_json()
                 if ch is not None:
                     doc["changes"] = [x.to_json() for x in ch]
-                docs.append(doc)
                 lines.append(commit_line(c))
                 lines += change_lines(ch, args.stat) if ch is not None else []
+                _gaps(hist, (c,), doc, lines)
+                docs.append(doc)
     finally:
         store.close()
     emit(args, docs, "\n".join(lines) or "no commits")
@@ -231,6 +236,22 @@ def _from_cwd(args, store: Store, trees: list[str], path: str) -> str | None:
 
 def _tree(store: Store, cid: str | None) -> str | None:
     return store.commit(cid).tree if cid else None
+
+
+def _base(store: Store, hist: History, c) -> str | None:
+    """The tree a commit's changes are read against: its parent's, or, when the retention
+    policy dropped the parent, the nearest kept ancestor's (the gap's changes come with it)."""
+    gap = hist.gap_below(c.id)
+    return _tree(store, gap.below if gap is not None else c.parent)
+
+
+def _gaps(hist: History, commits, doc: dict, lines: list[str]) -> None:
+    """After a commit (or an operation's commits), the dropped commits below each."""
+    for c in commits:
+        gap = hist.gap_below(c.id)
+        if gap is not None:
+            doc.setdefault("dropped_below", gap.to_json())
+            lines.append(gap_line(gap))
 
 
 def cmd_reflog(args) -> int:

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 
-from memfs.store.history import LoggedCommit, OpRecord
+from memfs.store.history import Gap, LoggedCommit, OpRecord
 from memfs.store.opspan import Span
 from memfs.store.store import Store
 from memfs.store.treediff import (
@@ -59,6 +59,20 @@ def commit_line(c: LoggedCommit) -> str:
     by = who(c.op)
     return f"{c.id[:12]}  {when(c.time_ns)}  {c.commit.message}" + (f"  ({by})" if by else "") \
         + marks
+
+
+def gap_line(gap: Gap) -> str:
+    """The commits the retention policy dropped below a kept one, and what they held."""
+    n = len(gap.commits)
+    held = gap.labels[:5]
+    more = len(gap.labels) - len(held)
+    what = (": " + "; ".join(f"`{x}`" for x in held) + (f" and {more} more" if more else "")
+            if held else "")
+    unrecorded = f" ({gap.unrecorded} with no record of who made them)" if gap.unrecorded and \
+        held else ""
+    return (f"  ... {n} commit{'s' if n != 1 else ''} from {when(gap.oldest_ns)} to "
+            f"{when(gap.newest_ns)} dropped by the retention policy on {when(gap.dropped_ns)} "
+            f"({gap.reason}){what}{unrecorded}")
 
 
 def span_line(s: Span) -> str:

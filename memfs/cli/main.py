@@ -22,7 +22,7 @@ import sys
 from memfs.errors import MemfsError
 
 TOPICS = ("mount_cmds", "store_cmds", "history_cmds", "memory_cmds", "consolidate_cmds",
-          "receipts_cmds", "reconcile_cmds")
+          "receipts_cmds", "reconcile_cmds", "gc_cmds")
 
 
 def build_parser() -> argparse.ArgumentParser:

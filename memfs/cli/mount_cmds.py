@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from memfs.cli.gc_cmds import add_policy_flags, policy_from_flags, status_lines
 from memfs.cli.main import add_json_flag, emit
 from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
@@ -32,6 +33,8 @@ from memfs.liveness import (
 )
 from memfs.rootdir import resolve_root
 from memfs.store import Store
+from memfs.store.gc import last_run
+from memfs.store.retention import Policy
 
 FUSE_CONF = Path("/etc/fuse.conf")
 MOUNT_WAIT = 30.0  # seconds `memfs mount` waits for the daemon's mount to appear
@@ -41,6 +44,7 @@ EXIT_WAIT = 60.0  # seconds `memfs umount` waits for the daemon's final commit a
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="create the store (idempotent)")
+    add_policy_flags(p)
     add_json_flag(p)
     p.set_defaults(func=cmd_init)
 
@@ -76,9 +80,15 @@ def _root(args) -> Path:
 
 def cmd_init(args) -> int:
     root = _root(args)
+    policy_from_flags(args, Policy())  # a bad value is refused before anything is created
     store = Store.open(root)
-    head = store.head()
-    store.close()
+    try:
+        policy = policy_from_flags(args, store.policy())
+        if policy is not None:
+            store.set_policy(policy)
+        head = store.head()
+    finally:
+        store.close()
     emit(args, {"root": str(root), "head": head}, f"memfs store ready at {root}")
     return 0
 
@@ -369,10 +379,11 @@ def _umount_live(args, owner: Path, mnt: Path) -> int:
     if pid is not None:
         try:
             call(owner, "sync")
-        except MemfsError as exc:
-            raise MemfsError(f"could not commit what is pending in {mnt}: {exc.message}",
-                             f"{exc.remedy + '; ' if exc.remedy else ''}nothing was unmounted "
-                             "(the daemon keeps retrying)") from None
+        except MemfsError as exc:  # nothing was unmounted: the mount stays usable
+            raise MemfsError(f"{mnt} stays mounted: could not commit what is pending: "
+                             f"{exc.message}",
+                             f"{exc.remedy + '; ' if exc.remedy else ''}then `memfs umount` "
+                             "again (the daemon keeps retrying meanwhile)") from None
     res = subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True, text=True)
     if res.returncode != 0:
         raise _busy_or(mnt, res.stderr.strip())
@@ -452,6 +463,7 @@ def cmd_status(args) -> int:
     lines = [_daemon_line(root, st.get("daemon")),
              f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
              f"pending  {st['pending']} change(s) not yet durable",
+             *status_lines(st),
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
     lines += _backing_lines(st)
     emit(args, st, "\n".join(lines))
@@ -468,8 +480,11 @@ def _direct_status(root: Path) -> dict:
         head = store.head()
         tree = store.commit(head).tree
         mounts = sorted(e.name for e in decode_dir(store.read_object(tree)))
+        policy = store.policy()
         st = {"root": str(store.root), "branch": store.current_branch(), "head": head,
-              "pending": 0, "durable": True, "mounts": mounts, "daemon": None}
+              "pending": 0, "durable": True, "mounts": mounts, "daemon": None,
+              "retention": {**policy.to_json(), "summary": policy.summary()},
+              "gc": {"running": None, "last": last_run(store)}}
     finally:
         store.close()
     if held:

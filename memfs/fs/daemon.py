@@ -28,10 +28,12 @@ from memfs.fs.operations import MemfsOperations
 from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
 from memfs.rootdir import control_socket
 from memfs.workspace.agent_memory import recover_reviews
+from memfs.workspace.lifecycle import Lifecycle
 from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
 STOP_DRAIN_LIMIT = 60  # seconds a stop waits for running backing work before cutting it
+STOP_COMMIT_LIMIT = 60  # seconds a stop retries a failing last commit (a full disk)
 LOCK_PATIENCE = 1.0  # seconds to wait out a CLI's liveness probe of the root lock
 READ_ONLY_OPS = ("ping", "status", "requests", "log", "branch_list", "backing_events",
                  "backing_states")
@@ -131,6 +133,7 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
                      options: set[str]) -> None:
     store = ws.store
     backing = Backing(ws)
+    lifecycle = Lifecycle(ws)
     ops = MemfsOperations(ws)
     try:
         pyfuse3.init(ops, str(mountpoint), options)
@@ -140,7 +143,7 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
         raise MemfsError(f"FUSE could not mount {mountpoint} ({exc})",
                          "the fuse line before this one says why") from None
     try:
-        trio.run(_serve, ws, backing, ops, root, lock)
+        trio.run(_serve, ws, backing, lifecycle, ops, root, lock)
     except BaseException:
         log.exception("daemon stopped by an error")
         raise
@@ -155,10 +158,11 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
                 sock.unlink()
 
 
-async def _serve(ws: Workspace, backing: Backing, ops: MemfsOperations, root: Path,
-                 lock: RootLock) -> None:
+async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle, ops: MemfsOperations,
+                 root: Path, lock: RootLock) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
+        nursery.start_soon(lifecycle.run)
         nursery.start_soon(_signals, ws)
         nursery.start_soon(_heartbeat, ws, lock)
         await nursery.start(_control_server, ws, backing, ops, root)
@@ -183,7 +187,7 @@ async def _stop(ws: Workspace, backing: Backing) -> None:
         backing.stopped = True
     log.info("committing what is pending")
     ws.stopped = True
-    await ws.commit("unmount")
+    await ws.final_commit("unmount", STOP_COMMIT_LIMIT)
 
 
 async def _heartbeat(ws: Workspace, lock: RootLock) -> None:
@@ -309,6 +313,11 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
         result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
     elif op == "branch_switch":
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
+    elif op in ("gc", "du"):
+        lifecycle = ws.lifecycle
+        assert lifecycle is not None  # the daemon installs one before serving
+        result = await lifecycle.collect(dry_run=op == "du" or bool(args.get("dry_run")),
+                                         trigger="manual" if op == "gc" else "du")
     elif op.startswith("backing_"):
         if op == "backing_after_batch":  # an agent's tool batch ended: an operation boundary
             await ws.mark(args.get("agent") or "after-batch")

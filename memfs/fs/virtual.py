@@ -71,7 +71,8 @@ class VirtualTree:
 
     def _top_children(self) -> dict[bytes, Callable[[], object]]:
         items = {
-            b"status": lambda: self._file(self._status, prepare=lambda: self.ws.backing.refresh_status()),
+            b"status": lambda: self._file(
+                self._status, prepare=lambda: self.ws.backing.refresh_status()),
             b"branches": lambda: self._dir(self._branch_lookup, self._branch_list),
             b"history": lambda: self.history.history_dir(),
             b"checkpoints": lambda: self.history.checkpoints_dir(),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from memfs.errors import MemfsError
 from memfs.reconcile.contained import Refused, RootId
@@ -26,8 +26,9 @@ from memfs.testing import crash_point
 
 
 class JournalLike(Protocol):
-    def begin_intent(self, mount: str, path: str, op: str, *, old: str | None, new: str | None,
-                     branch: str | None = None, root: tuple[int, int] | None = None,
+    def begin_intent(self, mount: str, path: str, op: Literal["write", "unlink", "adopt"], *,
+                     old: str | None, new: str | None, branch: str | None = None,
+                     root: tuple[int, int] | None = None, prior: str | None | bool = False,
                      mode: int | None = None) -> int: ...
     def complete_intent(self, intent_id: int) -> None: ...
     def abandon_intent(self, intent_id: int) -> None: ...

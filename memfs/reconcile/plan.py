@@ -52,9 +52,12 @@ class Observed(Protocol):
     A path in `files` reads as that file's content whatever the regions say: `disk(path)` is
     then Content(fact.digest, fact.kind), which the unchanged fast path relies on."""
 
-    scope: str
-    files: Mapping[str, ObservedFile]
-    regions: Sequence[object]
+    @property
+    def scope(self) -> str: ...
+    @property
+    def files(self) -> Mapping[str, ObservedFile]: ...
+    @property
+    def regions(self) -> Sequence[object]: ...
 
     def disk(self, path: str) -> Disk: ...
 

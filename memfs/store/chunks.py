@@ -42,6 +42,12 @@ class ChunkStore:
         self._write_pack: int | None = None
         self._write_fd: int | None = None
         self._write_end = 0
+        self._txn_start = 0  # where the running transaction's appends began
+        self._txn_ids: list[str] = []  # chunks it appended (their cached locations)
+        # Bumped when chunks move or go (GC): a location read from SQLite before the bump is
+        # not cached after it, so no stale location outlives a pack rewrite.
+        self._generation = 0
+        self._retired: dict[int, int] = {}  # removed packs' read fds, closed at the next GC
 
     # -- reading ---------------------------------------------------------------
     def locate(self, conn: sqlite3.Connection, chunk_id: str) -> tuple[int, int, int]:
@@ -50,11 +56,14 @@ class ChunkStore:
             if loc is not None:
                 self._locations.move_to_end(chunk_id)
                 return loc
+            generation = self._generation
         row = conn.execute("SELECT pack, off, len FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
         if row is None:
             raise KeyError(f"chunk {chunk_id} is missing from the store")
         loc = (row[0], row[1], row[2])
         with self._lock:
+            if generation != self._generation:
+                return loc
             self._locations[chunk_id] = loc
             if len(self._locations) > 65536:
                 self._locations.popitem(last=False)
@@ -80,8 +89,10 @@ class ChunkStore:
         with self._lock:
             fd = self._read_fds.get(pack)
             if fd is None:
-                fd = os.open(self.dir / f"{pack:08d}.pack", os.O_RDONLY | os.O_CLOEXEC)
-                self._read_fds[pack] = fd
+                fd = self._retired.get(pack)
+                if fd is None:
+                    fd = os.open(self.pack_path(pack), os.O_RDONLY | os.O_CLOEXEC)
+                    self._read_fds[pack] = fd
             return fd
 
     # -- writing (commit thread) -----------------------------------------------
@@ -120,7 +131,53 @@ class ChunkStore:
             with self._lock:
                 for cid, p, o, n in rows:
                     self._locations[cid] = (p, o, n)
+                self._txn_ids += [r[0] for r in rows]
         return ids, rows
+
+    # -- the writer's transaction (Store.transaction calls these, under its lock) -----------
+    def begin(self) -> None:
+        self._txn_start = self._write_end
+        self._txn_ids = []
+
+    def rollback(self) -> None:
+        """The transaction surely did not commit: give back what it appended. Those bytes are
+        named by no committed row, so cutting them is safe, and on a full disk it returns
+        the space at once instead of leaving a dead tail per failed commit."""
+        with self._lock:
+            for cid in self._txn_ids:
+                self._locations.pop(cid, None)
+        self._txn_ids = []
+        self._write_end = self._txn_start
+        if self._write_fd is not None and os.fstat(self._write_fd).st_size > self._txn_start:
+            os.ftruncate(self._write_fd, self._txn_start)
+
+    @property
+    def write_end(self) -> int:
+        return self._write_end
+
+    def seal(self) -> None:
+        """The next commit starts a new pack; this one may then be rewritten (GC, under the
+        writer lock)."""
+        if self._write_fd is not None:
+            os.close(self._write_fd)
+        self._write_fd = self._write_pack = None
+        self._write_end = self._txn_start = 0
+
+    def remove_pack(self, pack: int) -> None:
+        """Unlink a pack no row names (GC, under the writer lock; the caller syncs the dir)."""
+        with self._lock:
+            fd = self._read_fds.pop(pack, None)
+            if fd is not None:
+                os.close(fd)
+        try:
+            os.unlink(self.pack_path(pack))
+        except FileNotFoundError:
+            pass
+
+    @property
+    def write_pack(self) -> int | None:
+        """The pack group commits append to (GC never rewrites or removes it)."""
+        return self._write_pack
 
     def _known(self, conn: sqlite3.Connection, cid: str) -> bool:
         return conn.execute("SELECT 1 FROM chunks WHERE id = ?", (cid,)).fetchone() is not None
@@ -146,20 +203,59 @@ class ChunkStore:
             return self._write_fd, self._write_pack  # type: ignore[return-value]
         if self._write_fd is not None:
             os.close(self._write_fd)
-        existing = sorted(int(p.stem) for p in self.dir.glob("*.pack") if p.stem.isdigit())
-        pack = (existing[-1] + 1) if existing else 1
-        fd = os.open(
-            self.dir / f"{pack:08d}.pack", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600
-        )
-        fsync_dir(self.dir)
+            self._write_fd = None
+        fd, pack = self.new_pack()
         self._write_fd, self._write_pack, self._write_end = fd, pack, 0
+        self._txn_start = 0
         return fd, pack
+
+    def new_pack(self) -> tuple[int, int]:
+        """Create the next numbered pack (its name synced); the commit thread and a GC's pack
+        rewrite both take numbers here, so two never share one."""
+        with self._lock:
+            while True:
+                pack = max(self.pack_numbers(), default=0) + 1
+                try:
+                    fd = os.open(self.pack_path(pack),
+                                 os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                    break
+                except FileExistsError:
+                    continue
+        fsync_dir(self.dir)
+        return fd, pack
+
+    def pack_numbers(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.dir.glob("*.pack") if p.stem.isdigit())
+
+    def pack_path(self, pack: int) -> Path:
+        return self.dir / f"{pack:08d}.pack"
+
+    # -- GC: moved and removed chunks (memfs.store.gc) ----------------------------------------
+    def forget_locations(self, retire: list[int] = ()) -> None:
+        """Chunks moved or went: drop every cached location. Packs in `retire` are about to be
+        removed: their read fds stay open (a read that located a chunk there a moment ago still
+        gets its bytes) until the next call closes them."""
+        with self._lock:
+            self._generation += 1
+            self._locations.clear()
+            for fd in self._retired.values():
+                os.close(fd)
+            self._retired = {}
+            for pack in retire:
+                fd = self._read_fds.pop(pack, None)
+                if fd is None:
+                    try:
+                        fd = os.open(self.pack_path(pack), os.O_RDONLY | os.O_CLOEXEC)
+                    except FileNotFoundError:
+                        continue
+                self._retired[pack] = fd
 
     def close(self) -> None:
         with self._lock:
-            for fd in self._read_fds.values():
+            for fd in [*self._read_fds.values(), *self._retired.values()]:
                 os.close(fd)
             self._read_fds.clear()
+            self._retired.clear()
         if self._write_fd is not None:
             os.close(self._write_fd)
             self._write_fd = None

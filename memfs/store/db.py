@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 SCHEMA_VERSION = 1
+WAL_SIZE_LIMIT = 16 << 20
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -40,10 +41,19 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None
         )
     else:
+        new = not path.exists() or path.stat().st_size == 0
         conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA busy_timeout = 10000")
     if not readonly:
+        if new:
+            # Before WAL, and only on a new database (on an old one it is a write, which a
+            # full disk refuses). Pages GC frees go back to the filesystem (memfs.store.gc
+            # runs incremental_vacuum); an older store keeps them for later commits instead.
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
         conn.execute("PRAGMA journal_mode = WAL")
+        # After a big transaction the WAL is cut back to this once checkpointed, instead of
+        # keeping its largest size on the disk forever.
+        conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
     conn.execute("PRAGMA synchronous = FULL")
     return conn
 

@@ -1,21 +1,30 @@
 """memfs fsck: every commit's objects and chunks exist, and its link counts add up.
 
-Follows exactly what Store.references says each entry and commit holds, so GC and fsck can
-never disagree on what is reachable. A directory object's facts (its hard-link names by inode
-key, its number of subdirectories) depend only on its id, so each object is read once however
-many commits share it. Runs in the calling thread; touches only the store's reader.
+Follows exactly what memfs.store.refs says each commit, entry and object names, the graph GC's
+mark walks too, so GC and fsck can never disagree on what is reachable. A directory object's
+facts (its hard-link names by inode key, its number of subdirectories) depend only on its id,
+so each object is read once however many commits share it. Work lists, not recursion: a tree
+of any depth is checked. Runs in the calling thread; touches only the store's reader.
 """
 
 from __future__ import annotations
 
-import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from memfs.store.trees import DIR, HARD, KINDS, decode_dir
-
-# Trees are walked recursively; a 4 KiB path can be 2048 levels deep.
-sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+from memfs.store.refs import (
+    CHUNK,
+    INODES,
+    TREE,
+    Ref,
+    UnknownEntry,
+    entry_refs,
+    inode_key,
+    inode_rows,
+    object_refs,
+)
+from memfs.store.trees import Entry, decode_dir
 
 
 @dataclass
@@ -25,75 +34,108 @@ class _TreeFacts:
 
 
 @dataclass
+class _Frame:
+    """A directory being walked: its entries still to look at, what it found so far, and
+    the entry its parent names it by (checked against its facts once it is done)."""
+
+    oid: str
+    where: str
+    entries: Iterator[Entry]
+    facts: _TreeFacts
+    named_by: Entry | None
+
+
+@dataclass
 class _Check:
     store: object
     problems: list[str] = field(default_factory=list)
     trees: dict[str, _TreeFacts] = field(default_factory=dict)
-    chunks: set[str] = field(default_factory=set)
+    seen: set[Ref] = field(default_factory=set)  # manifests, blobs and chunks read once
 
-    def refs(self, item, where: str):
-        try:
-            return self.store.references(item)
-        except Exception as exc:  # noqa: BLE001 - fsck reports, never raises
-            self.problems.append(f"{where}: {exc}")
-            return None
-
-    def content(self, refs, where: str) -> None:
-        for chunk in refs.chunks:
-            if chunk in self.chunks:
+    def leaf(self, ref: Ref, where: str) -> None:
+        """A chunk, manifest or blob: it exists, and what it names exists."""
+        stack = [ref]
+        while stack:
+            r = stack.pop()
+            if r in self.seen:
                 continue
-            self.chunks.add(chunk)
+            self.seen.add(r)
             try:
-                self.store.read_chunk(chunk)
-            except (KeyError, OSError) as exc:
-                self.problems.append(f"{where}: chunk {chunk}: {exc}")
+                if r.kind == CHUNK:
+                    self.store.read_chunk(r.id)
+                else:
+                    stack += object_refs(r, self.store.read_object(r.id))
+            except Exception as exc:  # noqa: BLE001 - fsck reports, never raises
+                self.problems.append(f"{where}: {r.kind} {r.id}: {exc}")
 
-    def tree(self, oid: str, where: str) -> _TreeFacts:
-        facts = self.trees.get(oid)
-        if facts is not None:
-            return facts
-        facts = self.trees[oid] = _TreeFacts()
+    def _open(self, oid: str, where: str, named_by: Entry | None) -> _Frame:
+        facts = _TreeFacts()
         try:
             entries = decode_dir(self.store.read_object(oid))
         except Exception as exc:  # noqa: BLE001
             self.problems.append(f"tree {oid} ({where or '/'}): {exc}")
-            return facts
-        for e in entries:
-            path = f"{where}/{e.name}"
-            if e.kind not in KINDS and e.kind != HARD:
-                self.problems.append(f"{path}: unknown kind {e.kind!r}")
+            entries = []
+        return _Frame(oid, where, iter(entries), facts, named_by)
+
+    def tree(self, oid: str) -> _TreeFacts:
+        """The facts of one root tree, every directory below it walked once (post-order)."""
+        if oid in self.trees:
+            return self.trees[oid]
+        stack = [self._open(oid, "", None)]
+        while True:
+            frame = stack[-1]
+            e = next(frame.entries, None)
+            if e is None:
+                stack.pop()
+                self.trees[frame.oid] = frame.facts
+                if not stack:
+                    return frame.facts
+                self._counted(stack[-1].facts, frame.facts, frame.named_by, frame.where)
                 continue
-            refs = self.refs(e, path)
-            if refs is None:
+            path = f"{frame.where}/{e.name}"
+            try:
+                refs = entry_refs(e)
+            except UnknownEntry as exc:
+                self.problems.append(f"{path}: {exc}")
                 continue
-            self.content(refs, path)
-            if refs.inode is not None:
-                facts.links[refs.inode] += 1
-            for sub in refs.trees:
-                below = self.tree(sub, path)
-                facts.links.update(below.links)
-                facts.subdirs += 1
-                if e.nlink is not None and e.nlink != 2 + below.subdirs:
-                    self.problems.append(f"{path}: directory link count {e.nlink}, but it has "
-                                         f"{below.subdirs} subdirectories (want "
-                                         f"{2 + below.subdirs})")
-        return facts
+            key = inode_key(e)
+            if key is not None:
+                frame.facts.links[key] += 1
+            for ref in refs:
+                if ref.kind != TREE:
+                    self.leaf(ref, path)
+                elif ref.id in self.trees:
+                    self._counted(frame.facts, self.trees[ref.id], e, path)
+                else:
+                    stack.append(self._open(ref.id, path, e))
+
+    def _counted(self, parent: _TreeFacts, below: _TreeFacts, e: Entry | None,
+                 path: str) -> None:
+        parent.links.update(below.links)
+        parent.subdirs += 1
+        if e is not None and e.nlink is not None and e.nlink != 2 + below.subdirs:
+            self.problems.append(f"{path}: directory link count {e.nlink}, but it has "
+                                 f"{below.subdirs} subdirectories (want {2 + below.subdirs})")
 
     def commit(self, commit) -> None:
         where = f"commit {commit.id[:12]}"
-        refs = self.refs(commit, where)
-        if refs is None:
+        try:
+            refs = self.store.commit_refs(commit)
+        except Exception as exc:  # noqa: BLE001
+            self.problems.append(f"{where}: {exc}")
             return
-        links: Counter = Counter()
-        for oid in refs.trees:
-            links.update(self.tree(oid, "").links)
-        table = {e.name: e for e in refs.inodes}
+        links = self.tree(refs.tree).links
+        for ref in refs.intents:
+            self.leaf(ref, f"{where} intents")
+        table: dict[str, Entry] = {}
+        if refs.inodes is not None:
+            try:
+                table = inode_rows(self.store.read_object(refs.inodes))
+            except Exception as exc:  # noqa: BLE001
+                self.problems.append(f"{where}: {INODES} {refs.inodes}: {exc}")
         for key, e in table.items():
-            if e.kind == DIR or e.kind == HARD:
-                self.problems.append(f"{where}: inode {key} is a {e.kind!r} (not linkable)")
-            sub = self.refs(e, f"{where} inode {key}")
-            if sub is not None:
-                self.content(sub, f"{where} inode {key}")
+            for ref in entry_refs(e):
+                self.leaf(ref, f"{where} inode {key}")
             if links[key] != (e.nlink or 0):
                 self.problems.append(f"{where}: inode {key} records {e.nlink} link(s) but "
                                      f"{links[key]} name(s) point at it")

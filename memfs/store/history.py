@@ -20,7 +20,14 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
-from memfs.store.store import Commit, Store, StoreError, _check_ref_name, check_new_name
+from memfs.store.store import (
+    Commit,
+    CommitDropped,
+    Store,
+    StoreError,
+    _check_ref_name,
+    check_new_name,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS commit_ops (commit_id TEXT PRIMARY KEY, data TEXT NOT NULL);
@@ -124,6 +131,33 @@ class LoggedCommit:
             "cmdline": op.label if op else None, "kind": op.kind if op else None,
         })
         return doc
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Commits the retention policy dropped between a kept commit and its nearest kept
+    ancestor, read from their tombstones (retention's `dropped_commits`), which keep who made
+    them (`commit_ops`) for the reflog window: how `log` shows the gap and `undo` decides
+    whether an operation can still be taken back over it."""
+
+    commits: tuple[str, ...]  # newest first
+    newest_ns: int
+    oldest_ns: int
+    dropped_ns: int
+    reason: str  # the newest tombstone's
+    below: str | None  # the nearest kept ancestor (None: nothing older is kept)
+    ops: tuple[OpRecord, ...] = ()  # the operations they held, as far as recorded
+    unrecorded: int = 0  # tombstones with no operations kept (older ones, or never recorded)
+
+    @property
+    def labels(self) -> list[str]:
+        return list(dict.fromkeys(o.label for o in self.ops))
+
+    def to_json(self) -> dict:
+        return {"commits": list(self.commits), "count": len(self.commits),
+                "newest_time": self.newest_ns / 1e9, "oldest_time": self.oldest_ns / 1e9,
+                "dropped_time": self.dropped_ns / 1e9, "reason": self.reason,
+                "below": self.below, "operations": self.labels, "unrecorded": self.unrecorded}
 
 
 @dataclass(frozen=True)
@@ -251,6 +285,8 @@ class History:
         self._ops = _has_table(store, "commit_ops")
         self._marks = _has_table(store, "marks")
         self._gaps = _has_table(store, "dropped_commits")  # the retention policy's (lifecycle)
+        self.gaps: dict[str, Gap] = {}  # kept commit id -> the dropped commits below it
+        self._ids: set[str] = set()  # ids of _items (gap_below's look-up)
 
     def get(self, i: int) -> LoggedCommit | None:
         while i >= len(self._items) and self._next is not None:
@@ -265,7 +301,7 @@ class History:
 
     def _load_page(self) -> None:
         # One recursive query walks up to PAGE parents (the commits table is keyed by id).
-        self._next = self._over_gaps(self._next)
+        self._next = self._over_gaps(self._next, self._items[-1].id if self._items else None)
         if self._next is None:
             return
         rows = self.store._query(
@@ -284,14 +320,41 @@ class History:
             self._items.append(LoggedCommit(c, ops.get(c.id), tuple(marks.get(c.id, ()))))
         self._next = commits[-1].parent
 
-    def _over_gaps(self, cid: str | None) -> str | None:
-        """A commit the retention policy dropped is walked over to its parent, as log does."""
+    def gap_below(self, cid: str) -> Gap | None:
+        """The dropped commits between kept commit `cid` (already read) and its nearest kept
+        ancestor, if any: they are walked when the commits after `cid` are read (read here
+        as far as needed)."""
+        while self._next is not None and (not self._items or self._items[-1].id == cid
+                                          or cid not in self._seen()):
+            self._load_page()
+        return self.gaps.get(cid)
+
+    def _seen(self) -> set[str]:
+        if len(self._ids) != len(self._items):
+            self._ids = {c.id for c in self._items}
+        return self._ids
+
+    def _over_gaps(self, cid: str | None, child: str | None) -> str | None:
+        """A commit the retention policy dropped is walked over to its parent, as log does;
+        what was walked over is remembered as the gap below `child`."""
+        walked: list[tuple] = []
         while cid is not None and self._gaps and not self.store._query(
                 "SELECT 1 FROM commits WHERE id = ?", (cid,)):
-            rows = self.store._query("SELECT parent FROM dropped_commits WHERE id = ?", (cid,))
+            rows = self.store._query("SELECT parent, time_ns, dropped_ns, reason FROM "
+                                     "dropped_commits WHERE id = ?", (cid,))
             if not rows:
                 break
+            walked.append((cid, *rows[0]))
             cid = rows[0][0]
+        if walked and child is not None:
+            ids = [w[0] for w in walked]
+            ops: dict[str, tuple[OpRecord, ...]] = {}
+            for i in range(0, len(ids), PAGE):
+                ops.update(self._ops_of(ids[i:i + PAGE]))
+            self.gaps[child] = Gap(
+                tuple(ids), walked[0][2], walked[-1][2], walked[0][3], walked[0][4], cid,
+                tuple(o for i in ids for o in ops.get(i, ())),
+                sum(1 for i in ids if i not in ops))
         return cid
 
     def _ops_of(self, ids: list[str]) -> dict[str, tuple[OpRecord, ...]]:
@@ -435,6 +498,8 @@ def find_point(store: Store, text: str, head: str) -> Point:
     """A revision if it names one, else a time on head's history."""
     try:
         return Point(resolve(store, text), "rev")
+    except CommitDropped:
+        raise  # a revision that names a dropped commit: said by name, not "not a time"
     except StoreError as exc:
         try:
             when = parse_when(text)

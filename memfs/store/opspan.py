@@ -68,6 +68,10 @@ class Span:
         """Did this operation set a time on purpose (touch) in any of its commits?"""
         return any(o.set_times and self._mine(o) for c in self.commits for o in c.ops or ())
 
+    def owns(self, o: OpRecord) -> bool:
+        """Is `o` a change of this operation (its group, or its command)?"""
+        return self._mine(o)
+
     def _mine(self, o: OpRecord) -> bool:
         if self.op is None:
             return False

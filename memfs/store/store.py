@@ -9,33 +9,27 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
-from memfs.store import db
+from memfs.store import db, retention
 from memfs.store.chunks import ChunkStore
-from memfs.store.trees import (
-    DIR,
-    FILE,
-    HARD,
-    Entry,
-    decode_inodes,
-    decode_manifest,
-    encode_dir,
-    object_id,
-)
+from memfs.store.refs import CommitRefs, commit_refs
+from memfs.store.trees import Entry, decode_inodes, decode_manifest, encode_dir, object_id
 
 DEFAULT_BRANCH = "main"
 EMPTY_TREE = encode_dir([])
 BINDING_KEY = "backing:"  # meta key prefix: a store mount's backing directory (not per branch)
 
-# Branch intent of backed mounts, per commit (memfs.workspace.backing): {mount: object id of the
+# Branch intent of backed mounts, per commit (memfs.backing): {mount: object id of the
 # intent bytes}, so it rewinds with undo and branch switch exactly as the tree does.
 INTENT_SCHEMA = """
 CREATE TABLE IF NOT EXISTS commit_intents (commit_id TEXT PRIMARY KEY, data TEXT NOT NULL);
@@ -70,16 +64,18 @@ class StoreError(MemfsError):
     pass
 
 
-@dataclass(frozen=True)
-class Refs:
-    """What one entry or one commit holds on to. GC's mark phase and fsck both follow these,
-    so a new kind of reference is added here once (Store.references)."""
+class CommitDropped(StoreError):
+    """A commit the retention policy dropped: named, dated, with the way to a kept one."""
 
-    trees: tuple[str, ...] = ()  # directory objects, each to be walked in turn
-    objects: tuple[str, ...] = ()  # other objects: file manifests, an inode table, intents
-    chunks: tuple[str, ...] = ()  # content chunks (a manifest's included)
-    inode: str | None = None  # the inode-table key a hard-link row names
-    inodes: tuple[Entry, ...] = ()  # a commit's inode-table rows, each followed like an entry
+    def __init__(self, cid: str, time_ns: int, dropped_ns: int, reason: str) -> None:
+        def when(ns: int) -> str:
+            return datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M")
+        super().__init__(
+            f"commit {cid[:12]} ({when(time_ns)}) was dropped by the retention policy on "
+            f"{when(dropped_ns)} ({reason})",
+            "restore a kept commit or a checkpoint (`memfs log` lists them); to keep a state "
+            "for good, `memfs checkpoint NAME`; the policy: `memfs config`")
+        self.cid = cid
 
 
 class Transaction:
@@ -135,7 +131,7 @@ class Store:
         self.root = root
         self.db_path = root / "store.db"
         self.readonly = readonly
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.RLock()  # re-entered by exclusive()
         self._writer = None if readonly else db.connect(self.db_path)
         if self._writer is not None:
             from memfs.store import history
@@ -143,6 +139,7 @@ class Store:
             db.create_schema(self._writer)
             self._writer.executescript(INTENT_SCHEMA)
             self._writer.executescript(INODES_SCHEMA)
+            self._writer.executescript(retention.SCHEMA)
             history.create_schema(self._writer)
             fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
         self._reader = db.connect(self.db_path, readonly=readonly)
@@ -193,12 +190,55 @@ class Store:
             raise StoreError("the store is open read-only", "open it for writing (a bug if seen)")
         with self._write_lock:
             self._writer.execute("BEGIN IMMEDIATE")
+            self.chunks.begin()
             try:
                 yield Transaction(self)
             except BaseException:
-                self._writer.execute("ROLLBACK")
+                # SQLite rolls a transaction back by itself on some errors (a full disk):
+                # a second ROLLBACK would raise and hide the error that matters.
+                if self._writer.in_transaction:
+                    self._writer.execute("ROLLBACK")
+                self.chunks.rollback()
                 raise
-            self._writer.execute("COMMIT")
+            try:
+                self._writer.execute("COMMIT")
+            except sqlite3.Error as exc:
+                # A full disk fails COMMIT before its commit frame is written: surely not
+                # committed. Any other error may have committed (the WAL frames reached the
+                # file): the appended chunks are kept, never overwritten by the next commit.
+                if self._writer.in_transaction:
+                    self._writer.execute("ROLLBACK")
+                if getattr(exc, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_FULL:
+                    self.chunks.rollback()
+                raise
+
+    def exclusive(self):
+        """Hold the writer lock across several transactions (a GC on a full disk: no commit
+        may take the room its transactions need in between)."""
+        return self._write_lock
+
+    def forget_objects(self) -> None:
+        """Objects went (GC): drop the read cache."""
+        self._objects = {}
+
+    def compact_db(self) -> None:
+        """Give SQLite's free pages back to the filesystem and cut the WAL back (GC's last
+        step; a busy reader just leaves the WAL for the next run)."""
+        with self._write_lock:
+            # Python's sqlite3 steps this pragma once, and each step frees one page: one
+            # statement per free page, in one transaction (one sync).
+            self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                free = self._writer.execute("PRAGMA freelist_count").fetchone()[0]
+                if self._writer.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+                    for _ in range(free):
+                        self._writer.execute("PRAGMA incremental_vacuum(1)")
+                self._writer.execute("COMMIT")
+            except BaseException:
+                if self._writer.in_transaction:
+                    self._writer.execute("ROLLBACK")
+                raise
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # -- reading -----------------------------------------------------------------
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
@@ -241,18 +281,50 @@ class Store:
     def commit(self, cid: str) -> Commit:
         rows = self._query("SELECT * FROM commits WHERE id = ?", (cid,))
         if not rows:
+            self._refuse_dropped(cid)
             raise StoreError(f"no commit {cid}", "see `memfs log` for commit ids")
         return _commit_from_row(rows[0])
 
+    def _refuse_dropped(self, cid: str) -> None:
+        try:
+            rows = self._query("SELECT time_ns, dropped_ns, reason FROM dropped_commits "
+                               "WHERE id = ?", (cid,))
+        except sqlite3.OperationalError:  # read-only, on a store older than retention
+            return
+        if rows:
+            raise CommitDropped(cid, *rows[0])
+
+    def dropped_parent(self, cid: str) -> str | None:
+        """The parent of a commit retention dropped (how history is walked over a gap)."""
+        rows = self._query("SELECT parent FROM dropped_commits WHERE id = ?", (cid,))
+        if not rows:
+            raise StoreError(f"no commit {cid}", "see `memfs log` for commit ids")
+        return rows[0][0]
+
     def log(self, branch: str | None = None, limit: int = 20, start: str | None = None) -> list[Commit]:
-        """First-parent history from the branch head (or `start`), newest first."""
+        """First-parent history from the branch head (or `start`), newest first; commits the
+        retention policy dropped are walked over (memfs.store.retention)."""
         out: list[Commit] = []
         cid: str | None = start or self.head(branch)
         while cid and len(out) < limit:
-            c = self.commit(cid)
+            try:
+                c = self.commit(cid)
+            except CommitDropped:
+                cid = self.dropped_parent(cid)
+                continue
             out.append(c)
             cid = c.parent
         return out
+
+    def policy(self) -> retention.Policy:
+        """The retention policy kept with this store (the defaults if none was set)."""
+        rows = self._query("SELECT value FROM meta WHERE key = ?", (retention.META_KEY,))
+        return retention.Policy.decode(rows[0][0] if rows else None)
+
+    def set_policy(self, policy: retention.Policy) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                            (retention.META_KEY, policy.encode()))
 
     def branches(self) -> dict[str, str]:
         return dict(self._query("SELECT name, head FROM branches ORDER BY name"))
@@ -281,6 +353,7 @@ class Store:
             if parent is None:
                 raise StoreError(f"{rev} goes past the first commit", "use a smaller N")
             cid = parent
+        self.commit(cid)  # a commit retention dropped is refused by name
         return cid
 
     def _resolve_base(self, base: str) -> str:
@@ -297,6 +370,14 @@ class Store:
                                (len(base), base))
             if len(rows) == 1:
                 return rows[0][0]
+            if not rows:
+                try:
+                    gone = self._query("SELECT id FROM dropped_commits "
+                                       "WHERE substr(id, 1, ?) = ?", (len(base), base))
+                except sqlite3.OperationalError:  # read-only, on a store before retention
+                    gone = []
+                if len(gone) == 1:
+                    self._refuse_dropped(gone[0][0])
         raise StoreError(f"unknown revision {base!r}", "name a branch, a checkpoint or a commit id")
 
     # -- branch and history operations (writer) -----------------------------------
@@ -336,7 +417,7 @@ class Store:
 
     # -- backing directories and their branch intent --------------------------------
     def bindings(self) -> dict[str, dict]:
-        """mount -> its backing binding (memfs.workspace.backing.Binding as JSON)."""
+        """mount -> its backing binding (memfs.backing.Binding as JSON)."""
         rows = self._query("SELECT key, value FROM meta WHERE key LIKE ?", (BINDING_KEY + "%",))
         return {k[len(BINDING_KEY):]: json.loads(v) for k, v in rows}
 
@@ -365,7 +446,10 @@ class Store:
                     except StoreError:
                         out[mount] = None
                 return out
-            cid = self.commit(cid).parent
+            try:
+                cid = self.commit(cid).parent
+            except CommitDropped:  # GC copies what a gap would hide onto the commit after it
+                return {}
         return {}
 
     # -- references and consistency ---------------------------------------------------
@@ -378,34 +462,24 @@ class Store:
         """An inode table's rows by inode key ({} for None)."""
         return decode_inodes(self.read_object(table)) if table else {}
 
-    def references(self, item: Entry | Commit) -> Refs:
-        """Everything one directory entry or one commit references directly (a manifest's
-        chunks included). The one place that knows the store's kinds of reference."""
-        if isinstance(item, Commit):
-            table = self.inode_table(item.id)
-            intents = self._query("SELECT data FROM commit_intents WHERE commit_id = ?",
-                                  (item.id,))
-            held = tuple(json.loads(intents[0][0]).values()) if intents else ()
-            return Refs(trees=(item.tree,), objects=((table,) if table else ()) + held,
-                        inodes=tuple(self.inodes(table).values()))
-        if item.kind == DIR:
-            return Refs(trees=(item.ref,))
-        if item.kind == FILE:
-            chunks = tuple(self.file_chunks(item.ref).values())
-            return Refs(objects=(item.ref[2:],) if item.ref.startswith("m:") else (),
-                        chunks=chunks)
-        if item.kind == HARD:
-            return Refs(inode=item.ref)
-        return Refs()  # symlinks and special files hold only their own row
+    def commit_refs(self, commit: Commit) -> CommitRefs:
+        """What one commit names directly: its tree, inode table and intents' objects
+        (memfs.store.refs says what every entry and object names in turn)."""
+        with self._reader_lock:
+            return commit_refs(self._reader, commit.id, commit.tree)
 
     def fsck(self) -> list[str]:
-        """Objects, chunks and link counts of every commit (memfs.store.fsck)."""
+        """Objects, chunks and link counts of every commit, walked with work lists (a tree of
+        any depth is checked) over what memfs.store.refs says each one names."""
         from memfs.store.fsck import check_store
 
         problems = check_store(self)
         for name, head in self.branches().items():
             if not self._query("SELECT 1 FROM commits WHERE id = ?", (head,)):
                 problems.append(f"branch {name} points at missing commit {head}")
+        for name, cid, _, _ in self.checkpoints():
+            if not self._query("SELECT 1 FROM commits WHERE id = ?", (cid,)):
+                problems.append(f"checkpoint {name} points at missing commit {cid}")
         return problems
 
     def file_chunks(self, ref: str) -> dict[int, str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from memfs.store.history import History, find_point
 from memfs.store.opspan import Quiet, Span, spans
-from memfs.store.store import Store, StoreError
+from memfs.store.store import CommitDropped, Store, StoreError
 from memfs.store.treediff import only_times
 
 NOTHING = "there is nothing before the store's first commit"
@@ -39,7 +39,10 @@ def changed_only_times(store: Store) -> Quiet:
     def quiet(s: Span) -> bool:
         if s.set_times:
             return False
-        before = store.commit(s.target).tree if s.target else None
+        try:
+            before = store.commit(s.target).tree if s.target else None
+        except CommitDropped:  # the state before it is gone: no telling, so it counts
+            return False
         return only_times(store, before, s.commits[0].commit.tree)
     return quiet
 
@@ -57,12 +60,43 @@ def plan_operations(store: Store, head: str, count: int = 1) -> UndoPlan:
     n = sum(len(s.commits) for s in got)
     target = got[-1].target
     assert target is not None  # spans() never takes the store's first commit
+    target, dropped = _over_gaps(store, hist, got, target)
+    n += dropped
     store.commit(target)  # a commit no longer kept is refused here, before the head moves
     what = [s.label for s in got]
     others = [o for s in got for o in s.others if o not in what]
     quiet = [q for s in got for q in s.quiet]
     label = what[0] if count == 1 else f"{count} operations"
     return UndoPlan(target, head, n, what, others, f"undo {label} ({n} commit{_s(n)})", quiet)
+
+
+def _over_gaps(store: Store, hist: History, got: list[Span], target: str) -> tuple[str, int]:
+    """Where undoing `got` goes when the retention policy dropped commits among or below
+    them, and how many dropped commits that takes back too. A gap whose commits are all
+    recorded as changes of the operations undone is taken with them (the target is the kept
+    commit below it); any other gap holds changes of another operation, or of no recorded
+    one: the undo is refused, by name, and nothing moves."""
+    commits = [c for s in got for c in s.commits]
+    dropped = 0
+    for c in commits:
+        gap = hist.gap_below(c.id)
+        if gap is None:
+            continue
+        ours = not gap.unrecorded and all(any(s.owns(o) for s in got) for o in gap.ops)
+        if c is commits[-1] and ours and gap.below is not None:
+            return gap.below, dropped + len(gap.commits)
+        if c is commits[-1]:
+            return target, dropped  # Store.commit refuses it by name (CommitDropped)
+        if not ours:
+            others = ", ".join(f"`{x}`" for x in gap.labels if x) or "changes not recorded"
+            raise StoreError(
+                f"undoing {' and '.join(f'`{s.label}`' for s in got)} would also take back "
+                f"{len(gap.commits)} commit(s) between them that the retention policy dropped "
+                f"({gap.reason}), holding {others}",
+                "undo fewer operations, or `memfs undo --to REV` to a kept commit "
+                "(`memfs log` shows the gap)")
+        dropped += len(gap.commits)
+    return target, dropped
 
 
 def plan_commits(store: Store, head: str, count: int) -> UndoPlan:

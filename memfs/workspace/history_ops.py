@@ -44,6 +44,7 @@ class HistoryOps:
     _commit_lock: trio.Lock
     _views: OrderedDict[tuple[str, str], Node]  # (place, commit) -> view root, oldest first
     _view_keys: dict[int, tuple[str, str]]  # view root id -> its key while cached
+    _view_roots: dict[int, Node]  # every view root the kernel may still hold (GC pins them)
     _immutable: set[int]  # ids of view roots of past commits by id (never another tree)
 
     async def _settle_locked(self, message: str) -> None: ...
@@ -104,6 +105,7 @@ class HistoryOps:
         commit reached by its id, never another tree, so the kernel may cache it."""
         self._views[key] = node
         self._view_keys[node.id] = key
+        self._view_roots[node.id] = node
         if immutable:
             self._immutable.add(node.id)
         if len(self._views) > VIEWS_KEPT:  # no longer reused; the kernel may still hold it
@@ -116,6 +118,7 @@ class HistoryOps:
         if key is not None:
             self._views.pop(key, None)
         self._immutable.discard(node.id)
+        self._view_roots.pop(node.id, None)
         self.nodes.pop(node.id, None)
 
     def immutable_view(self, node: Node) -> bool:

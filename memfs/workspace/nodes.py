@@ -85,9 +85,10 @@ _generation = itertools.count(1)
 
 
 class FileData:
-    """A file's bytes: committed chunk ids plus changed pieces held in memory."""
+    """A file's bytes: committed chunk ids plus changed pieces, held in memory or (a file that
+    left the tree but is still open) spilled to disk (memfs.workspace.spill)."""
 
-    __slots__ = ("size", "chunks", "dirty", "gen")
+    __slots__ = ("size", "chunks", "dirty", "gen", "spill")
 
     def __init__(self, size: int = 0, chunks: dict[int, str] | None = None) -> None:
         self.size = size
@@ -97,9 +98,32 @@ class FileData:
         # bytearray.
         self.dirty: dict[int, bytes | bytearray] = {}
         self.gen: dict[int, int] = {}
+        self.spill = None  # memfs.workspace.spill.Spill, once spilled
 
     def dirty_bytes(self) -> int:
         return sum(len(b) for b in self.dirty.values())
+
+    def growth(self, off: int, length: int) -> int:
+        """How many bytes of changed pieces a write of `length` at `off` adds (what it will
+        take in the store: a piece written is stored anew, copy-on-write)."""
+        total, pos, end = 0, off, off + length
+        while pos < end:
+            idx, start = divmod(pos, CHUNK_SIZE)
+            n = min(end - pos, CHUNK_SIZE - start)
+            cur = len(self.dirty[idx]) if idx in self.dirty else 0
+            if start == 0 and n == CHUNK_SIZE:
+                new = CHUNK_SIZE
+            elif idx in self.dirty:
+                new = max(cur, start + n)
+            elif self.spill is not None and idx in self.spill.present:
+                new = max(self.spill.present[idx], start + n)
+            elif idx in self.chunks:  # loaded whole, then changed
+                new = max(min(CHUNK_SIZE, self.size - idx * CHUNK_SIZE), start + n)
+            else:
+                new = start + n
+            total += max(0, new - cur)
+            pos += n
+        return total
 
     def read(self, off: int, length: int, fetch: Callable[[str, int, int], bytes]) -> bytes:
         end = min(self.size, off + length)
@@ -112,6 +136,8 @@ class FileData:
             n = min(end - pos, CHUNK_SIZE - start)
             if idx in self.dirty:
                 piece = bytes(self.dirty[idx][start:start + n])
+            elif self.spill is not None and idx in self.spill.present:
+                piece = self.spill.read(idx, start, n)
             elif idx in self.chunks:
                 piece = fetch(self.chunks[idx], start, n)
             else:
@@ -127,7 +153,11 @@ class FileData:
         if isinstance(ba, bytes):
             ba = self.dirty[idx] = bytearray(ba)
         if ba is None:
-            if idx in self.chunks and not whole:
+            if whole:
+                ba = bytearray()
+            elif self.spill is not None and idx in self.spill.present:
+                ba = bytearray(self.spill.read(idx, 0, CHUNK_SIZE))
+            elif idx in self.chunks:
                 ba = bytearray(fetch(self.chunks[idx], 0, CHUNK_SIZE))
             else:
                 ba = bytearray()
@@ -163,10 +193,14 @@ class FileData:
             for idx in [i for i in self.dirty if i > last]:
                 del self.dirty[idx]
                 self.gen.pop(idx, None)
-            if size % CHUNK_SIZE and last >= 0 and (last in self.chunks or last in self.dirty):
+            spilled = self.spill is not None and last in self.spill.present
+            if size % CHUNK_SIZE and last >= 0 and (
+                    last in self.chunks or last in self.dirty or spilled):
                 keep = size - last * CHUNK_SIZE
                 ba = self._piece(last, fetch, whole=False)
                 del ba[keep:]
+            if self.spill is not None:
+                self.spill.trim(last, size - last * CHUNK_SIZE if last >= 0 else 0)
         self.size = size
 
 

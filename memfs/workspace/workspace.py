@@ -13,14 +13,15 @@ every change made before the call is durable.
 from __future__ import annotations
 
 import errno
+import hashlib
 import logging
 import os
-import sqlite3
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -28,6 +29,8 @@ from memfs.liveness import DaemonRecord
 from memfs.store import Store, history
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
+from memfs.store.space import Reserve, Space, headroom
+from memfs.store.store import Commit
 from memfs.store.trees import (
     BLK,
     CHR,
@@ -38,19 +41,16 @@ from memfs.store.trees import (
     Entry,
     decode_dir,
     decode_manifest,
-    encode_manifest,
-    encode_row,
-    encode_rows,
-    hard_entry,
     name_to_bytes,
     name_to_str,
     new_inode_key,
 )
-from memfs.testing import crash_point
+from memfs.workspace import snapshot, unload
 from memfs.workspace.attribution import CURRENT, Attribution
+from memfs.workspace.health import CommitError, CommitHealth
 from memfs.workspace.history_ops import HistoryOps
 from memfs.workspace.hooks import NO_BACKING, BackingHooks
-from memfs.workspace.inodes import Inodes, TablePlan
+from memfs.workspace.inodes import Inodes
 from memfs.workspace.nodes import (
     FileData,
     Node,
@@ -59,53 +59,34 @@ from memfs.workspace.nodes import (
     now_ns,
     saw_kernel_time,
 )
+from memfs.workspace.spill import SPILL_AT, spill_pieces
+
+if TYPE_CHECKING:
+    from memfs.workspace.lifecycle import Lifecycle
 
 log = logging.getLogger("memfs.workspace")
 
 ROOT_ID = 1
+# Inode numbers (docs/architecture.md, "Inode numbers"). A live-tree node's number is derived
+# from its place, (its parent's number, its name), so the same tree loaded again after a
+# restart shows the same numbers and git's index (which keys on st_ino) stays valid; a
+# hard-linked inode's comes from its inode-table key. They lie in [PLACED_BASE, 2**63). Below
+# 1 << 40 are counted numbers (the root, history and branch views), and from 1 << 40 the
+# generated .memfs files (memfs.fs.virtual).
+PLACED_BASE = 1 << 41
+PLACED_SPAN = (1 << 63) - PLACED_BASE
 NAME_MAX = 255
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
 DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
 
-# The commit snapshot and fsck walk trees recursively; a 4 KiB path can be 2048 levels deep.
+# The commit snapshot, undo's remap, fsck and GC walk trees of any depth without recursion;
+# the backing layer's walks (reconcile.observe.walk_dir, BranchIntent._files_of) still recurse per
+# level, so the limit stays raised for them: a 4 KiB path can be 2048 levels deep.
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 
 Invalidator = Callable[[list[tuple[int, bytes]], list[int]], None]
-
-
-@dataclass
-class _FileJob:
-    node: Node
-    ver: int
-    size: int
-    chunks: dict[int, str]
-    pieces: dict[int, bytes]
-    gens: dict[int, int]
-    ref: str = ""
-    row: tuple | None = None  # its row in the parent's object, cached once clean
-
-
-@dataclass
-class _DirJob:
-    node: Node
-    ver: int
-    entries: list[tuple[object, object]]  # (Entry, child job) or (final row, None)
-    ref: str = ""
-    row: tuple | None = None
-
-
-@dataclass
-class _Plan:
-    jobs: list[object] = field(default_factory=list)
-    root: _DirJob | None = None
-    clean: list[tuple[Node, int]] = field(default_factory=list)  # symlinks etc.
-    seq: int = 0
-    processes: list[dict] = field(default_factory=list)
-    ops: list[OpRecord] = field(default_factory=list)  # in the order of their last change
-    intents: dict[str, bytes] | None = None  # backed mounts' branch intent (memfs.backing)
-    inodes: TablePlan | None = None  # the inode table's part (memfs.workspace.inodes)
 
 
 class Workspace(HistoryOps):
@@ -137,8 +118,16 @@ class Workspace(HistoryOps):
         self._committed = trio.Event()
         self._views: OrderedDict[tuple[str, str], Node] = OrderedDict()
         self._view_keys: dict[int, tuple[str, str]] = {}
+        self._view_roots: dict[int, Node] = {}  # every view root until the kernel forgets it
         self._immutable: set[int] = set()
-        self._free_cache: tuple[float, int] = (0.0, 0)
+        self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
+        self.health = CommitHealth()
+        self.reserve = Reserve(store.root)
+        self.lifecycle: Lifecycle | None = None  # the daemon's GC (memfs.workspace.lifecycle)
+        self.space_refused = False  # the last write that needed space was refused
+        # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
+        self.held_nodes: Callable[[], Iterable[Node]] = lambda: ()
+        self._reserve_checked = 0.0
         self._dirty_files: set[Node] = set()
         self.stopped = False
         # Backing directories (memfs.backing.Backing installs itself here; until then the
@@ -157,10 +146,30 @@ class Workspace(HistoryOps):
         self._next_id += 1
         return nid
 
-    def _new_node(self, kind: str, mode: int, uid: int, gid: int, space: Inodes | None) -> Node:
-        node = Node(self._new_id(), kind, mode, uid, gid, now_ns())
+    def _placed_id(self, seed: bytes) -> int:
+        """The number a live node's place (or inode key) gives it: the same on every load. One
+        still held under that number (a replaced file the kernel has not forgotten, so never
+        reused: its cached size and pages must not show for the new one) or, rarely, a hash
+        collision moves it to the next free number."""
+        digest = hashlib.blake2b(seed, digest_size=8).digest()
+        nid = PLACED_BASE + int.from_bytes(digest, "little") % PLACED_SPAN
+        while nid in self.nodes:
+            nid = PLACED_BASE + (nid - PLACED_BASE + 1) % PLACED_SPAN
+        return nid
+
+    def _new_node(self, kind: str, mode: int, uid: int, gid: int, space: Inodes | None,
+                  place: tuple[Node, bytes] | None = None, key: str | None = None) -> Node:
+        """A node numbered by its `place` (parent, name) or inode-table `key` in the live tree;
+        a view's (read-only) nodes and the root are counted."""
+        if key is not None:
+            nid = self._placed_id(b"inode-table\0" + key.encode())
+        elif place is not None and not place[0].readonly:
+            nid = self._placed_id(place[0].id.to_bytes(8, "little") + place[1])
+        else:
+            nid = self._new_id()
+        node = Node(nid, kind, mode, uid, gid, now_ns())
         node.space = space
-        self.nodes[node.id] = node
+        self.nodes[nid] = node
         return node
 
     def _load_root(self, tree: str, space: Inodes) -> Node:
@@ -174,7 +183,7 @@ class Workspace(HistoryOps):
         name = name_to_bytes(e.name)
         if e.kind == HARD:
             return self._linked(parent, name, e.ref)
-        node = self._new_node(e.kind, e.mode, e.uid, e.gid, parent.space)
+        node = self._new_node(e.kind, e.mode, e.uid, e.gid, parent.space, (parent, name))
         node.apply_entry(e)
         node.parent, node.name = parent, name
         node.readonly = parent.readonly
@@ -182,18 +191,21 @@ class Workspace(HistoryOps):
 
     def _linked(self, d: Node, name: bytes, key: str) -> Node:
         space = d.space
+        assert space is not None  # every node of a tree (live or a view) knows its tree
         node = space.nodes.get(key)
         if node is None:
             e = space.load_rows(self.store).get(key)
             if e is None:
                 raise fail(errno.EIO, f"{name_to_str(d.path() + b'/' + name)} names inode {key}, "
                                       "which its commit's inode table lacks: run `memfs fsck`")
-            node = self._new_node(e.kind, e.mode, e.uid, e.gid, space)
+            node = self._new_node(e.kind, e.mode, e.uid, e.gid, space,
+                                  key=None if d.readonly else key)
             node.apply_entry(e)
             node.nlink = e.nlink or 1
             node.ikey, node.links, node.readonly = key, set(), d.readonly
             space.nodes[key] = node
         self.nodes.setdefault(node.id, node)  # a name found again after the kernel forgot it
+        assert node.links is not None  # a linked inode's loaded names
         node.links.add((d, name))
         if node.parent is None:
             node.parent, node.name = d, name
@@ -205,22 +217,39 @@ class Workspace(HistoryOps):
             raise fail(errno.ESTALE)
         return node
 
-    def forget(self, nid: int) -> None:
-        """The kernel dropped its last reference: a detached node can go, with its data."""
+    def forget(self, nid: int, referenced: Callable[[int], bool] = lambda _: False) -> None:
+        """The kernel dropped its last reference: a detached node goes, with its data; a
+        view of history goes; a clean directory unloads what is below it, a clean file its
+        chunk map (memfs.workspace.unload). `referenced` says which node ids the FUSE layer
+        still holds (open handles, counted lookups)."""
         node = self.nodes.get(nid)
         if node is None or nid == ROOT_ID:
             return
-        if node.readonly:
-            if node.parent is None:
-                self.forget_view(node)
-        elif not self._alive(node):
+        if node.readonly and node.parent is None:
+            unload.drop_view(self, node, referenced)
+        elif not node.readonly and not self._alive(node):
             del self.nodes[nid]
             self._dirty_files.discard(node)
+            if node.data is not None and node.data.spill is not None:
+                node.data.spill.close()  # its disk space goes back
+        elif node.kind == DIR and not self._backed(node):
+            unload.unload_dir(self, node, referenced)
+        elif node.kind == FILE:
+            unload.unload_file(node)
+
+    def _backed(self, node: Node) -> bool:
+        """Is the node in a store mount bound to a backing directory? Those keep their nodes:
+        the backing layer knows them by id (disk-only files, held writers, states)."""
+        if not self.backing.bindings:
+            return False
+        while node.parent is not None and node.parent is not self.root:
+            node = node.parent
+        return name_to_str(node.name) in self.backing.bindings
 
     def _alive(self, node: Node) -> bool:
         """Has it a name? A linked inode may have names only in directories not loaded yet."""
         return node.parent is not None or (
-            node.ikey is not None and node.nlink > 0 and node.space is self.inodes)
+            node.ikey is not None and (node.nlink or 0) > 0 and node.space is self.inodes)
 
     def children(self, d: Node) -> dict[bytes, Node]:
         if d.kind != DIR:
@@ -238,14 +267,15 @@ class Workspace(HistoryOps):
         """2 + subdirectories (counted from its listing for entries of older stores)."""
         if d.nlink is None:
             self.children(d)
-        return d.nlink
+        return d.nlink or 0  # counted by the listing just loaded
 
     def _load_data(self, f: Node) -> FileData:
+        data = f.data
+        assert data is not None  # a file's (callers read and write files only)
         if not f._data_loaded:
-            size = f.data.size
-            f.data = FileData(size, self.store.file_chunks(f.ref or ""))
+            data = f.data = FileData(data.size, self.store.file_chunks(f.ref or ""))
             f._data_loaded = True
-        return f.data
+        return data
 
     def _fetch(self, chunk: str, start: int, length: int) -> bytes:
         return self.store.read_chunk_range(chunk, start, length)
@@ -254,8 +284,10 @@ class Workspace(HistoryOps):
     def _touch(self, node: Node | None) -> None:
         if self.stopped:
             raise fail(errno.EROFS, "memfs has stopped")
-        if node is not None and node.ikey is not None and node.space.nodes.get(node.ikey) is node:
-            node.space.changed.add(node)  # its row is in the inode table, not a directory
+        space = node.space if node is not None else None
+        if node is not None and node.ikey is not None and space is not None and \
+                space.nodes.get(node.ikey) is node:
+            space.changed.add(node)  # its row is in the inode table, not a directory
             if node.parent is None:
                 node.dirty = True
                 node.ver += 1
@@ -354,7 +386,7 @@ class Workspace(HistoryOps):
         self._settle_first(d, name)
         if d.id == ROOT_ID and kind != DIR:
             raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
-        node = self._new_node(kind, mode & 0o7777, uid, gid, d.space)
+        node = self._new_node(kind, mode & 0o7777, uid, gid, d.space, (d, name))
         node.target = target
         node.rdev = rdev
         self._attach(d, name, node)
@@ -381,10 +413,11 @@ class Workspace(HistoryOps):
             raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
         self._settle_first(d, name)
         if node.ikey is None:
+            assert node.parent is not None and node.space is not None  # alive, in the tree
             node.ikey, node.links, node.row = new_inode_key(), {(node.parent, node.name)}, None
             node.space.nodes[node.ikey] = node
             self._touch(node.parent)  # its row there becomes a hard-link row
-        node.nlink += 1
+        node.nlink = (node.nlink or 0) + 1  # a file's count (directories are not linked)
         self._attach(d, name, node)
         d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
         self._touch(d)
@@ -437,6 +470,9 @@ class Workspace(HistoryOps):
     def _remove(self, d: Node, name: bytes, node: Node) -> None:
         self._settle_first(d, name)
         self._touch(d)
+        self.health.poke()
+        if (self.space_refused or self.health.full) and self.lifecycle is not None:
+            self.lifecycle.poke(delay=self.commit_interval + 0.5)  # once the removal is in
         self._detach(d, name, node)
         d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
         self._unname(node)
@@ -444,7 +480,7 @@ class Workspace(HistoryOps):
     def _unname(self, node: Node) -> None:
         """One name fewer for a file (unlink, or replaced by rename)."""
         if node.kind != DIR:
-            node.nlink -= 1
+            node.nlink = (node.nlink or 0) - 1  # a file's (int) count
             if node.ikey is not None:
                 self._touch(node)
 
@@ -530,18 +566,32 @@ class Workspace(HistoryOps):
         self._writable(f)
         self._settle_first(f.parent, f.name)
         fd = self._load_data(f)
-        # Only the bytes written take space; a hole left before them does not.
-        grow = min(len(data), max(0, off + len(data) - fd.size))
-        if grow and grow > self.free_bytes():  # free_bytes() already counts pending bytes
-            raise fail(errno.ENOSPC)
+        # What the write adds to the changed pieces is what its commit will store (a hole
+        # before it takes nothing). It must fit in what is free, less what already waits.
+        growth = fd.growth(off, len(data))
+        if growth and (self.health.full or growth > self.free_bytes()):
+            self._refuse_for_space()
+        if growth:
+            self.space_refused = False
+        before = fd.dirty_bytes() if len(fd.dirty) < 64 else None
         n = fd.write(off, data, self._fetch)
-        self._dirty_bytes += len(data)
+        self._dirty_bytes += fd.dirty_bytes() - before if before is not None else growth
         self._dirty_files.add(f)
         f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
         if self._dirty_bytes >= DIRTY_BYTES_SOON:
             self._urgent.set()
         return n
+
+    def wants_spill(self, f: Node) -> bool:
+        """A file that left the tree (never committed again) holding SPILL_AT changed bytes."""
+        return (f.kind == FILE and f.data is not None and f._data_loaded and not f.readonly
+                and len(f.data.dirty) > 0 and f.data.dirty_bytes() >= SPILL_AT
+                and not self._attached(f))
+
+    async def spill(self, f: Node) -> None:
+        """Move a detached file's changed pieces to its scratch file (memfs.workspace.spill)."""
+        await spill_pieces(f, self.store.root)
 
     def over_dirty_limit(self) -> bool:
         return self._dirty_bytes >= DIRTY_BYTES_MAX
@@ -554,28 +604,51 @@ class Workspace(HistoryOps):
         fd = self._load_data(f)
         if size > fd.size and size - fd.size > self.free_bytes() + (1 << 40):
             raise fail(errno.EFBIG)
+        before = fd.dirty_bytes()
+        if size < fd.size:
+            self.health.poke()
         fd.truncate(size, self._fetch)
+        self._dirty_bytes = max(0, self._dirty_bytes + fd.dirty_bytes() - before)
         self._dirty_files.add(f)
         f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
 
     def stored_bytes(self, f: Node) -> int:
         """Bytes a file really holds (its pieces, not its holes): st_blocks for du, tar -S."""
-        if f.kind != FILE or not f.data.size:
+        if f.kind != FILE or f.data is None or not f.data.size:
             return 0
         fd = self._load_data(f)
-        present = set(fd.chunks) | set(fd.dirty)
+        present = set(fd.chunks) | set(fd.dirty) | set(fd.spill.present if fd.spill else ())
         return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
 
-    def free_bytes(self) -> int:
-        """Free space on the store's filesystem, less what is waiting to be committed."""
-        at, free = self._free_cache
+    def space_changed(self) -> None:
+        """Space was given back (GC): read it again before the next write is let in."""
+        self._space = None
+
+    def _refuse_for_space(self) -> None:
+        if not self.space_refused and self.lifecycle is not None:
+            self.lifecycle.poke()  # a GC may make room
+        self.space_refused = True
+        raise fail(errno.ENOSPC)
+
+    def space(self) -> Space:
+        """The store filesystem's space, read at most every 0.5 s (and again after each
+        commit, which moves pending bytes from memory to disk)."""
         now = time.monotonic()
-        if now - at > 0.5:
-            st = self.store.stat_space()
-            free = st.f_bavail * st.f_frsize
-            self._free_cache = (now, free)
-        return max(0, free - self._dirty_bytes)
+        if self._space is None or now - self._space[0] > 0.5:
+            self._space = (now, Space.of(self.store.root))
+        return self._space[1]
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of changed file pieces waiting in memory for a commit."""
+        return self._dirty_bytes
+
+    def free_bytes(self) -> int:
+        """What writes may still take: the store filesystem's available space, less what
+        waits in memory to be committed and the headroom its commits need."""
+        sp = self.space()
+        return max(0, sp.avail - self._dirty_bytes - headroom(sp.size))
 
     def _not_root(self, node: Node) -> None:
         """The mount root has no entry of its own in the store, so its metadata cannot be
@@ -632,22 +705,66 @@ class Workspace(HistoryOps):
     # -- group commit ----------------------------------------------------------------
     async def run(self) -> None:
         """The group-commit loop: commit within commit_interval of the first change."""
+        await trio.to_thread.run_sync(self.take_reserve)
         while not self.stopped:
             await self._wake.wait()
             self._wake = trio.Event()
             if self.dirty_since is None:
                 continue
-            if self._dirty_bytes < DIRTY_BYTES_SOON:
+            if self.health.failure is not None:  # a failed commit (perhaps an fsync's): retry
+                await self.health.wait_to_retry()
+            elif self._dirty_bytes < DIRTY_BYTES_SOON:
                 delay = self.dirty_since + self.commit_interval - time.monotonic()
                 with trio.move_on_after(max(0.0, delay)):
                     await self._urgent.wait()
             self._urgent = trio.Event()
             try:
                 await self.commit()
-            except Exception as exc:  # noqa: BLE001 - a failed commit is retried, never fatal
-                log.error("group commit failed: %s", exc)
-                await trio.sleep(min(1.0, max(self.commit_interval, 0.05)))
-                self._wake.set()
+            except Exception:  # noqa: BLE001 - a failed commit is retried, never fatal
+                self._wake.set()  # logged by health.failed; the retry waits at the top
+                continue
+            if time.monotonic() - self._reserve_checked > 5.0:  # it may have been given back
+                await trio.to_thread.run_sync(self.take_reserve)
+
+    def take_reserve(self) -> None:
+        """Hold the space reserve (memfs.store.space) when there is room for it."""
+        self._reserve_checked = time.monotonic()
+        try:
+            self.reserve.ensure()
+        except OSError as exc:
+            log.warning("could not take the space reserve: %s", exc)
+
+    async def before_close(self, f: Node) -> None:
+        """close() of a writable file: while commits fail, a file whose changes are not
+        stored tries one commit and fails the close with its errno (ENOSPC), so a writer
+        learns at close, not later, that what it wrote is not on disk yet."""
+        if f.data is None or not f.data.dirty or not self._attached(f):
+            return
+        if self.health.failure is not None or self._space_short():
+            await self.sync()
+
+    def _space_short(self) -> bool:
+        """Does the space free right now (read again) fall short of what waits in memory?
+        Someone else may have filled the disk since the writes were let in."""
+        self._space = None
+        sp = self.space()
+        return sp.avail < self._dirty_bytes + headroom(sp.size) // 2
+
+    async def final_commit(self, message: str, limit: float) -> None:
+        """The mount has ended: commit what is pending, retrying a failing commit (a full
+        disk someone may still clear) for up to `limit` seconds before giving up loudly."""
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                await self.commit(message)
+                return
+            except CommitError as exc:
+                if time.monotonic() >= deadline:
+                    log.error("giving up: %d change(s) made before the unmount could not be "
+                              "committed and are lost: %s", self.mutation_seq - self.durable_seq,
+                              exc)
+                    raise
+                await self.health.wait_to_retry()
 
     async def wait_for_commit(self, after: int) -> int:
         """Return the commit count once a commit beyond `after` has been made."""
@@ -672,23 +789,39 @@ class Workspace(HistoryOps):
             self.dirty_since = None
             self._recount_dirty()
             return None
-        plan = self._snapshot()
+        ops = [op.with_pids(list(procs.values())) for op, procs in self._group.values()]
+        self._group, self._last_op = {}, None
+        self.attribution.forget_processes()
+        plan = snapshot.take(self, ops)  # memfs.workspace.snapshot: the commit's three steps
         self.dirty_since = None
-        text = _message(plan.ops, message)
+        text = snapshot.message_of(plan.ops, message)
         try:
             if on_loop:
-                commit = self._write_errno(plan, text)
+                commit = self._write(plan, text)
             else:
-                commit = await trio.to_thread.run_sync(self._write_errno, plan, text)
+                commit = await trio.to_thread.run_sync(self._write, plan, text)
         except Exception as exc:
             self.last_error = f"{type(exc).__name__}: {exc}"
             self._regroup(plan)  # the retry still names who made these changes
             self.dirty_since = time.monotonic()
-            self._wake.set()  # the commit loop retries, whoever asked for this commit
-            raise
+            self._wake.set()  # the commit loop retries, whoever asked for this commit,
+            self._urgent.set()  # at the retry pace, not after the commit interval
+            self._space = None
+            space = None
+            try:
+                space = self.space()
+            except OSError:
+                pass
+            error = self.health.failed(exc, space, str(self.store.root),
+                                       self.mutation_seq - self.durable_seq)
+            if self.health.full and self.lifecycle is not None:
+                self.lifecycle.poke()  # a GC may make the room
+            raise error from exc
         self.last_error = None
-        self._apply(plan)
+        self.health.succeeded()
+        snapshot.apply(plan)
         self._recount_dirty()
+        self._space = None  # the committed bytes left memory for the disk
         self.head = commit.id
         self.durable_seq = max(self.durable_seq, plan.seq)
         self.commit_count += 1
@@ -704,7 +837,8 @@ class Workspace(HistoryOps):
         bytes only for the handles still open on it, and they are never committed."""
         self._dirty_files = {f for f in self._dirty_files
                              if f.data and f.data.dirty and self._attached(f)}
-        self._dirty_bytes = sum(f.data.dirty_bytes() for f in self._dirty_files)
+        self._dirty_bytes = sum(f.data.dirty_bytes() for f in self._dirty_files
+                                if f.data is not None)
 
     def _attached(self, node: Node) -> bool:
         if node.ikey is not None:
@@ -713,103 +847,11 @@ class Workspace(HistoryOps):
             node = node.parent
         return node is self.root
 
-    def _snapshot(self) -> _Plan:
-        plan = _Plan(seq=self.mutation_seq)
-        plan.ops = [op.with_pids(list(procs.values())) for op, procs in self._group.values()]
-        plan.processes = [
-            {"pid": p.pid, "uid": p.uid, "comm": p.comm, "pgid": op.pgid, "sid": op.sid,
-             "cmdline": op.label, "kind": op.kind}
-            for op in plan.ops for p in op.pids]
-        self._group, self._last_op = {}, None
-        self.attribution.forget_processes()
-        plan.intents = self.backing.intent_bytes()
-        plan.root = self._snap_dir(self.root, plan)
-        plan.inodes = self.inodes.snapshot(self.store, self._alive, self._snap_file)
-        plan.jobs.extend(plan.inodes.file_jobs)
-        return plan
+    def _write(self, plan: snapshot.CommitPlan, message: str) -> Commit:
+        """The commit thread's step (memfs.workspace.snapshot.write)."""
+        return snapshot.write(self, plan, message)
 
-    def _snap_dir(self, d: Node, plan: _Plan) -> _DirJob:
-        entries: list[tuple[object, object]] = []
-        for name, child in self.children(d).items():
-            if child.id in self.disk_only:
-                continue
-            if child.ikey is not None:  # a hard-linked inode: its row is in the inode table
-                entries.append((encode_row(hard_entry(name_to_str(name), child.ikey)), None))
-                continue
-            if child.kind == DIR and (child.dirty or child.ref is None):
-                job = self._snap_dir(child, plan)
-                entries.append((child.entry("", 0), job))
-            elif child.kind == FILE and (child.dirty or child.ref is None):
-                fjob = self._snap_file(child)
-                plan.jobs.append(fjob)
-                entries.append((child.entry("", fjob.size), fjob))
-            else:
-                # A clean child's row is cached: a commit in a directory of 20k entries
-                # must not rebuild 20k rows on the loop.
-                row = child.row
-                if row is None:
-                    if child.kind == LINK:
-                        ref = name_to_str(child.target)
-                        if child.dirty:
-                            plan.clean.append((child, child.ver))
-                    else:
-                        ref = child.ref or ""
-                    row = encode_row(child.entry(ref, child.size()))
-                    if not child.dirty:
-                        child.row = row
-                entries.append((row, None))
-        job = _DirJob(d, d.ver, entries)
-        plan.jobs.append(job)
-        return job
-
-    def _snap_file(self, f: Node) -> _FileJob:
-        fd = self._load_data(f)
-        pieces = {i: bytes(b) for i, b in fd.dirty.items()}
-        return _FileJob(f, f.ver, fd.size, dict(fd.chunks), pieces, dict(fd.gen))
-
-    def _write_errno(self, plan: _Plan, message: str):
-        """_write, with SQLite's disk-full and I/O errors as the errno fsync should answer."""
-        try:
-            return self._write(plan, message)
-        except sqlite3.Error as exc:
-            code = getattr(exc, "sqlite_errorcode", None)
-            if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
-                raise OSError(errno.ENOSPC, f"store is full: {exc}") from exc
-            if code is not None and code & 0xFF == sqlite3.SQLITE_IOERR:
-                raise OSError(errno.EIO, f"store I/O error: {exc}") from exc
-            raise
-
-    def _write(self, plan: _Plan, message: str):
-        """Commit thread: chunks, then objects bottom-up, then the commit — one transaction."""
-        with self.store.transaction() as tx:
-            files = [j for j in plan.jobs if isinstance(j, _FileJob)]
-            order = [(j, i) for j in files for i in sorted(j.pieces)]
-            ids = tx.put_chunks([j.pieces[i] for j, i in order]) if order else []
-            for (j, i), cid in zip(order, ids, strict=True):
-                j.chunks[i] = cid
-            for j in files:
-                j.ref = _file_ref(tx, j.size, j.chunks)
-            for j in plan.jobs:
-                if isinstance(j, _DirJob):
-                    rows = []
-                    for e, child in j.entries:
-                        if child is not None:
-                            e.ref = child.ref
-                            child.row = encode_row(e)
-                            rows.append(child.row)
-                        else:
-                            rows.append(e)
-                    j.ref = tx.put_object(encode_rows(rows))
-            plan.inodes.write(tx)
-            crash_point("after-objects")
-            commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
-                                   plan.processes, plan.inodes.table)
-            history.put_ops(tx.conn, commit.id, plan.ops)
-            if plan.intents is not None:
-                tx.put_intents(commit.id, plan.intents)
-            return commit
-
-    def _regroup(self, plan: _Plan) -> None:
+    def _regroup(self, plan: snapshot.CommitPlan) -> None:
         """A failed commit's operations go back in front of what came since."""
         merged: dict[str, tuple[OpRecord, dict[int, ProcRef]]] = {}
         for op in plan.ops:
@@ -823,26 +865,6 @@ class Workspace(HistoryOps):
             else:
                 merged[key] = (op, procs)
         self._group = merged
-
-    def _apply(self, plan: _Plan) -> None:
-        """Back on the loop: mark clean what did not change while the commit ran."""
-        for j in plan.jobs:
-            node = j.node
-            if isinstance(j, _FileJob):
-                fd = node.data
-                if node._data_loaded and fd is not None:
-                    for i, cid in j.chunks.items():
-                        if i in j.pieces and fd.gen.get(i) == j.gens.get(i) and i in fd.dirty:
-                            del fd.dirty[i]
-                            del fd.gen[i]
-                            if i * CHUNK_SIZE < fd.size:
-                                fd.chunks[i] = cid
-            if node.ver == j.ver:
-                node.ref, node.dirty, node.row = j.ref, False, j.row
-        for node, ver in plan.clean:
-            if node.ver == ver:
-                node.dirty = False
-        plan.inodes.apply()
 
     # -- history ----------------------------------------------------------------------
     # The history operations hold the commit lock and move the branch head with no await
@@ -911,52 +933,61 @@ class Workspace(HistoryOps):
         self.invalidate(entries, inodes)
         self.backing.tree_replaced()
 
-    def _remap_dir(self, d: Node, tree: str, entries: list, inodes: list) -> None:
+    def _remap_dir(self, top: Node, tree: str, entries: list, inodes: list) -> None:
         """Directories keep their inode (a shell's cwd survives an undo); a file or link
         whose committed form differs becomes a new inode, because with the writeback cache
         the kernel keeps its own size and mtime for a cached regular file. A hard-linked inode
-        always becomes a new one: its other names may be in directories not loaded."""
-        inodes.append(d.id)
-        old = d._children
-        d._children = None
-        d.ref, d.dirty = tree, False
-        if old is None:
-            return
-        fresh = {name_to_bytes(e.name): e for e in decode_dir(self.store.read_object(tree))}
-        kids: dict[bytes, Node] = {}
-        for name, node in old.items():
-            e = fresh.get(name)
-            if e is not None and e.kind == node.kind == DIR:
-                children_loaded = node._children
-                node.apply_entry(e)
-                node._children = children_loaded
-                node.space = d.space
-                self._remap_dir(node, e.ref, entries, inodes)
-                kids[name] = node
-            elif e is not None and e.kind == node.kind and node.ikey is None and _same(node, e):
-                node.space = d.space
-                kids[name] = node
-            else:
-                node.parent, node.nlink = None, 0
-                self._empty_subtree(node, inodes)
-                entries.append((d.id, name))
-                inodes.append(node.id)
-        d._children = kids
-        for name, e in fresh.items():
-            if name not in kids:
-                kids[name] = self._node_from_entry(e, d)
-        d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
+        always becomes a new one: its other names may be in directories not loaded. A work
+        list, not recursion: trees of any depth."""
+        work = [(top, tree)]
+        while work:
+            d, tree = work.pop()
+            inodes.append(d.id)
+            old = d._children
+            d._children = None
+            d.ref, d.dirty = tree, False
+            if old is None:
+                continue
+            fresh = {name_to_bytes(e.name): e for e in decode_dir(self.store.read_object(tree))}
+            kids: dict[bytes, Node] = {}
+            for name, node in old.items():
+                e = fresh.get(name)
+                if e is not None and e.kind == node.kind == DIR:
+                    children_loaded = node._children
+                    node.apply_entry(e)
+                    node._children = children_loaded
+                    node.space = d.space
+                    work.append((node, e.ref))
+                    kids[name] = node
+                elif (e is not None and e.kind == node.kind and node.ikey is None
+                      and _same(node, e)):
+                    node.space = d.space
+                    kids[name] = node
+                else:
+                    node.parent, node.nlink = None, 0
+                    self._empty_subtree(node, inodes)
+                    entries.append((d.id, name))
+                    inodes.append(node.id)
+            d._children = kids
+            for name, e in fresh.items():
+                if name not in kids:
+                    kids[name] = self._node_from_entry(e, d)
+                    entries.append((d.id, name))  # the kernel may cache it as missing (lookup)
+            d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
 
-    def _empty_subtree(self, node: Node, inodes: list) -> None:
+    def _empty_subtree(self, top: Node, inodes: list) -> None:
         """A removed directory, and every directory below it that a shell may still be
         in, reads empty (as after rm -r) instead of showing the old entries."""
-        if node.kind != DIR or node._children is None:
-            return
-        for child in node._children.values():
-            inodes.append(child.id)
-            child.nlink = 0
-            self._empty_subtree(child, inodes)
-        node._children, node.ref = {}, None
+        work = [top]
+        while work:
+            node = work.pop()
+            if node.kind != DIR or node._children is None:
+                continue
+            for child in node._children.values():
+                inodes.append(child.id)
+                child.nlink = 0
+                work.append(child)
+            node._children, node.ref = {}, None
 
     def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
         """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),
@@ -980,6 +1011,16 @@ class Workspace(HistoryOps):
             self._views.move_to_end(key)
         return node
 
+    def space_status(self) -> dict:
+        """statfs's figures and what memfs keeps of them (bytes)."""
+        sp = self.space()
+        return {**sp.to_json(), "pending_bytes": self._dirty_bytes, "writable": self.free_bytes(),
+                "headroom": headroom(sp.size), "reserve": self.reserve.held()}
+
+    def retention_status(self) -> dict:
+        policy = self.store.policy()
+        return {**policy.to_json(), "summary": policy.summary()}
+
     def status(self) -> dict:
         mounts = sorted(name_to_str(n) for n in self.children(self.root))
         return {
@@ -988,23 +1029,19 @@ class Workspace(HistoryOps):
             "head": self.head,
             "pending": self.mutation_seq - self.durable_seq,
             "pending_bytes": self._dirty_bytes,
+            "nodes": len(self.nodes),
             "durable": self.mutation_seq == self.durable_seq,
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,
+            "commit_failure": self.health.failure.to_json() if self.health.failure else None,
+            "space": self.space_status(),
+            "retention": self.retention_status(),
+            **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),
             "mounts": mounts,
             "daemon": self.served_by.identity() if self.served_by else None,
             **({"backing": backing} if (backing := self.backing.status_json()) is not None
                else {}),
         }
-
-
-def _message(ops: list[OpRecord], given: str) -> str:
-    """A commit's message: what made it (its last operation, and how many others)."""
-    if not ops:
-        return given or "changes"
-    last = ops[-1].label
-    more = len({o.label for o in ops}) - 1
-    return last + (f" (+{more} other{'s' if more > 1 else ''})" if more > 0 else "")
 
 
 def _same(node: Node, e: Entry) -> bool:
@@ -1013,14 +1050,6 @@ def _same(node: Node, e: Entry) -> bool:
         return False
     return node.entry(e.ref, node.size()).to_list() == e.to_list() and (
         node.kind != FILE or node.ref == e.ref)
-
-
-def _file_ref(tx, size: int, chunks: dict[int, str]) -> str:
-    if size == 0 and not chunks:
-        return ""
-    if list(chunks) == [0] and size <= CHUNK_SIZE:
-        return "c:" + chunks[0] if size else ""
-    return "m:" + tx.put_object(encode_manifest(size, chunks))
 
 
 def _check_name(name: bytes) -> None:

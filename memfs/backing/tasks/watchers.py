@@ -58,7 +58,9 @@ class FsEventsWatchers:
                         running.pop(mount).cancel()
                 await trio.sleep(WATCH_POLL)
 
-    async def _watch(self, b: Binding, task_status=trio.TASK_STATUS_IGNORED) -> None:  # noqa: ANN001
+    async def _watch(self, b: Binding,
+                     task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+                     ) -> None:
         """An overflow, a moved root or a full watch table means a full pass (and a new
         watcher, for a root that came back)."""
         with trio.CancelScope() as scope:

@@ -1,0 +1,124 @@
+"""Whether group commits are going through; when they are not, why and what to do.
+
+A failed commit is never fatal: its changes stay pending in memory and the commit loop retries
+them. What this module adds is the telling: one record of the failure (`memfs status`, the
+errno an fsync or close answers, the refusal of `memfs umount`), a retry pace that does not
+flood the log, and a wake-up for the retry when something frees space (an unlink, a GC).
+
+Loop thread only (the commit thread raises; the loop records).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import time
+from dataclasses import dataclass
+
+import trio
+
+from memfs.errors import MemfsError
+from memfs.store.space import Space, size_text
+
+log = logging.getLogger("memfs.workspace")
+
+RETRY_MIN = 0.1
+RETRY_MAX = 5.0
+LOG_EVERY = 60.0  # a failure that goes on is logged again this often, not at every retry
+
+
+class CommitError(OSError, MemfsError):
+    """A group commit that could not be stored: an OSError for the FUSE layer (fsync and
+    close answer its errno) and a MemfsError with a remedy for the control channel."""
+
+    def __init__(self, code: int, message: str, remedy: str) -> None:
+        OSError.__init__(self, code, message)
+        self.message = message
+        self.remedy = remedy
+
+    def __str__(self) -> str:
+        return f"{self.message} — {self.remedy}"
+
+
+@dataclass
+class CommitFailure:
+    errno: int
+    error: str  # what the store reported
+    reason: str  # in plain words
+    remedy: str
+    since: float  # wall clock of the first failed attempt
+    attempts: int = 1
+
+    def to_json(self) -> dict:
+        return {"errno": self.errno, "error": self.error, "reason": self.reason,
+                "remedy": self.remedy, "since": self.since, "attempts": self.attempts}
+
+
+def explain(exc: BaseException, space: Space | None, root: str, pending: int) -> CommitFailure:
+    """The failure in words a user can act on."""
+    code = getattr(exc, "errno", None) or errno.EIO
+    later = (f"the {pending} pending change(s) stay in memory and commit by themselves once "
+             "it is possible (`memfs status` shows it)")
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        free = f"{size_text(space.avail)} free of {size_text(space.size)}" if space else "no space"
+        reason = f"the store's filesystem is full ({free} at {root})"
+        remedy = ("delete files in the mount (also ones still being written), then run "
+                  "`memfs gc` to reclaim their space from history (or free space on that "
+                  f"filesystem); {later}")
+    elif code == errno.EIO:
+        reason = f"the store's disk reports I/O errors at {root}"
+        remedy = f"check the disk (`dmesg`), then `memfs fsck`; {later}"
+    else:
+        reason = f"the store refuses the commit at {root}"
+        remedy = f"see the daemon log (<root>/daemon.log); {later}"
+    return CommitFailure(code, f"{type(exc).__name__}: {exc}", reason, remedy, time.time())
+
+
+class CommitHealth:
+    def __init__(self) -> None:
+        self.failure: CommitFailure | None = None
+        self.retry_now = trio.Event()  # set by what may let a failing commit through
+        self._logged_at = 0.0
+
+    @property
+    def full(self) -> bool:
+        """Commits are failing for lack of space: new data is refused at write()."""
+        return self.failure is not None and self.failure.errno in (errno.ENOSPC, errno.EDQUOT)
+
+    def failed(self, exc: BaseException, space: Space | None, root: str,
+               pending: int) -> CommitError:
+        new = explain(exc, space, root, pending)
+        old = self.failure
+        if old is not None and old.errno == new.errno:
+            old.attempts += 1
+            old.error, old.reason, old.remedy = new.error, new.reason, new.remedy
+            new = old
+        self.failure = new
+        now = time.monotonic()
+        if new is not old or now - self._logged_at >= LOG_EVERY:
+            self._logged_at = now
+            log.error("group commit failed (attempt %d): %s: %s — %s", new.attempts, new.reason,
+                      new.error, new.remedy)
+        return CommitError(new.errno, f"commits are failing: {new.reason}", new.remedy)
+
+    def succeeded(self) -> None:
+        if self.failure is not None:
+            log.info("group commits go through again (after %d failed attempt(s))",
+                     self.failure.attempts)
+        self.failure = None
+
+    def retry_delay(self) -> float:
+        if self.failure is None:
+            return RETRY_MIN
+        return min(RETRY_MAX, RETRY_MIN * 2 ** min(self.failure.attempts, 8))
+
+    def poke(self) -> None:
+        """Something freed space (or may have): retry a failing commit now."""
+        if self.failure is not None:
+            self.retry_now.set()
+
+    async def wait_to_retry(self) -> None:
+        await trio.sleep(RETRY_MIN)
+        with trio.move_on_after(self.retry_delay() - RETRY_MIN):
+            await self.retry_now.wait()
+        self.retry_now = trio.Event()

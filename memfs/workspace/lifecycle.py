@@ -1,0 +1,195 @@
+"""The daemon's garbage collection: automatic runs, `memfs gc` and `memfs du` requests, and
+what status says about them.
+
+A run is memfs.store.gc's Collector in a worker thread; one at a time (a trio lock here, the
+store's gc.lock across processes). The automatic runs, when the policy's `gc-auto` is on:
+
+- low space: the store's filesystem is below the policy's floor, a write was refused for
+  lack of space, or a commit failed for it: at once, then at most every 10 s, backing off
+  (doubling, up to 10 min) while runs give nothing back;
+- growth: the packs grew by max(256 MiB, 5% of the filesystem) since the last run;
+- age: the last run is 6 h old (or there was none) and some commit is older than `keep-all`.
+
+The check runs every minute, when a write or commit fails for space, and just after a file
+is removed while space is short (once its commit has landed). After a run, a failing commit
+is retried at once.
+
+What GC must keep for this process beyond the store's refs (views shown under
+`.memfs/history`, files still open after they left the tree) is asked of the loop
+(Workspace.gc_pins) before the run takes any lock.
+
+Loop thread, except `_due` (a worker thread: it reads the store and the disk).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import trio
+
+from memfs.store import gc
+from memfs.store.packs import pack_usage
+from memfs.store.refs import CHUNK, INODES, Ref, file_refs
+from memfs.store.space import Space, size_text
+from memfs.store.trees import DIR, FILE
+
+if TYPE_CHECKING:
+    from memfs.workspace.workspace import Workspace
+
+log = logging.getLogger("memfs.gc")
+
+CHECK_EVERY = 60.0
+LOW_SPACE_EVERY = 10.0
+LOW_SPACE_MAX = 600.0
+AGE_EVERY = 6 * 3600.0
+GROWTH_MIN = 256 << 20
+
+
+class Lifecycle:
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.store = ws.store
+        self.running: gc.Collector | None = None
+        self.last: dict | None = gc.last_run(ws.store)
+        self._last_at = 0.0  # monotonic time of this process's last automatic run
+        self._low_every = LOW_SPACE_EVERY  # grows while low-space runs give nothing back
+        self._delay = 0.0
+        self._lock = trio.Lock()
+        self._poke = trio.Event()
+        ws.lifecycle = self
+
+    # -- automatic runs -------------------------------------------------------------------------
+    async def run(self) -> None:
+        """The daemon's background task (ends with the nursery)."""
+        wait = CHECK_EVERY
+        while True:
+            with trio.move_on_after(wait):
+                await self._poke.wait()
+            wait = CHECK_EVERY
+            self._poke = trio.Event()
+            if self._delay:  # let the commit of a removal land first
+                await trio.sleep(self._delay)
+                self._delay = 0.0
+            if self._lock.locked():
+                continue
+            try:
+                trigger, later = await trio.to_thread.run_sync(self._due)
+                if later is not None:
+                    wait = later  # space is short but the last run was too recent
+                if trigger:
+                    log.info("automatic garbage collection: %s", trigger)
+                    report = await self.collect(trigger=trigger)
+                    log.info("garbage collection done: %s", summary(report))
+            except Exception:  # noqa: BLE001 - a failed run is logged and tried again later
+                log.exception("automatic garbage collection failed")
+
+    def poke(self, delay: float = 0.0) -> None:
+        """Space is short (a write or commit was refused, a file went): check soon."""
+        self._delay = max(self._delay, delay)
+        self._poke.set()
+
+    def _due(self) -> tuple[str | None, float | None]:
+        """Why an automatic run is due now (or None), and when to look again if a run for
+        space is wanted but the last one was too recent (worker thread)."""
+        policy = self.store.policy()
+        if not policy.gc_auto:
+            return None, None
+        since = time.monotonic() - self._last_at if self._last_at else float("inf")
+        space = Space.of(self.store.root)
+        short = None
+        if self.ws.health.full:
+            short = "commits are failing for lack of space"
+        elif self.ws.space_refused:
+            short = "a write was refused for lack of space"
+        elif policy.space_floor and space.avail < gc.space_floor(space, policy):
+            short = f"free space {size_text(space.avail)} is under the {policy.space_floor:g}% floor"
+        if short:
+            if since >= self._low_every:
+                return short, None
+            return None, self._low_every - since
+        base = (self.last or {}).get("store_after", 0)
+        if pack_usage(self.store.root) - base > max(GROWTH_MIN, space.size // 20):
+            return "the packs grew since the last run", None
+        last = (self.last or {}).get("started", 0.0)
+        if time.time() - last >= AGE_EVERY and since >= AGE_EVERY and policy.keep_all != float(
+                "inf"):
+            cutoff = time.time_ns() - int(policy.keep_all * 1e9)
+            if self.store._query("SELECT 1 FROM commits WHERE time_ns < ? LIMIT 1", (cutoff,)):
+                return "history has aged past the keep-all window", None
+        return None, None
+
+    # -- a run ------------------------------------------------------------------------------------
+    async def collect(self, *, dry_run: bool = False, trigger: str = "manual") -> dict:
+        async with self._lock:
+            collector = gc.Collector(self.store, dry_run=dry_run, trigger=trigger,
+                                     pins=self._pins, short_of_space=self.ws.space_refused
+                                     or self.ws.health.full)
+            self.running = collector
+            try:
+                report = await trio.to_thread.run_sync(collector.run)
+            finally:
+                self.running = None
+                if trigger != "manual" and not dry_run:
+                    self._last_at = time.monotonic()
+            doc = report.to_json()
+            if trigger not in ("manual", "du"):
+                self._low_every = LOW_SPACE_EVERY if doc["returned"] >= 1 << 20 else min(
+                    LOW_SPACE_MAX, self._low_every * 2)
+            if not dry_run:
+                self.last = doc
+                self.ws.space_changed()
+                if doc["reserve_released"] or not self.ws.reserve.held():
+                    await trio.to_thread.run_sync(self.ws.take_reserve)  # for the next time
+                self.ws.health.poke()
+            return doc
+
+    def _pins(self) -> gc.Pins:
+        return trio.from_thread.run_sync(pins_of, self.ws)
+
+    def status(self) -> dict:
+        running = self.running
+        return {
+            "running": None if running is None else {
+                "trigger": running.report.trigger, "dry_run": running.dry_run,
+                **running.progress.to_json()},
+            "last": None if self.last is None else {
+                k: self.last.get(k) for k in (
+                    "started", "seconds", "trigger", "returned", "commits_dropped",
+                    "dropped_for_space", "chunk_bytes_freed", "live_bytes", "history_bytes",
+                    "reclaimable_bytes", "problems")},
+        }
+
+
+def pins_of(ws: Workspace) -> gc.Pins:
+    """What GC must keep for this process beyond the store's refs (loop thread): the trees
+    and inode tables of views shown under .memfs (every view root the kernel may still
+    hold, not only those cached for reuse), and the content of files held open that are no
+    longer in the tree (unlinked, replaced by an undo) or belong to a view."""
+    pins = gc.Pins()
+    for root in ws._view_roots.values():
+        if root.ref:
+            pins.trees.add(root.ref)
+        if root.space is not None and root.space.table:
+            pins.refs.add(Ref(INODES, root.space.table))
+    for node in ws.held_nodes():
+        if not node.readonly and ws._attached(node):
+            continue  # in the tree: the head names it
+        if node.kind == DIR and node.ref:
+            pins.trees.add(node.ref)
+        elif node.kind == FILE:
+            if node._data_loaded and node.data is not None:
+                pins.refs.update(Ref(CHUNK, c) for c in node.data.chunks.values())
+            elif node.ref:
+                pins.refs.update(file_refs(node.ref))
+    return pins
+
+
+def summary(doc: dict) -> str:
+    """One line for people and the log."""
+    verb = "would drop" if doc.get("dry_run") else "dropped"
+    space = f" ({doc['dropped_for_space']} for space)" if doc.get("dropped_for_space") else ""
+    return (f"{verb} {doc['commits_dropped']} commit(s){space}, freed "
+            f"{size_text(doc['chunk_bytes_freed'] + doc['object_bytes_freed'])} of chunks and "
+            f"objects, gave back {size_text(doc['returned'])} in {doc['seconds']:.1f} s")

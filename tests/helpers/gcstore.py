@@ -1,0 +1,131 @@
+"""A store whose garbage collection has every kind of work, and the checks a GC must pass.
+
+Pack 1 ends up mostly dead (a rewrite), pack 2 with a dead range in the middle (a punch);
+commits are dropped across a gap whose backed-mount intents must survive on the kept commit
+after it; a checkpoint and the branch head are kept. With the policy set to keep nothing by
+age, what is kept is exactly the checkpoint and the head.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from memfs.store import Store
+from memfs.store.chunks import CHUNK_SIZE, chunk_digest
+from memfs.store.retention import Policy
+from memfs.store.trees import DIR, FILE, decode_dir
+from memfs.workspace.workspace import Workspace
+
+MiB = 1 << 20
+KEEP_NOTHING_BY_AGE = Policy(keep_all=0, hourly=0, daily=0)
+
+
+@dataclass
+class Expected:
+    files: dict[str, dict[str, bytes]]  # kept commit -> path -> bytes
+    intents: dict[str, dict[str, bytes]]  # kept commit -> mount -> intent bytes
+
+
+def files_at(store: Store, cid: str) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
+    stack = [(store.commit(cid).tree, "")]
+    while stack:
+        tree, prefix = stack.pop()
+        for e in decode_dir(store.read_object(tree)):
+            if e.kind == DIR:
+                stack.append((e.ref, prefix + e.name + "/"))
+            elif e.kind == FILE:
+                buf = bytearray(e.size)
+                for i, chunk in store.file_chunks(e.ref).items():
+                    data = store.read_chunk(chunk)[: max(0, e.size - i * CHUNK_SIZE)]
+                    buf[i * CHUNK_SIZE: i * CHUNK_SIZE + len(data)] = data
+                out[prefix + e.name] = bytes(buf)
+    return out
+
+
+def build(root: Path) -> Expected:
+    rng = random.Random(7)
+    small = rng.randbytes(100_000)
+
+    def session(steps) -> list[str]:
+        ws = Workspace(Store.open(root), commit_interval=0.05)
+        out = []
+        try:
+            for step in steps:
+                step(ws)
+                out.append(trio.run(ws.commit))
+        finally:
+            ws.store.close()
+        return out
+
+    def work(ws: Workspace):
+        kids = ws.children(ws.root)
+        return kids.get(b"work") or ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+
+    def put(name: str, data: bytes):
+        def step(ws: Workspace) -> None:
+            d = work(ws)
+            f = ws.children(d).get(name.encode()) or ws.create(d, name.encode(), FILE, 0o644,
+                                                                0, 0)
+            ws.write(f, 0, data)
+        return step
+
+    def rm(name: str):
+        return lambda ws: ws.unlink(work(ws), name.encode())
+
+    def both(*steps):
+        return lambda ws: [s(ws) for s in steps]
+
+    c1, c2 = session([both(put("a", small), put("big1", rng.randbytes(3 * MiB))),
+                      rm("big1")])
+    c3, c4, c5 = session([both(put("b", rng.randbytes(2 * MiB)), put("mid", rng.randbytes(MiB)),
+                               put("c", rng.randbytes(2 * MiB))),
+                          rm("mid"), put("a2", small)])
+    store = Store.open(root)
+    try:
+        store.checkpoint("cp", c2)
+        with store.transaction() as tx:  # a backed mount's intent, kept with c3 only
+            tx.put_intents(c3, {"m": b"intent kept with c3"})
+        store.set_policy(KEEP_NOTHING_BY_AGE)
+        return Expected({c2: files_at(store, c2), c5: files_at(store, c5)},
+                        {c2: {}, c5: {"m": b"intent kept with c3"}})
+    finally:
+        store.close()
+
+
+def check(root: Path, expected: Expected) -> list[str]:
+    """What is wrong with the store at `root` (empty: it opens, passes fsck, every chunk
+    reads back under its digest, and every kept commit has its files and intents)."""
+    try:
+        store = Store.open(root)
+    except Exception as exc:  # noqa: BLE001 - the finding
+        return [f"store does not open: {exc!r}"]
+    try:
+        problems = store.fsck()
+        conn = sqlite3.connect(f"file:{root / 'store.db'}?mode=ro", uri=True)
+        try:
+            ids = [r[0] for r in conn.execute("SELECT id FROM chunks")]
+        finally:
+            conn.close()
+        for cid in ids:
+            try:
+                if chunk_digest(store.read_chunk(cid)) != cid.split(".")[0]:
+                    problems.append(f"chunk {cid} does not match its digest")
+            except (KeyError, OSError) as exc:
+                problems.append(f"chunk {cid}: {exc}")
+        for cid, files in expected.files.items():
+            try:
+                if files_at(store, cid) != files:
+                    problems.append(f"kept commit {cid[:12]}: files differ")
+                if store.intents_at(cid) != expected.intents[cid]:
+                    problems.append(f"kept commit {cid[:12]}: intents {store.intents_at(cid)}")
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"kept commit {cid[:12]}: {exc!r}")
+        return problems
+    finally:
+        store.close()

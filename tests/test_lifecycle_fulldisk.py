@@ -1,0 +1,285 @@
+"""A full disk through a real mount (a 32 MiB tmpfs holds the store): a write that cannot be
+stored fails at write(), fsync() or close(), never later, and nothing acknowledged is lost;
+statfs tells the store filesystem's real figures; status says plainly that commits fail, why
+and what to do; umount refuses and leaves the mount usable; freeing space lets the pending
+commits through without a restart.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers.mount import REPO, memfs_cmd
+from helpers.store import store_check
+
+pytestmark = pytest.mark.mount
+
+MiB = 1 << 20
+
+
+def fill(fs: Path, name: str = "filler") -> Path:
+    """Someone else takes every byte left on the store's filesystem."""
+    path = fs / name
+    with open(path, "ab", buffering=0) as f:
+        for size in (MiB, 64 << 10, 4096):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+    return path
+
+
+def write_until_enospc(path: Path, rng: random.Random, *, fsync: bool = False
+                       ) -> tuple[bytes, OSError]:
+    """Write 1 MiB pieces (each fsynced, if asked) until a write() fails; what was accepted,
+    and the error."""
+    accepted = bytearray()
+    with open(path, "wb", buffering=0) as f:
+        while True:
+            piece = rng.randbytes(MiB)
+            try:
+                n = f.write(piece)
+                if fsync:
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                return bytes(accepted), exc
+            accepted += piece[:n]
+            assert len(accepted) < 64 * MiB, "64 MiB accepted on a 32 MiB filesystem"
+
+
+def wait_for(cond, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_writes_fail_at_write_and_what_was_accepted_is_kept(small_fs, mount_factory) -> None:
+    """Without any fsync: the write that does not fit fails, everything before it is stored
+    (close and a later fsync succeed) and survives a SIGKILL."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    accepted, exc = write_until_enospc(m.work / "big", random.Random(1))
+    assert exc.errno == errno.ENOSPC, repr(exc)
+    assert len(accepted) >= 8 * MiB, f"only {len(accepted) >> 20} MiB accepted"
+    fsync_path(m.work)  # everything accepted fits: the commit goes through
+    assert m.status()["pending"] == 0
+    assert m.proc.poll() is None
+    # A plain dd is refused at write() too (no commit can fail later for it).
+    res = subprocess.run(["dd", "if=/dev/urandom", f"of={m.work / 'dd'}", "bs=1M", "count=16"],
+                         capture_output=True, text=True)
+    assert res.returncode != 0 and "No space left" in res.stderr, res.stderr
+    m.kill()
+    store_check(m.root)
+    m.remount()
+    assert hashlib.sha256((m.work / "big").read_bytes()).digest() == \
+        hashlib.sha256(accepted).digest()
+
+
+def test_statfs_is_the_store_filesystems_own(small_fs, mount_factory) -> None:
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    (m.work / "some").write_bytes(os.urandom(4 * MiB))
+    fsync_path(m.work)
+    mine, host = os.statvfs(m.mnt), os.statvfs(small_fs)
+    assert mine.f_blocks * mine.f_frsize == host.f_blocks * host.f_frsize
+    used = (mine.f_blocks - mine.f_bfree) * mine.f_frsize
+    host_used = (host.f_blocks - host.f_bfree) * host.f_frsize
+    assert abs(used - host_used) <= 64 << 10, (used, host_used)
+    assert mine.f_bavail <= host.f_bavail  # the commits' headroom is not offered
+    assert (mine.f_files, mine.f_ffree) == (host.f_files, host.f_ffree)
+    # Pending bytes count as used at once, before any commit stores them.
+    with open(m.work / "pending", "wb") as f:
+        f.write(os.urandom(3 * MiB))
+        now = os.statvfs(m.mnt)
+        grew = (now.f_blocks - now.f_bfree) * now.f_frsize - used
+        assert grew >= 3 * MiB - (64 << 10), grew
+
+
+def test_close_fails_when_what_it_wrote_no_longer_fits(small_fs, mount_factory) -> None:
+    """Writes let in with room to spare; then someone fills the disk before the commit: the
+    close() reports ENOSPC. Once the space is back the same changes commit by themselves."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt",
+                      extra_args=("--commit-interval", "600000"))
+    data = os.urandom(3 * MiB)
+    f = open(m.work / "late", "wb", buffering=0)
+    f.write(data)
+    filler = fill(small_fs)
+    with pytest.raises(OSError) as exc:
+        f.close()
+    assert exc.value.errno == errno.ENOSPC, repr(exc.value)
+    assert m.status()["pending"] > 0
+    filler.unlink()
+    wait_for(lambda: m.status()["pending"] == 0, what="the pending commit after space came back")
+    m.kill()
+    m.remount()
+    assert (m.work / "late").read_bytes() == data
+
+
+def test_full_store_status_umount_and_recovery(small_fs, mount_factory) -> None:
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    keep = os.urandom(2 * MiB)
+    (m.work / "keep.bin").write_bytes(keep)
+    fsync_path(m.work)
+    d = m.work / "names"
+    d.mkdir()
+    # Someone else fills the disk; memfs gives its reserve back to let one commit through,
+    # so fill again until a commit of metadata alone fails.
+    fillers, n = [], 0
+    for attempt in range(5):
+        fillers.append(fill(small_fs, f"filler{attempt}"))
+        for _ in range(500):
+            (d / f"an-empty-file-with-a-long-name-{n:05d}").touch()
+            n += 1
+        try:
+            fsync_path(d)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, repr(exc)
+            break
+    else:
+        pytest.fail("commits never failed on a full disk")
+    # New data is refused at once while commits fail for lack of space.
+    with pytest.raises(OSError) as exc:
+        (m.work / "more").write_bytes(b"x" * 10000)
+    assert exc.value.errno == errno.ENOSPC
+    st = m.cli_json("status")
+    assert st["commit_failure"]["errno"] == errno.ENOSPC
+    text = m.cli("status").stdout
+    assert "FAILING" in text and "full" in text and "memfs gc" in text, text
+    # umount refuses, says why and what to do, and the mount stays usable.
+    res = m.cli("umount", str(m.mnt), check=False)
+    assert res.returncode != 0
+    assert "stays mounted" in res.stderr and "full" in res.stderr and "delete" in res.stderr, \
+        res.stderr
+    assert m.proc.poll() is None
+    assert (m.work / "keep.bin").read_bytes() == keep
+    assert len(os.listdir(d)) == n
+    # Space comes back: the failed commits go through without a restart.
+    for f in fillers:
+        f.unlink()
+    wait_for(lambda: m.cli_json("status")["commit_failure"] is None, what="commits to recover")
+    fsync_path(d)
+    assert m.status()["pending"] == 0
+    (m.work / "more").write_bytes(b"x" * 10000)
+    m.umount()
+    store_check(m.root)
+    m.remount()
+    assert len(os.listdir(m.work / "names")) == n
+    assert (m.work / "keep.bin").read_bytes() == keep
+
+
+def test_reserve_is_held_and_counted_as_used(small_fs, mount_factory) -> None:
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    (m.work / "x").write_bytes(b"x")
+    fsync_path(m.work)
+    wait_for(lambda: m.status()["space"]["reserve"] > 0, what="the space reserve")
+    assert os.stat(m.root / "reserve").st_blocks * 512 == m.status()["space"]["reserve"]
+    subprocess.run(memfs_cmd(m.root, "status"), cwd=REPO, check=True, capture_output=True)
+
+
+def free_in(m) -> int:
+    sv = os.statvfs(m.mnt)
+    return sv.f_bavail * sv.f_frsize
+
+
+def test_deleting_files_and_memfs_gc_make_room_again(small_fs, mount_factory) -> None:
+    """The issue's sequence: fill the store by writing through the mount (dd conv=fsync
+    style: all of it committed, so all of it in history), rm the big file, `memfs gc`: the
+    space comes back (its history goes, the disk being under the floor) and new writes fit,
+    without a restart."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("config", "gc-auto", "off")  # this test is about `memfs gc` (the next: automatic)
+    m.cli("config", "space-floor", "40%")  # 5% of 32 MiB is under the commits' headroom
+    keep = os.urandom(2 * MiB)
+    (m.work / "keep.bin").write_bytes(keep)
+    accepted, exc = write_until_enospc(m.work / "big", random.Random(2), fsync=True)
+    assert exc.errno == errno.ENOSPC
+    os.unlink(m.work / "big")
+    fsync_path(m.work)
+    low = free_in(m)
+    res = m.cli_json("gc")
+    assert res["returned"] >= len(accepted) * 8 // 10, res
+    assert res["pressure"] and res["commits_dropped"] >= 1
+    assert free_in(m) >= low + len(accepted) * 8 // 10
+    again = os.urandom(len(accepted) // 2)
+    (m.work / "again").write_bytes(again)
+    fsync_path(m.work)
+    st = m.cli_json("status")
+    assert st["gc"]["last"]["returned"] == res["returned"]
+    assert "gc       last run" in m.cli("status").stdout
+    m.kill()
+    store_check(m.root)
+    m.remount()
+    assert (m.work / "keep.bin").read_bytes() == keep
+    assert (m.work / "again").read_bytes() == again
+    assert not (m.work / "big").exists()
+
+
+def test_the_automatic_run_makes_room_without_being_asked(small_fs, mount_factory) -> None:
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("config", "space-floor", "40%")
+    accepted, _ = write_until_enospc(m.work / "big", random.Random(3), fsync=True)
+    os.unlink(m.work / "big")
+    fsync_path(m.work)
+    wait_for(lambda: free_in(m) >= len(accepted) * 8 // 10, timeout=60,
+             what="the automatic GC to give the space back")
+    assert m.status()["gc"]["last"]["trigger"] != "manual"
+
+
+def test_failed_commits_go_through_once_gc_frees_history(small_fs, mount_factory) -> None:
+    """History holds a deleted file; someone else fills the disk so commits fail; the GC the
+    failure starts drops that history and the pending commit goes through, no restart."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    (m.work / "old").write_bytes(os.urandom(10 * MiB))
+    fsync_path(m.work)
+    os.unlink(m.work / "old")
+    fsync_path(m.work)
+    m.cli("config", "gc-auto", "off")  # first: that a plain `memfs gc` does it
+    fillers = []
+    d = m.work / "names"
+    d.mkdir()
+    for attempt in range(5):
+        fillers.append(fill(small_fs, f"filler{attempt}"))
+        for i in range(300):
+            (d / f"name-{attempt}-{i:04d}").touch()
+        try:
+            fsync_path(d)
+        except OSError:
+            break
+    else:
+        pytest.fail("commits never failed on a full disk")
+    assert m.cli_json("status")["commit_failure"] is not None
+    m.cli("gc")
+    wait_for(lambda: m.cli_json("status")["commit_failure"] is None, what="the failed commits")
+    assert m.status()["pending"] == 0
+    n = len(os.listdir(d))
+    # And by itself: the same again, with gc-auto on.
+    m.cli("config", "gc-auto", "on")
+    (m.work / "old2").write_bytes(os.urandom(4 * MiB))
+    for f in fillers:
+        f.unlink()
+    fsync_path(m.work)
+    os.unlink(m.work / "old2")
+    fsync_path(m.work)
+    fill(small_fs, "filler-again")
+    for i in range(300):
+        (d / f"late-{i:04d}").touch()
+    wait_for(lambda: m.status()["pending"] == 0 and m.cli_json("status")["commit_failure"] is None,
+             timeout=60, what="the automatic GC to let the commit through")
+    m.kill()
+    m.remount()
+    assert len(os.listdir(m.work / "names")) == n + 300

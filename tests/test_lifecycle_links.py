@@ -1,0 +1,213 @@
+"""Garbage collection meets hard links and special files (issue 13 with issue 12): GC marks
+a kept commit's inode table and every row's content and sweeps a dropped commit's table; fsck
+and GC walk one graph (memfs.store.refs); beside a live mount, every name of a linked inode
+keeps its inode, link count and bytes."""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+from helpers.store import store_check
+
+from memfs.store import Store
+from memfs.store.gc import Collector
+from memfs.store.retention import Policy
+from memfs.store.store import CommitDropped
+from memfs.store.trees import CHR, DIR, FIFO, FILE, SOCK, decode_dir
+from memfs.workspace.workspace import Workspace
+
+MiB = 1 << 20
+KEEP_NOTHING_BY_AGE = Policy(keep_all=0, hourly=0, daily=0)
+
+
+def _commit(ws: Workspace) -> str:
+    cid = trio.run(ws.commit)
+    assert cid is not None
+    return cid
+
+
+def _dropped(store: Store, cid: str) -> bool:
+    try:
+        store.commit(cid)
+    except CommitDropped:
+        return True
+    return False
+
+
+def _has_object(store: Store, oid: str) -> bool:
+    return bool(store._query("SELECT 1 FROM objects WHERE id = ?", (oid,)))
+
+
+def _has_chunk(store: Store, cid: str) -> bool:
+    return bool(store._query("SELECT 1 FROM chunks WHERE id = ?", (cid,)))
+
+
+def _read(ws: Workspace, node) -> bytes:
+    return ws.read(node, 0, node.size())
+
+
+def test_gc_keeps_kept_commits_links_and_sweeps_dropped_inode_tables(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    ws = Workspace(Store.open(root), commit_interval=0.05)
+    store = ws.store
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    sub = ws.create(work, b"sub", DIR, 0o755, 0, 0)
+    old, new, gone = os.urandom(3 * MiB), os.urandom(2 * MiB), os.urandom(MiB + 17)
+    a = ws.create(work, b"a", FILE, 0o644, 0, 0)
+    ws.write(a, 0, old)
+    ws.link(a, sub, b"b")
+    ws.create(work, b"fifo", FIFO, 0o644, 0, 0)
+    ws.create(work, b"tty", CHR, 0o620, 0, 0, rdev=os.makedev(5, 0))
+    ws.create(work, b"sock", SOCK, 0o755, 0, 0)
+    c1 = _commit(ws)
+    t1 = store.inode_table(c1)
+    old_chunks = set(store.file_chunks(store.inodes(t1)[a.ikey].ref).values())
+    ws.truncate(a, 0)
+    ws.write(a, 0, new)  # through one name: the inode table's row changes, no directory does
+    c2 = _commit(ws)
+    t2 = store.inode_table(c2)
+    assert t2 not in (None, t1)
+    store.checkpoint("linked", c2)
+    x = ws.create(work, b"x", FILE, 0o644, 0, 0)
+    ws.write(x, 0, gone)
+    ws.link(x, sub, b"y")
+    c3 = _commit(ws)
+    t3 = store.inode_table(c3)
+    gone_chunks = set(store.file_chunks(store.inodes(t3)[x.ikey].ref).values())
+    ws.unlink(work, b"x")
+    ws.unlink(sub, b"y")
+    head = _commit(ws)
+    store.set_policy(KEEP_NOTHING_BY_AGE)
+
+    report = Collector(store).run()
+
+    assert report.problems == [], report.problems
+    assert _dropped(store, c1) and _dropped(store, c3)
+    assert not _dropped(store, c2) and not _dropped(store, head)
+    assert store.fsck() == []
+    # A dropped commit's inode table goes, and what only it named.
+    assert not _has_object(store, t1) and not _has_object(store, t3)
+    assert not store._query("SELECT 1 FROM commit_inodes WHERE commit_id IN (?, ?)", (c1, c3))
+    assert not any(_has_chunk(store, c) for c in old_chunks | gone_chunks)
+    # Who made a dropped commit stays with its tombstone (log and undo explain the gap).
+    assert len(store._query("SELECT 1 FROM commit_ops WHERE commit_id IN (?, ?)", (c1, c3))) == 2
+    # The kept commits' links: one inode under both names, its link count, its bytes.
+    for cid in (c2, head):
+        assert _has_object(store, store.inode_table(cid))
+        view = ws.view(cid, "test")
+        vwork = ws.children(view)[b"work"]
+        va, vb = ws.children(vwork)[b"a"], ws.children(ws.children(vwork)[b"sub"])[b"b"]
+        assert va is vb and va.nlink == 2
+        assert _read(ws, va) == new
+        kinds = {e.name: e for e in decode_dir(store.read_object(vwork.ref))}
+        assert kinds["fifo"].kind == FIFO and kinds["sock"].kind == SOCK
+        assert kinds["tty"].kind == CHR and int(kinds["tty"].ref) == os.makedev(5, 0)
+    fresh = Workspace(store)  # the live tree read back from the store
+    fwork = fresh.children(fresh.root)[b"work"]
+    fa = fresh.children(fwork)[b"a"]
+    assert fa is fresh.children(fresh.children(fwork)[b"sub"])[b"b"] and fa.nlink == 2
+    assert _read(fresh, fa) == new
+    store.close()
+
+
+# -- through a mount -------------------------------------------------------------------------
+
+def keep_nothing_by_age(m) -> None:
+    for key in ("keep-all", "keep-hourly", "keep-daily"):
+        m.cli("config", key, "0")
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.mount
+def test_gc_beside_a_live_mount_with_hard_links(mounted) -> None:
+    """A writer rewrites one inode through its names, links new names and removes old ones,
+    while `memfs gc` runs again and again; a second linked inode, all its names removed, is
+    held open. Every name keeps the same inode, its link count and its bytes, before and
+    after a remount, and fsck is clean."""
+    mounted.require_real()
+    keep_nothing_by_age(mounted)
+    w = mounted.work
+    pool = [random.Random(i).randbytes(150_000 + 999 * i) for i in range(4)]
+    (w / "n0").write_bytes(pool[0])
+    os.mkfifo(w / "fifo")
+    held_bytes = os.urandom(MiB)
+    (w / "h1").write_bytes(held_bytes)
+    os.link(w / "h1", w / "h2")
+    fsync_path(w)
+    held = open(w / "h2", "rb")
+    os.unlink(w / "h1")
+    os.unlink(w / "h2")
+    model = {"names": ["n0"], "data": pool[0]}
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def writer() -> None:
+        rng = random.Random(5)
+        serial = 1
+        try:
+            while not stop.is_set():
+                names = model["names"]
+                r = rng.random()
+                if r < 0.25:
+                    name = f"n{serial}"
+                    serial += 1
+                    os.link(w / rng.choice(names), w / name)
+                    names.append(name)
+                elif r < 0.4 and len(names) > 1:
+                    victim = names.pop(rng.randrange(len(names)))
+                    os.unlink(w / victim)
+                else:
+                    data = rng.choice(pool)
+                    (w / rng.choice(names)).write_bytes(data)
+                    model["data"] = data
+                if rng.random() < 0.2:
+                    fsync_path(w)
+        except OSError as exc:
+            errors.append(repr(exc))
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        dropped = 0
+        for _ in range(6):
+            res = mounted.cli_json("gc")
+            errors += res["problems"]
+            dropped += res["commits_dropped"]
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert dropped, "GC dropped nothing while the writer ran"
+    assert held.read() == held_bytes, "an open inode whose names all went lost its bytes to GC"
+    held.close()
+
+    def check() -> None:
+        names = model["names"]
+        stats = [os.stat(w / n) for n in names]
+        assert len({s.st_ino for s in stats}) == 1, "the names are no longer one inode"
+        assert all(s.st_nlink == len(names) for s in stats), [s.st_nlink for s in stats]
+        for n in names:
+            assert (w / n).read_bytes() == model["data"], n
+        assert stat.S_ISFIFO(os.stat(w / "fifo").st_mode)
+        assert sorted(os.listdir(w)) == sorted([*names, "fifo"])
+
+    fsync_path(w)
+    check()
+    assert mounted.cli_json("fsck")["ok"]
+    mounted.umount()
+    store_check(mounted.root)
+    mounted.remount()
+    check()

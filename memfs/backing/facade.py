@@ -102,9 +102,7 @@ class Backing:
         self.passes = Passes(ws, self.journal, self.config, self.states, self.view,
                              self.intent, self.settle, self.conflicts, self.events, self.gate,
                              self.applier, self.planner, self.onaccess)
-        self.materializer = Materializer(ws, self.journal, self.config, self.states,
-                                         self.view, self.intent, self.events, self.gate,
-                                         self.applier, self.passes)
+        self.materializer = Materializer(self.passes)
         self.owed = OwedCounter(lambda: ws.branch, self.journal, self.view, self.intent)
         self.agent = AfterBatch(self.config, self.events, self._pass)
         self.auto = AutoMaterialize(ws, self.config, self.view, self.gate, self.materializer,

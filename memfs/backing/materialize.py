@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import trio
@@ -33,10 +33,12 @@ from memfs.backing.states import States
 from memfs.backing.storeview import StoreView, ref_chunks
 from memfs.reconcile.apply import MaterializeResult
 from memfs.reconcile.contained import RootId
-from memfs.reconcile.plan import pending_from_journal, plan_pass
+from memfs.reconcile.plan import MaterializePlan, pending_from_journal, plan_pass
+from memfs.reconcile.rule import Content
 from memfs.store.journal import Journal
 from memfs.testing import push_delay
 from memfs.workspace.attribution import labelled
+from memfs.workspace.nodes import Node
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -48,19 +50,19 @@ PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materi
 
 
 class Materializer:
-    def __init__(self, ws: Workspace, journal: Journal, bindings: Bindings, states: States,
-                 view: StoreView, intent: BranchIntent, events: Events, gate: Gate,
-                 applier: TreeApplier, passes: Passes) -> None:
-        self.ws = ws
-        self.journal = journal
-        self.bindings = bindings
-        self.states = states
-        self.view = view
-        self.intent = intent
-        self.events = events
-        self.gate = gate
-        self.applier = applier
+    """A materialize gathers and closes with a pass, so it works with the pass's owners."""
+
+    def __init__(self, passes: Passes) -> None:
         self.passes = passes
+        self.ws: Workspace = passes.ws
+        self.journal: Journal = passes.journal
+        self.bindings: Bindings = passes.bindings
+        self.states: States = passes.states
+        self.view: StoreView = passes.view
+        self.intent: BranchIntent = passes.intent
+        self.events: Events = passes.events
+        self.gate: Gate = passes.gate
+        self.applier: TreeApplier = passes.applier
         self.push_delay: Callable[[], float] = push_delay  # the tests' shim
 
     async def materialize(self, paths: Iterable[str] | None, *, force: bool = False,
@@ -86,7 +88,7 @@ class Materializer:
         """With the mount's lock held. `held`: an auto round's (close-to-open: a file still
         open for writing is left for its last writer's close, its node id added here)."""
         from memfs.reconcile.apply import run_materialize, settle
-        from memfs.reconcile.plan import Skipped, plan_materialize
+        from memfs.reconcile.plan import plan_materialize
 
         b = self.bindings.require(mount)
         st = self.states.of(mount)
@@ -107,30 +109,7 @@ class Materializer:
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
                                  apply_deletions=apply_deletions, pinned_branch=pinned,
                                  mount=mount, unwritable=self.view.unwritable(nodes, mount))
-        for w in [w for w in mplan.writes if w.path not in nodes]:
-            # Unreachable by the rule (a write is owed only for store content); if a future plan
-            # broke that, one path is refused instead of the whole mount's materialize failing.
-            log.error("materialize of %s/%s: a write is owed but the store has no file", mount,
-                      w.path)
-            mplan.writes.remove(w)
-            mplan.skipped.append(Skipped(w.path, "refused", "the store holds no file to write",
-                                         f"`memfs sync {mount}/{w.path}` takes disk's side"))
-        if held is not None:
-            for w in [w for w in mplan.writes if nodes[w.path].id in self.applier.held]:
-                mplan.writes.remove(w)
-                held.add(nodes[w.path].id)
-                mplan.skipped.append(Skipped(w.path, "open-for-writing",
-                                             "still open for writing through the mount",
-                                             "it is written when the last writer closes it"))
-        # The bytes to write, taken now on the loop.
-        sources: dict[str, tuple[bytes | tuple[str, int], str]] = {}
-        for w in mplan.writes:
-            node, digest = nodes[w.path], s_view[w.path].digest
-            assert digest is not None  # the store side always has its digest
-            if node.dirty or node.ref is None:
-                sources[w.path] = (self.ws.read(node, 0, node.size()), digest)
-            else:
-                sources[w.path] = ((node.ref, node.size()), digest)
+        sources = self._sources(mount, mplan, nodes, s_view, held)
         store = self.ws.store
 
         def content(path: str) -> tuple[bytes | Iterator[bytes], str]:
@@ -166,6 +145,39 @@ class Materializer:
             result.skipped, result.deletions_left, result.failed, result.refused,
             PIN_REMEDY.format(pinned=pinned, branch=branch)
             if result.refused and pinned is not None else None, result.interrupted)
+
+    def _sources(self, mount: str, mplan: MaterializePlan, nodes: Mapping[str, Node],
+                 s_view: Mapping[str, Content], held: set[int] | None,
+                 ) -> dict[str, tuple[bytes | tuple[str, int], str]]:
+        """The bytes each write takes, now, on the loop: a committed file by its immutable
+        ref (streamed in the thread), a dirty one by its live bytes. Writes the plan cannot
+        carry out are moved to `skipped` first."""
+        from memfs.reconcile.plan import Skipped
+
+        for w in [w for w in mplan.writes if w.path not in nodes]:
+            # Unreachable by the rule (a write is owed only for store content); if a future plan
+            # broke that, one path is refused instead of the whole mount's materialize failing.
+            log.error("materialize of %s/%s: a write is owed but the store has no file", mount,
+                      w.path)
+            mplan.writes.remove(w)
+            mplan.skipped.append(Skipped(w.path, "refused", "the store holds no file to write",
+                                         f"`memfs sync {mount}/{w.path}` takes disk's side"))
+        if held is not None:
+            for w in [w for w in mplan.writes if nodes[w.path].id in self.applier.held]:
+                mplan.writes.remove(w)
+                held.add(nodes[w.path].id)
+                mplan.skipped.append(Skipped(w.path, "open-for-writing",
+                                             "still open for writing through the mount",
+                                             "it is written when the last writer closes it"))
+        sources: dict[str, tuple[bytes | tuple[str, int], str]] = {}
+        for w in mplan.writes:
+            node, digest = nodes[w.path], s_view[w.path].digest
+            assert digest is not None  # the store side always has its digest
+            if node.dirty or node.ref is None:
+                sources[w.path] = (self.ws.read(node, 0, node.size()), digest)
+            else:
+                sources[w.path] = ((node.ref, node.size()), digest)
+        return sources
 
     def _events(self, mount: str, branch: str, result: MaterializeResult, *,
                 auto: bool) -> None:

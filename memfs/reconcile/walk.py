@@ -168,17 +168,23 @@ class _Walk:
             except OSError:
                 self.region(child, "swapped")  # became a symlink, a file, or vanished
                 continue
+            self.descend(chain, sub, name, child, st)
+
+    def descend(self, chain: list[DirLink], sub: int, name: str, rel: str,
+                st: os.stat_result | LStat) -> None:
+        """Walk the directory `sub` (an fd just opened on chain[-1]/name; closed here) if it
+        is still the entry `st` was taken from, else report it swapped."""
+        try:
+            if ident(os.fstat(sub)) != ident(st):  # type: ignore[arg-type]
+                self.region(rel, "swapped")
+                return
+            chain.append(DirLink(sub, name, ident(st)))  # type: ignore[arg-type]
             try:
-                if ident(os.fstat(sub)) != ident(st):  # type: ignore[arg-type]
-                    self.region(child, "swapped")
-                    continue
-                chain.append(DirLink(sub, name, ident(st)))  # type: ignore[arg-type]
-                try:
-                    self.walk_dir(chain, child)
-                finally:
-                    chain.pop()
+                self.walk_dir(chain, rel)
             finally:
-                os.close(sub)
+                chain.pop()
+        finally:
+            os.close(sub)
 
     def _entries(self, fd: int, rel: str, names: list[str], chain: list[DirLink],
                  ) -> list[tuple[str, str, LStat]]:

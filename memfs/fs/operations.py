@@ -305,7 +305,7 @@ class MemfsOperations(pyfuse3.Operations):
         """How long the kernel may remember that a name is missing in `parent` (0: not at
         all). A live directory's names only appear through the kernel (which replaces the
         negative entry itself) or from behind it, by an undo, a restore or a branch switch,
-        which invalidate every name they add (Workspace._remap_dir). A directory of a bound
+        which invalidate every name they add (memfs.workspace.replace). A directory of a bound
         mount is not cached: a lookup of a missing name is what observes a file just made on
         disk. A past commit's view never changes; a branch's view moves with its head."""
         if parent.readonly:

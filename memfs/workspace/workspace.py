@@ -59,6 +59,7 @@ from memfs.workspace.nodes import (
     now_ns,
     saw_kernel_time,
 )
+from memfs.workspace.replace import replace_tree
 from memfs.workspace.spill import SPILL_AT, spill_pieces
 
 if TYPE_CHECKING:
@@ -916,78 +917,11 @@ class Workspace(HistoryOps):
             return self.store.create_branch(name, at)
 
     def _replace_tree(self, commit_id: str) -> None:
-        """Show another commit's tree, keeping inode numbers for paths that survive."""
+        """Show another commit's tree, keeping inode numbers for paths that survive
+        (memfs.workspace.replace)."""
         self.backing.before_tree_replace()  # which backed files the new tree changes
-        self.head = commit_id
-        tree = self.store.commit(commit_id).tree
-        entries: list[tuple[int, bytes]] = []
-        inodes: list[int] = []
-        old, self.inodes = self.inodes, Inodes(self.store.inode_table(commit_id))
-        for node in old.nodes.values():  # linked inodes are never kept (see _remap_dir)
-            node.parent, node.nlink = None, 0
-            inodes.append(node.id)
-        old.nodes.clear()
-        self.root.space, self.root.nlink = self.inodes, None
-        self._remap_dir(self.root, tree, entries, inodes)
-        self.root.ref, self.root.dirty = tree, False
-        self.invalidate(entries, inodes)
+        replace_tree(self, commit_id)
         self.backing.tree_replaced()
-
-    def _remap_dir(self, top: Node, tree: str, entries: list, inodes: list) -> None:
-        """Directories keep their inode (a shell's cwd survives an undo); a file or link
-        whose committed form differs becomes a new inode, because with the writeback cache
-        the kernel keeps its own size and mtime for a cached regular file. A hard-linked inode
-        always becomes a new one: its other names may be in directories not loaded. A work
-        list, not recursion: trees of any depth."""
-        work = [(top, tree)]
-        while work:
-            d, tree = work.pop()
-            inodes.append(d.id)
-            old = d._children
-            d._children = None
-            d.ref, d.dirty = tree, False
-            if old is None:
-                continue
-            fresh = {name_to_bytes(e.name): e for e in decode_dir(self.store.read_object(tree))}
-            kids: dict[bytes, Node] = {}
-            for name, node in old.items():
-                e = fresh.get(name)
-                if e is not None and e.kind == node.kind == DIR:
-                    children_loaded = node._children
-                    node.apply_entry(e)
-                    node._children = children_loaded
-                    node.space = d.space
-                    work.append((node, e.ref))
-                    kids[name] = node
-                elif (e is not None and e.kind == node.kind and node.ikey is None
-                      and _same(node, e)):
-                    node.space = d.space
-                    kids[name] = node
-                else:
-                    node.parent, node.nlink = None, 0
-                    self._empty_subtree(node, inodes)
-                    entries.append((d.id, name))
-                    inodes.append(node.id)
-            d._children = kids
-            for name, e in fresh.items():
-                if name not in kids:
-                    kids[name] = self._node_from_entry(e, d)
-                    entries.append((d.id, name))  # the kernel may cache it as missing (lookup)
-            d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
-
-    def _empty_subtree(self, top: Node, inodes: list) -> None:
-        """A removed directory, and every directory below it that a shell may still be
-        in, reads empty (as after rm -r) instead of showing the old entries."""
-        work = [top]
-        while work:
-            node = work.pop()
-            if node.kind != DIR or node._children is None:
-                continue
-            for child in node._children.values():
-                inodes.append(child.id)
-                child.nlink = 0
-                work.append(child)
-            node._children, node.ref = {}, None
 
     def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
         """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),
@@ -1042,14 +976,6 @@ class Workspace(HistoryOps):
             **({"backing": backing} if (backing := self.backing.status_json()) is not None
                else {}),
         }
-
-
-def _same(node: Node, e: Entry) -> bool:
-    """Is this clean node exactly the committed entry (content and metadata)?"""
-    if node.dirty:
-        return False
-    return node.entry(e.ref, node.size()).to_list() == e.to_list() and (
-        node.kind != FILE or node.ref == e.ref)
 
 
 def _check_name(name: bytes) -> None:

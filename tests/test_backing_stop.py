@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,13 @@ def _text(ws: Workspace, mount: bytes, name: bytes) -> bytes | None:
     return None if node is None else ws.read(node, 0, 1 << 20)
 
 
+async def _until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait on the loop until cond() holds (instead of sleeping a guessed time)."""
+    with trio.fail_after(timeout):
+        while not cond():
+            await trio.sleep(0.01)
+
+
 @pytest.mark.trio
 async def test_stop_drains_work_admitted_while_draining_then_refuses(tmp_path: Path):
     agent_disk, watched_disk = tmp_path / "agent", tmp_path / "watched"
@@ -48,7 +56,7 @@ async def test_stop_drains_work_admitted_while_draining_then_refuses(tmp_path: P
                 return None
 
             nursery.start_soon(b.run_watchers, no_kernel)
-            await trio.sleep(0.3)  # the watchers are up
+            await _until(lambda: b.agent.coordinator is not None)  # the watchers are up
             (agent_disk / "a.txt").write_text("from the agent\n")
 
             async def batch() -> None:
@@ -57,12 +65,13 @@ async def test_stop_drains_work_admitted_while_draining_then_refuses(tmp_path: P
                 done["batch"] = trio.current_time()
 
             async def late_sync() -> None:
-                await trio.sleep(0.3)  # stop has begun and is draining the scan
+                # stop has begun (the watchers' scope is cancelled) and is draining the scan
+                await _until(lambda: b.tasks._scope.cancel_called)
                 await b.control("backing_sync", {"path": "watched"})
                 done["late_sync"] = trio.current_time()
 
             nursery.start_soon(batch)
-            await trio.sleep(0.1)  # the scan is running (asleep in the shim)
+            await _until(lambda: b.agent.scans_run >= 1)  # the scan runs (asleep in the shim)
             nursery.start_soon(late_sync)
             await b.stop()
             done["stop"] = trio.current_time()

@@ -70,6 +70,8 @@ KIND_BITS = {DIR: stat.S_IFDIR, FILE: stat.S_IFREG, LINK: stat.S_IFLNK, FIFO: st
 KIND_OF_MODE = {bits: kind for kind, bits in KIND_BITS.items()}
 
 
+ROOT_ID = 1  # the mount root's node id (and inode number)
+
 class WorkspaceError(OSError):
     """A refusal the FUSE layer answers with `errno`."""
 

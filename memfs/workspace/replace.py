@@ -81,6 +81,7 @@ def _remap_dir(ws: Workspace, top: Node, tree: str, entries: list[tuple[int, byt
                 entries.append((d.id, name))  # the kernel may cache it as missing (lookup)
         d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
 
+
 def _empty_subtree(top: Node, inodes: list[int]) -> None:
     """A removed directory, and every directory below it that a shell may still be
     in, reads empty (as after rm -r) instead of showing the old entries."""

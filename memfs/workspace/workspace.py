@@ -43,15 +43,16 @@ from memfs.store.trees import (
     decode_manifest,
     name_to_bytes,
     name_to_str,
-    new_inode_key,
 )
-from memfs.workspace import snapshot, unload
+from memfs.workspace import namespace, snapshot, unload
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.health import CommitError, CommitHealth
 from memfs.workspace.history_ops import HistoryOps
 from memfs.workspace.hooks import NO_BACKING, BackingHooks
 from memfs.workspace.inodes import Inodes
+from memfs.workspace.namespace import NAME_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE
 from memfs.workspace.nodes import (
+    ROOT_ID,
     FileData,
     Node,
     WorkspaceError,
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memfs.workspace")
 
-ROOT_ID = 1
 # Inode numbers (docs/architecture.md, "Inode numbers"). A live-tree node's number is derived
 # from its place, (its parent's number, its name), so the same tree loaded again after a
 # restart shows the same numbers and git's index (which keys on st_ino) stays valid; a
@@ -76,9 +76,6 @@ ROOT_ID = 1
 # generated .memfs files (memfs.fs.virtual).
 PLACED_BASE = 1 << 41
 PLACED_SPAN = (1 << 63) - PLACED_BASE
-NAME_MAX = 255
-RENAME_NOREPLACE = 1
-RENAME_EXCHANGE = 2
 DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
 
@@ -376,184 +373,23 @@ class Workspace(HistoryOps):
             raise fail(errno.ENOENT)
         return child
 
+    # The changes themselves: memfs.workspace.namespace.
     def create(self, d: Node, name: bytes, kind: str, mode: int, uid: int, gid: int,
                target: bytes = b"", rdev: int = 0) -> Node:
-        self._writable(d)
-        _check_name(name)
-        self._live_dir(d)
-        kids = self.children(d)
-        if name in kids:
-            raise fail(errno.EEXIST)
-        self._settle_first(d, name)
-        if d.id == ROOT_ID and kind != DIR:
-            raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
-        node = self._new_node(kind, mode & 0o7777, uid, gid, d.space, (d, name))
-        node.target = target
-        node.rdev = rdev
-        self._attach(d, name, node)
-        d.mtime_ns = d.ctime_ns = node.mtime_ns
-        self._touch(node)
-        return node
+        return namespace.create(self, d, name, kind, mode, uid, gid, target, rdev)
 
     def link(self, node: Node, d: Node, name: bytes) -> Node:
-        """link(2): one more name for `node`. Its first second name moves it into the inode
-        table (its old name's row becomes a hard-link row)."""
-        self._writable(d)
-        _check_name(name)
-        self._live_dir(d)
-        if node.kind == DIR:
-            raise fail(errno.EPERM, "hard links to directories are not allowed")
-        if node.readonly or node.id in self.disk_only or node.space is not d.space:
-            raise fail(errno.EXDEV, "only files of the live tree can be linked")
-        if not self._alive(node):
-            raise fail(errno.ENOENT)
-        kids = self.children(d)
-        if name in kids:
-            raise fail(errno.EEXIST)
-        if d.id == ROOT_ID:
-            raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
-        self._settle_first(d, name)
-        if node.ikey is None:
-            assert node.parent is not None and node.space is not None  # alive, in the tree
-            node.ikey, node.links, node.row = new_inode_key(), {(node.parent, node.name)}, None
-            node.space.nodes[node.ikey] = node
-            self._touch(node.parent)  # its row there becomes a hard-link row
-        node.nlink = (node.nlink or 0) + 1  # a file's count (directories are not linked)
-        self._attach(d, name, node)
-        d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
-        self._touch(d)
-        self._touch(node)
-        return node
-
-    def _attach(self, d: Node, name: bytes, node: Node) -> None:
-        self.children(d)[name] = node
-        node.parent, node.name = d, name
-        if node.links is not None:
-            node.links.add((d, name))
-        if node.kind == DIR and d.nlink is not None:
-            d.nlink += 1
-
-    def _detach(self, d: Node, name: bytes, node: Node) -> None:
-        """Take one name away; a linked inode keeps another of its loaded names as `parent`."""
-        kids = d._children
-        if kids is not None and kids.get(name) is node:
-            del kids[name]
-            if node.kind == DIR and d.nlink is not None:
-                d.nlink -= 1
-        if node.links is None:
-            node.parent = None
-            return
-        node.links.discard((d, name))
-        if node.parent is d and node.name == name:
-            node.parent, node.name = next(iter(node.links), (None, name))
+        return namespace.link(self, node, d, name)
 
     def unlink(self, d: Node, name: bytes) -> Node:
-        self._writable(d)
-        node = self.lookup(d, name)
-        if node.kind == DIR:
-            raise fail(errno.EISDIR)
-        self._remove(d, name, node)
-        return node
+        return namespace.unlink(self, d, name)
 
     def rmdir(self, d: Node, name: bytes) -> Node:
-        self._writable(d)
-        if name in (b".", b".."):
-            raise fail(errno.EINVAL)
-        node = self.lookup(d, name)
-        if node.kind != DIR:
-            raise fail(errno.ENOTDIR)
-        if self.children(node):
-            raise fail(errno.ENOTEMPTY)
-        self._remove(d, name, node)
-        node.nlink = 0  # an open handle on it sees it gone, as on Linux
-        return node
-
-    def _remove(self, d: Node, name: bytes, node: Node) -> None:
-        self._settle_first(d, name)
-        self._touch(d)
-        self.health.poke()
-        if (self.space_refused or self.health.full) and self.lifecycle is not None:
-            self.lifecycle.poke(delay=self.commit_interval + 0.5)  # once the removal is in
-        self._detach(d, name, node)
-        d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
-        self._unname(node)
-
-    def _unname(self, node: Node) -> None:
-        """One name fewer for a file (unlink, or replaced by rename)."""
-        if node.kind != DIR:
-            node.nlink = (node.nlink or 0) - 1  # a file's (int) count
-            if node.ikey is not None:
-                self._touch(node)
+        return namespace.rmdir(self, d, name)
 
     def rename(self, od: Node, oname: bytes, nd: Node, nname: bytes, flags: int = 0) -> Node | None:
         """POSIX rename; returns the node it replaced (now detached), if any."""
-        self._writable(od)
-        self._writable(nd)
-        _check_name(nname)
-        self._live_dir(nd)
-        if flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE) or flags == (
-                RENAME_NOREPLACE | RENAME_EXCHANGE):
-            raise fail(errno.EINVAL)  # RENAME_WHITEOUT and unknown flags: not ours to fake
-        src = self.lookup(od, oname)
-        dst = self.children(nd).get(nname)
-        self._settle_first(od, oname)
-        self._settle_first(nd, nname)
-        if nd.id == ROOT_ID and src.kind != DIR:
-            raise fail(errno.EPERM)
-        if src.kind == DIR and self._is_ancestor(src, nd):
-            raise fail(errno.EINVAL)
-        if flags & RENAME_EXCHANGE:
-            if dst is None:
-                raise fail(errno.ENOENT)
-            if dst.kind == DIR and self._is_ancestor(dst, od):
-                raise fail(errno.EINVAL)
-            if od.id == ROOT_ID and dst.kind != DIR:
-                raise fail(errno.EPERM)
-            self._touch(od)
-            self._touch(nd)
-            self._detach(od, oname, src)
-            self._detach(nd, nname, dst)
-            self._attach(nd, nname, src)
-            self._attach(od, oname, dst)
-            od.mtime_ns = od.ctime_ns = nd.mtime_ns = nd.ctime_ns = now = now_ns()
-            src.ctime_ns = dst.ctime_ns = now
-            self._touch(src)
-            self._touch(dst)
-            return None
-        if dst is src:
-            return None
-        if dst is not None:
-            if flags & RENAME_NOREPLACE:
-                raise fail(errno.EEXIST)
-            if src.kind == DIR and dst.kind != DIR:
-                raise fail(errno.ENOTDIR)
-            if src.kind != DIR and dst.kind == DIR:
-                raise fail(errno.EISDIR)
-            if dst.kind == DIR and self.children(dst):
-                raise fail(errno.ENOTEMPTY)
-        now = now_ns()
-        self._touch(od)
-        self._detach(od, oname, src)
-        if dst is not None:
-            self._detach(nd, nname, dst)
-            dst.ctime_ns = now
-            if dst.kind == DIR:
-                dst.nlink = 0
-            self._unname(dst)
-        self._attach(nd, nname, src)
-        src.ctime_ns = now
-        od.mtime_ns = od.ctime_ns = nd.mtime_ns = nd.ctime_ns = now
-        self._touch(src)
-        return dst
-
-    @staticmethod
-    def _is_ancestor(a: Node, b: Node) -> bool:
-        node: Node | None = b
-        while node is not None:
-            if node is a:
-                return True
-            node = node.parent
-        return False
+        return namespace.rename(self, od, oname, nd, nname, flags)
 
     # -- data ------------------------------------------------------------------------
     def read(self, f: Node, off: int, size: int) -> bytes:
@@ -976,13 +812,6 @@ class Workspace(HistoryOps):
             **({"backing": backing} if (backing := self.backing.status_json()) is not None
                else {}),
         }
-
-
-def _check_name(name: bytes) -> None:
-    if len(name) > NAME_MAX:
-        raise fail(errno.ENAMETOOLONG)
-    if not name or b"/" in name or b"\0" in name or name in (b".", b".."):
-        raise fail(errno.EINVAL)
 
 
 __all__ = ["Workspace", "WorkspaceError", "Node", "ROOT_ID", "DIR", "FILE", "LINK", "CHR", "BLK",

@@ -71,6 +71,7 @@ KIND_OF_MODE = {bits: kind for kind, bits in KIND_BITS.items()}
 
 
 ROOT_ID = 1  # the mount root's node id (and inode number)
+DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 
 class WorkspaceError(OSError):
     """A refusal the FUSE layer answers with `errno`."""

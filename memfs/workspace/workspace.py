@@ -44,7 +44,7 @@ from memfs.store.trees import (
     name_to_bytes,
     name_to_str,
 )
-from memfs.workspace import namespace, snapshot, unload
+from memfs.workspace import groupcommit, namespace, snapshot, unload
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.health import CommitError, CommitHealth
 from memfs.workspace.history_ops import HistoryOps
@@ -52,6 +52,7 @@ from memfs.workspace.hooks import NO_BACKING, BackingHooks
 from memfs.workspace.inodes import Inodes
 from memfs.workspace.namespace import NAME_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE
 from memfs.workspace.nodes import (
+    DIRTY_BYTES_SOON,
     ROOT_ID,
     FileData,
     Node,
@@ -76,7 +77,6 @@ log = logging.getLogger("memfs.workspace")
 # generated .memfs files (memfs.fs.virtual).
 PLACED_BASE = 1 << 41
 PLACED_SPAN = (1 << 63) - PLACED_BASE
-DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
 
 # The commit snapshot, undo's remap, fsck and GC walk trees of any depth without recursion;
@@ -541,27 +541,8 @@ class Workspace(HistoryOps):
 
     # -- group commit ----------------------------------------------------------------
     async def run(self) -> None:
-        """The group-commit loop: commit within commit_interval of the first change."""
-        await trio.to_thread.run_sync(self.take_reserve)
-        while not self.stopped:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            if self.dirty_since is None:
-                continue
-            if self.health.failure is not None:  # a failed commit (perhaps an fsync's): retry
-                await self.health.wait_to_retry()
-            elif self._dirty_bytes < DIRTY_BYTES_SOON:
-                delay = self.dirty_since + self.commit_interval - time.monotonic()
-                with trio.move_on_after(max(0.0, delay)):
-                    await self._urgent.wait()
-            self._urgent = trio.Event()
-            try:
-                await self.commit()
-            except Exception:  # noqa: BLE001 - a failed commit is retried, never fatal
-                self._wake.set()  # logged by health.failed; the retry waits at the top
-                continue
-            if time.monotonic() - self._reserve_checked > 5.0:  # it may have been given back
-                await trio.to_thread.run_sync(self.take_reserve)
+        """The group-commit loop (memfs.workspace.groupcommit.run)."""
+        await groupcommit.run(self)
 
     def take_reserve(self) -> None:
         """Hold the space reserve (memfs.store.space) when there is room for it."""
@@ -621,53 +602,8 @@ class Workspace(HistoryOps):
             return await self._commit_locked(message)
 
     async def _commit_locked(self, message: str = "", *, on_loop: bool = False) -> str | None:
-        if not self.root.dirty:
-            self.durable_seq = max(self.durable_seq, self.mutation_seq)
-            self.dirty_since = None
-            self._recount_dirty()
-            return None
-        ops = [op.with_pids(list(procs.values())) for op, procs in self._group.values()]
-        self._group, self._last_op = {}, None
-        self.attribution.forget_processes()
-        plan = snapshot.take(self, ops)  # memfs.workspace.snapshot: the commit's three steps
-        self.dirty_since = None
-        text = snapshot.message_of(plan.ops, message)
-        try:
-            if on_loop:
-                commit = self._write(plan, text)
-            else:
-                commit = await trio.to_thread.run_sync(self._write, plan, text)
-        except Exception as exc:
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            self._regroup(plan)  # the retry still names who made these changes
-            self.dirty_since = time.monotonic()
-            self._wake.set()  # the commit loop retries, whoever asked for this commit,
-            self._urgent.set()  # at the retry pace, not after the commit interval
-            self._space = None
-            space = None
-            try:
-                space = self.space()
-            except OSError:
-                pass
-            error = self.health.failed(exc, space, str(self.store.root),
-                                       self.mutation_seq - self.durable_seq)
-            if self.health.full and self.lifecycle is not None:
-                self.lifecycle.poke()  # a GC may make the room
-            raise error from exc
-        self.last_error = None
-        self.health.succeeded()
-        snapshot.apply(plan)
-        self._recount_dirty()
-        self._space = None  # the committed bytes left memory for the disk
-        self.head = commit.id
-        self.durable_seq = max(self.durable_seq, plan.seq)
-        self.commit_count += 1
-        self._committed.set()
-        self._committed = trio.Event()
-        if self.root.dirty and self.dirty_since is None:
-            self.dirty_since = time.monotonic()
-            self._wake.set()
-        return commit.id
+        """One commit, the commit lock held (memfs.workspace.groupcommit.commit_locked)."""
+        return await groupcommit.commit_locked(self, message, on_loop=on_loop)
 
     def _recount_dirty(self) -> None:
         """Pending bytes are those a commit will take: a file unlinked (detached) holds its
@@ -687,21 +623,6 @@ class Workspace(HistoryOps):
     def _write(self, plan: snapshot.CommitPlan, message: str) -> Commit:
         """The commit thread's step (memfs.workspace.snapshot.write)."""
         return snapshot.write(self, plan, message)
-
-    def _regroup(self, plan: snapshot.CommitPlan) -> None:
-        """A failed commit's operations go back in front of what came since."""
-        merged: dict[str, tuple[OpRecord, dict[int, ProcRef]]] = {}
-        for op in plan.ops:
-            merged[op.key] = (op, {p.pid: p for p in op.pids})
-        for key, (op, procs) in self._group.items():
-            if key in merged:
-                merged[key][1].update(procs)
-                if op.set_times and not merged[key][0].set_times:
-                    merged[key] = (op, merged[key][1])
-                merged[key] = merged.pop(key)
-            else:
-                merged[key] = (op, procs)
-        self._group = merged
 
     # -- history ----------------------------------------------------------------------
     # The history operations hold the commit lock and move the branch head with no await

@@ -87,6 +87,7 @@ from memfs.workspace.backing_tasks import (
     DaemonTasks,
 )
 from memfs.workspace.backing_tree import TreeEdit
+from memfs.workspace.health import store_full
 from memfs.workspace.nodes import Node, WorkspaceError
 
 if TYPE_CHECKING:
@@ -953,6 +954,13 @@ class Backing(DaemonTasks):
                 self._state(mount).last_error = str(exc)
                 raise
 
+    def _full(self, what: str) -> MemfsError:
+        try:
+            space = self.ws.space()
+        except OSError:
+            space = None
+        return store_full(what, space, str(self.store.root))
+
     @labelled("reconciler", lambda mount: f"reconciler: disk changes in {mount}")
     async def _pass_locked(self, mount: str, scope: str, path_sync: bool,
                            accept_root: bool, asked_on: str | None = None) -> dict:
@@ -1002,6 +1010,7 @@ class Backing(DaemonTasks):
         edit = TreeEdit(self.ws, self.overlay, mount, None)
         applied: list[str] = []
         skipped: list[str] = []
+        no_room: list[str] = []  # takes refused for lack of space in the store: skipped
         intent_ids: dict[str, int] = {}
         changed = False
         if sp.take:
@@ -1029,11 +1038,15 @@ class Backing(DaemonTasks):
                     if data is None:
                         skipped.append(path)
                         continue
-                    if edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
-                                     take.mode):
-                        applied.append(path)
-                    else:
-                        skipped.append(path)
+                    try:
+                        put = edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
+                                            take.mode)
+                    except WorkspaceError as exc:
+                        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                            raise
+                        no_room.append(path)  # nothing changed there: decided again next
+                        put = False
+                    (applied if put else skipped).append(path)
                 else:
                     edit.remove_file(path, obs)
                     applied.append(path)
@@ -1081,7 +1094,15 @@ class Backing(DaemonTasks):
                               counts={"taken": len(taken), "removed": len(removed)})
         st.last_pass = time.time()
         st.last_error = None
+        full = {}
+        if no_room:
+            err = self._full(f"{len(no_room)} file(s) changed on disk could not be taken in "
+                             f"({', '.join(no_room[:EVENT_PATHS])}); the workspace keeps "
+                             "what it had there")
+            st.last_error = str(err)
+            full = {"error": err.message, "remedy": err.remedy}
         return {
+            **full,
             "mount": mount, "scope": scope, "branch": branch,
             "taken": taken,
             "removed": removed,

@@ -1,0 +1,87 @@
+"""Backing directories on a full store (issue 15 meets issue 13), through a real mount.
+
+A store root on a 32 MiB tmpfs bound to a backing directory on the host's disk: a take-in that
+cannot be stored changes nothing in the workspace (no empty file, no store version unlinked,
+no conflict made of it) and says the store is full with the remedy; a conflict found while the
+store is full cannot keep its disk side, so the pass refuses by name, leaves no scratch in
+`<root>/conflicts`, and the daemon keeps serving (it used to die in its first pass at start,
+every start, so the files that would free the space could not be deleted); once space is
+back, the same pass takes disk in.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from test_backing_mount import states
+from test_lifecycle_fulldisk import MiB, fsync_path, write_until_enospc
+
+pytestmark = pytest.mark.mount
+
+TEXT = b"a line of text written on disk\n" * (3 * MiB // 62)  # text: taken in, not disk-only
+
+
+def fill_through_the_mount(m) -> Path:
+    """A program in the mount writes until memfs refuses for space (it keeps the headroom its
+    own commits and journal need, so what fails next is memfs's, not SQLite's)."""
+    big = m.mnt / "scratch"
+    big.mkdir(exist_ok=True)
+    _, exc = write_until_enospc(big / "fill.bin", random.Random(7))
+    assert exc.errno == 28, repr(exc)
+    fsync_path(big)
+    return big / "fill.bin"
+
+
+def make_room(m, filler: Path) -> None:
+    """The documented way back: delete in the mount, then `memfs gc`."""
+    filler.unlink()
+    m.cli("gc")
+
+
+def full_message(out) -> str:
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "full" in text and "memfs gc" in text, text  # what happened, and the remedy
+    assert "Errno" not in text and "Traceback" not in text, text
+    return text
+
+
+@pytest.fixture
+def small_backed(small_fs: Path, mount_factory, tmp_path: Path):
+    disk = tmp_path / "proj"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    assert (m.work / "a.txt").read_text() == "a1\n"
+    return m, disk
+
+
+def test_a_take_in_that_does_not_fit_changes_nothing(small_fs, small_backed) -> None:
+    m, disk = small_backed
+    (disk / "a.txt").write_bytes(TEXT)  # a tracked file changed on disk
+    (disk / "new.txt").write_bytes(TEXT)  # a file seen for the first time
+    filler = fill_through_the_mount(m)
+
+    full_message(m.cli("sync", check=False))
+    # Neither was taken: the store's version is still there, no empty file stands in.
+    assert (m.work / "a.txt").read_text() == "a1\n"
+    assert not (m.work / "new.txt").exists()
+    fsync_path(m.work)
+    assert m.cli("show", "HEAD:work/a.txt").stdout == "a1\n"
+    listed = states(m)
+    assert listed["work/a.txt"][0] not in ("synced", "conflict"), listed
+    assert listed.get("work/new.txt", ("",))[0] != "conflict", listed
+    assert (disk / "a.txt").read_bytes() == TEXT  # disk untouched
+    assert m.proc.poll() is None
+
+    # Space back: the next sync takes both in, as disk has them.
+    make_room(m, filler)
+    m.cli("sync")
+    assert (m.work / "a.txt").read_bytes() == TEXT
+    assert (m.work / "new.txt").read_bytes() == TEXT
+    listed = states(m)
+    assert listed["work/a.txt"] == ("synced", None) and listed["work/new.txt"] == ("synced", None)
+

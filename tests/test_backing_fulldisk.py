@@ -12,11 +12,12 @@ back, the same pass takes disk in.
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import pytest
 from test_backing_mount import states
-from test_lifecycle_fulldisk import MiB, fsync_path, write_until_enospc
+from test_lifecycle_fulldisk import MiB, fill, fsync_path, write_until_enospc
 
 pytestmark = pytest.mark.mount
 
@@ -85,3 +86,34 @@ def test_a_take_in_that_does_not_fit_changes_nothing(small_fs, small_backed) -> 
     listed = states(m)
     assert listed["work/a.txt"] == ("synced", None) and listed["work/new.txt"] == ("synced", None)
 
+
+def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs,
+                                                                   small_backed) -> None:
+    m, disk = small_backed
+    (m.work / "a.txt").write_text("the mount's side\n")
+    fsync_path(m.work)
+    (disk / "a.txt").write_bytes(TEXT)  # both changed: a conflict, disk's side to be kept
+    filler = fill_through_the_mount(m)
+    other = fill(small_fs)  # and another program takes the headroom memfs kept
+
+    m.kill()
+    m.remount()  # the first pass at start finds the conflict with no room for disk's side
+    deadline = time.monotonic() + 20
+    while not (m.status().get("backing", {}).get("work") or {}).get("last_error"):
+        assert m.proc.poll() is None, f"the daemon died at start:\n{m.log_text()}"
+        assert time.monotonic() < deadline, "the first pass never reported"
+        time.sleep(0.1)
+    assert m.proc.poll() is None
+    full_message(m.cli("ls", "--states", check=False))
+    conflicts = m.root / "conflicts"
+    assert not [p for p in conflicts.iterdir() if p.name.endswith(".tmp")] \
+        if conflicts.exists() else True
+    # The mount is usable: the user can delete what fills the disk.
+    assert (m.work / "a.txt").read_text() == "the mount's side\n"
+
+    other.unlink()
+    make_room(m, filler)
+    assert states(m)["work/a.txt"] == ("conflict", "both-changed")
+    kept = [p for p in conflicts.iterdir() if not p.name.startswith(".")]
+    assert [p.read_bytes() for p in kept] == [TEXT]  # disk's side, kept in full
+    assert m.proc.poll() is None

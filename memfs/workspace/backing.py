@@ -949,7 +949,14 @@ class Backing(DaemonTasks):
                                  accept_root: bool, asked_on: str | None) -> dict:
         async with self._lock(mount):
             try:
-                return await self._pass_locked(mount, scope, path_sync, accept_root, asked_on)
+                try:
+                    return await self._pass_locked(mount, scope, path_sync, accept_root,
+                                                   asked_on)
+                except OSError as exc:  # a conflict's disk side with no room to keep it
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    raise self._full(f"a pass over {mount!r} could not keep what it needs "
+                                     f"({exc.strerror or exc})") from None
             except MemfsError as exc:  # e.g. the journal refusing after a failed append
                 self._state(mount).last_error = str(exc)
                 raise
@@ -1653,6 +1660,9 @@ def _keep_conflict_copy(directory: Path, digest: str, data: bytes) -> None:
         while view:
             view = view[os.write(fd, view):]
         os.fsync(fd)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the partial copy would only hold space
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, directory / digest)

@@ -21,7 +21,7 @@ from test_lifecycle_fulldisk import MiB, fill, fsync_path, write_until_enospc
 
 pytestmark = pytest.mark.mount
 
-TEXT = b"a line of text written on disk\n" * (3 * MiB // 62)  # text: taken in, not disk-only
+TEXT = b"a line of text written on disk\n" * (4 * MiB // 31)  # text: taken in, not disk-only
 
 
 def fill_through_the_mount(m) -> Path:
@@ -32,6 +32,8 @@ def fill_through_the_mount(m) -> Path:
     _, exc = write_until_enospc(big / "fill.bin", random.Random(7))
     assert exc.errno == 28, repr(exc)
     fsync_path(big)
+    writable = m.status()["space"]["writable"]
+    assert writable < len(TEXT), f"{writable} B still writable: the store is not full"
     return big / "fill.bin"
 
 

@@ -85,7 +85,12 @@ class ChunkStore:
         """Bytes [start, start+length) of a chunk, clipped to the chunk: no read amplification."""
         pack, off, size = loc
         length = max(0, min(length, size - start))
-        return os.pread(self._pack_fd(pack), length, off + start) if length else b""
+        if not length:
+            return b""
+        data = os.pread(self._pack_fd(pack), length, off + start)
+        if len(data) != length:  # never a silent short read (a pack GC moved, read late)
+            raise OSError(f"pack {pack} is shorter than the store says")
+        return data
 
     def _pack_fd(self, pack: int) -> int:
         with self._lock:

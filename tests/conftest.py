@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.backing_mount import backed  # noqa: F401 - fixtures, registered here
 from helpers.committer import sc, scan_receipts_for_bodies  # noqa: F401
+from helpers.crashfixtures import scratch, shim  # noqa: F401
 from helpers.mount import (
     NATIVE_ENV,
     MemfsMount,

@@ -25,6 +25,7 @@ same pass. A directory a removal of disk's leaves empty, which disk no longer ha
 from __future__ import annotations
 
 import collections
+import errno
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -129,7 +130,9 @@ class TreeEdit:
     def put_file(self, rel: str, data: bytes, mtime_ns: int, mode: int | None = None) -> bool:
         """Put disk's bytes at rel as a new node (a new inode: no cache shows the old), with
         `mode`'s permission bits (None: the old node's, or 0o644). A directory in the way that
-        keeps nothing is cleared first; False if anything is kept."""
+        keeps nothing is cleared first; False if anything is kept. Bytes that do not fit in
+        the store are refused (ENOSPC) before anything changes."""
+        self.ws.require_room(len(data))
         parent = self.parent(rel, True)
         if parent is None:
             return False
@@ -265,11 +268,13 @@ class TreeApplier:
     def apply_batch(self, edit: TreeEdit, batch: list[str], take: Mapping[str, object],
                     contents: Mapping[str, bytes], obs: Observation,
                     nodes: Mapping[str, Node], versions: Mapping[str, int],
-                    ) -> tuple[list[str], list[str]]:
+                    ) -> tuple[list[str], list[str], list[str]]:
         """Take one batch: each path only if the node it was decided on is still there, with
-        the same version, and no descriptor has it open for writing. (applied, skipped)."""
+        the same version, and no descriptor has it open for writing. (applied, skipped, and
+        of those skipped the ones the store had no room for: nothing changed there.)"""
         applied: list[str] = []
         skipped: list[str] = []
+        no_room: list[str] = []
         edit.mnode = self.view.mount_node(edit.mount)
         for path in batch:
             t = take[path]
@@ -280,15 +285,20 @@ class TreeApplier:
                 continue  # or open for writing: the writes to come must reach the tree
             if isinstance(t, Content):
                 data = contents.get(path)
-                if data is None or not edit.put_file(
-                        path, data, obs.files[path].fingerprint.mtime_ns, t.mode):
-                    skipped.append(path)
-                else:
-                    applied.append(path)
+                put = False
+                if data is not None:
+                    try:
+                        put = edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
+                                            t.mode)
+                    except WorkspaceError as exc:
+                        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                            raise
+                        no_room.append(path)  # nothing changed there: decided again next
+                (applied if put else skipped).append(path)
             else:
                 edit.remove_file(path, obs)
                 applied.append(path)
-        return applied, skipped
+        return applied, skipped, no_room
 
     def apply_modes(self, edit: TreeEdit, sp: SyncPlan, nodes: Mapping[str, Node],
                     versions: Mapping[str, int]) -> list[str]:

@@ -123,7 +123,9 @@ def check_dir(path: str, store_root: Path) -> None:
     try:
         holder = json.loads((Path(own) / "daemon.lock").read_text() or "{}")
         mnt = holder.get("mountpoint")
-        if mnt and os.stat(path).st_dev == os.stat(mnt).st_dev:
+        # A killed daemon's record stays (for `memfs status`); its mountpoint is a plain
+        # directory again once the dead mount is cleaned, and proves nothing then.
+        if mnt and os.path.ismount(mnt) and os.stat(path).st_dev == os.stat(mnt).st_dev:
             raise MemfsError(f"{path} is inside the memfs mount at {mnt}",
                              "bind a real directory outside the mount")
     except (OSError, ValueError):

@@ -34,6 +34,9 @@ class ConflictCopies:
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk: the partial copy would only hold space
+            raise
         finally:
             os.close(fd)
         os.replace(tmp, self.dir / digest)

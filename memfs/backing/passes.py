@@ -22,6 +22,7 @@ and the converted evidence per (mount, scope) (`EvidenceMemo`, replaced by each 
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
@@ -60,6 +61,7 @@ from memfs.reconcile.rule import ABSENT, Content, State
 from memfs.store.journal import Journal
 from memfs.testing import crash_point
 from memfs.workspace.attribution import labelled
+from memfs.workspace.health import store_full
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -128,10 +130,25 @@ class Passes:
         with self.gate.admitted():
             async with self.gate.lock(mount):
                 try:
-                    return await self.locked(mount, scope, path_sync, accept_root, asked_on)
+                    try:
+                        return await self.locked(mount, scope, path_sync, accept_root,
+                                                 asked_on)
+                    except OSError as exc:  # a conflict's disk side with no room to keep it
+                        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                            raise
+                        raise self._full(f"a pass over {mount!r} could not keep what it "
+                                         f"needs ({exc.strerror or exc})") from None
                 except MemfsError as exc:  # e.g. the journal refusing after a failed append
                     self.states.of(mount).last_error = str(exc)
                     raise
+
+    def _full(self, what: str) -> MemfsError:
+        """The store's filesystem is full: what could not be done, with the remedy."""
+        try:
+            space = self.ws.space()
+        except OSError:
+            space = None
+        return store_full(what, space, str(self.ws.store.root))
 
     async def pass_all(self) -> dict[str, PassOutcome | PassError]:
         out: dict[str, PassOutcome | PassError] = {}
@@ -273,6 +290,7 @@ class Passes:
         edit = self.applier.edit(mount)
         applied: list[str] = []
         skipped: list[str] = []
+        no_room: list[str] = []  # takes refused for lack of space in the store: skipped
         intent_ids: dict[str, int] = {}
         changed = False
         if sp.take:
@@ -287,10 +305,11 @@ class Passes:
             changed = self.view.epoch != on.epoch or self.ws.branch != on.branch
             if changed:
                 break
-            done, left = self.applier.apply_batch(edit, batch, sp.take, contents, obs,
-                                                  nodes, versions)  # type: ignore[arg-type]
+            done, left, full = self.applier.apply_batch(edit, batch, sp.take, contents, obs,
+                                                        nodes, versions)  # type: ignore[arg-type]
             applied += done
             skipped += left
+            no_room += full
             if len(cut) > 1:
                 await self.ws.sync()  # a large take never holds more than a batch in memory
         if changed:
@@ -321,6 +340,12 @@ class Passes:
                                counts={"taken": len(taken), "removed": len(removed)})
         st.last_pass = time.time()
         st.last_error = None
+        refusal = None
+        if no_room:
+            refusal = self._full(f"{len(no_room)} file(s) changed on disk could not be taken in "
+                                 f"({', '.join(no_room[:EVENT_PATHS])}); the workspace keeps "
+                                 "what it had there")
+            st.last_error = str(refusal)
         return PassDone(
             mount, scope, on.branch, taken=taken, removed=removed, skipped=sorted(skipped),
             conflicts=sorted(sp.record_conflicts),
@@ -328,7 +353,8 @@ class Passes:
             unverified=sorted(sp.unverified),
             regions=[RegionRow(r.path, r.reason) for r in obs.regions],
             incomplete="the tree was replaced while the pass applied" if changed else None,
-            bytes_read=obs.bytes_read)
+            bytes_read=obs.bytes_read, error=refusal.message if refusal else None,
+            remedy=refusal.remedy if refusal else None)
 
     # -- 4. record ---------------------------------------------------------------------------
     async def _record(self, mount: str, obs: Observation, sp: SyncPlan,

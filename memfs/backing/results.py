@@ -78,9 +78,14 @@ class PassDone:
     regions: list[RegionRow] = field(default_factory=list)
     incomplete: str | None = None
     bytes_read: int = 0  # file bytes the observation read (hashes, heads)
+    # Takes the store had no room for (the workspace keeps what it had): why, and the remedy.
+    error: str | None = None
+    remedy: str | None = None
 
     def to_json(self) -> Json:
+        full: Json = {} if self.error is None else {"error": self.error, "remedy": self.remedy}
         return {
+            **full,
             "mount": self.mount, "scope": self.scope, "branch": self.branch,
             "taken": self.taken, "removed": self.removed, "skipped": self.skipped,
             "conflicts": self.conflicts,

@@ -74,6 +74,14 @@ def explain(exc: BaseException, space: Space | None, root: str, pending: int) ->
     return CommitFailure(code, f"{type(exc).__name__}: {exc}", reason, remedy, time.time())
 
 
+def store_full(what: str, space: Space | None, root: str) -> MemfsError:
+    """A backing-directory pass refused for lack of space in the store, in words."""
+    free = f"{size_text(space.avail)} free of {size_text(space.size)}" if space else "no space"
+    return MemfsError(f"the store's filesystem is full ({free} at {root}): {what}",
+                      "delete files in the mount, then run `memfs gc` to reclaim their space "
+                      "from history (or free space on that filesystem); then `memfs sync`")
+
+
 class CommitHealth:
     def __init__(self) -> None:
         self.failure: CommitFailure | None = None

@@ -1,0 +1,121 @@
+"""Backing directories on a full store (issue 15 meets issue 13), through a real mount.
+
+A store root on a 32 MiB tmpfs bound to a backing directory on the host's disk: a take-in that
+cannot be stored changes nothing in the workspace (no empty file, no store version unlinked,
+no conflict made of it) and says the store is full with the remedy; a conflict found while the
+store is full cannot keep its disk side, so the pass refuses by name, leaves no scratch in
+`<root>/conflicts`, and the daemon keeps serving (it used to die in its first pass at start,
+every start, so the files that would free the space could not be deleted); once space is
+back, the same pass takes disk in.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+from helpers.backing_mount import states
+from helpers.space import MiB, fill, fsync_path, write_until_enospc
+
+pytestmark = pytest.mark.mount
+
+TEXT = b"a line of text written on disk\n" * (4 * MiB // 31)  # text: taken in, not disk-only
+
+
+def fill_through_the_mount(m) -> Path:
+    """A program in the mount writes until memfs refuses for space (it keeps the headroom its
+    own commits and journal need, so what fails next is memfs's, not SQLite's)."""
+    big = m.mnt / "scratch"
+    big.mkdir(exist_ok=True)
+    _, exc = write_until_enospc(big / "fill.bin", random.Random(7))
+    assert exc.errno == 28, repr(exc)
+    fsync_path(big)
+    writable = m.status()["space"]["writable"]
+    assert writable < len(TEXT), f"{writable} B still writable: the store is not full"
+    return big / "fill.bin"
+
+
+def make_room(m, filler: Path) -> None:
+    """The documented way back: delete in the mount, then `memfs gc`."""
+    filler.unlink()
+    m.cli("gc")
+
+
+def full_message(out) -> str:
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "full" in text and "memfs gc" in text, text  # what happened, and the remedy
+    assert "Errno" not in text and "Traceback" not in text, text
+    return text
+
+
+@pytest.fixture
+def small_backed(small_fs: Path, mount_factory, tmp_path: Path):
+    disk = tmp_path / "proj"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    assert (m.work / "a.txt").read_text() == "a1\n"
+    return m, disk
+
+
+def test_a_take_in_that_does_not_fit_changes_nothing(small_fs, small_backed) -> None:
+    m, disk = small_backed
+    (disk / "a.txt").write_bytes(TEXT)  # a tracked file changed on disk
+    (disk / "new.txt").write_bytes(TEXT)  # a file seen for the first time
+    filler = fill_through_the_mount(m)
+
+    full_message(m.cli("sync", check=False))
+    # Neither was taken: the store's version is still there, no empty file stands in.
+    assert (m.work / "a.txt").read_text() == "a1\n"
+    assert not (m.work / "new.txt").exists()
+    fsync_path(m.work)
+    assert m.cli("show", "HEAD:work/a.txt").stdout == "a1\n"
+    listed = states(m)
+    assert listed["work/a.txt"][0] not in ("synced", "conflict"), listed
+    assert listed.get("work/new.txt", ("",))[0] != "conflict", listed
+    assert (disk / "a.txt").read_bytes() == TEXT  # disk untouched
+    assert m.proc.poll() is None
+
+    # Space back: the next sync takes both in, as disk has them.
+    make_room(m, filler)
+    m.cli("sync")
+    assert (m.work / "a.txt").read_bytes() == TEXT
+    assert (m.work / "new.txt").read_bytes() == TEXT
+    listed = states(m)
+    assert listed["work/a.txt"] == ("synced", None) and listed["work/new.txt"] == ("synced", None)
+
+
+def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs,
+                                                                   small_backed) -> None:
+    m, disk = small_backed
+    (m.work / "a.txt").write_text("the mount's side\n")
+    fsync_path(m.work)
+    (disk / "a.txt").write_bytes(TEXT)  # both changed: a conflict, disk's side to be kept
+    filler = fill_through_the_mount(m)
+    other = fill(small_fs)  # and another program takes the headroom memfs kept
+
+    m.kill()
+    m.remount()  # the first pass at start finds the conflict with no room for disk's side
+    deadline = time.monotonic() + 20
+    while not (m.status().get("backing", {}).get("work") or {}).get("last_error"):
+        assert m.proc.poll() is None, f"the daemon died at start:\n{m.log_text()}"
+        assert time.monotonic() < deadline, "the first pass never reported"
+        time.sleep(0.1)
+    assert m.proc.poll() is None
+    full_message(m.cli("ls", "--states", check=False))
+    conflicts = m.root / "conflicts"
+    assert not [p for p in conflicts.iterdir() if p.name.endswith(".tmp")] \
+        if conflicts.exists() else True
+    # The mount is usable: the user can delete what fills the disk.
+    assert (m.work / "a.txt").read_text() == "the mount's side\n"
+
+    other.unlink()
+    make_room(m, filler)
+    assert states(m)["work/a.txt"] == ("conflict", "both-changed")
+    kept = [p for p in conflicts.iterdir() if not p.name.startswith(".")]
+    assert [p.read_bytes() for p in kept] == [TEXT]  # disk's side, kept in full
+    assert m.proc.poll() is None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal, Protocol
 
 from memfs.errors import MemfsError
@@ -154,20 +155,14 @@ def run_materialize(
                    for s in mplan.skipped]
     if mplan.refused:
         return out
+
     def write(w) -> None:
         if not _still(still_selected, out, w.path):
             return
         data, digest = content(w.path)
-        try:
-            push_write(journal, mount, root_path, root, w.path, data, new_digest=digest,
-                       expected=w.expected, force=w.force, branch=branch, mode=w.mode)
-            out.written.append(w.path)
-        except EffectFailed as exc:
-            out.failed.append({"path": w.path, "reason": exc.reason, "message": exc.message,
-                               "remedy": exc.remedy})
-        except Refused as exc:
-            out.skipped.append({"path": w.path, "state": "refused", "reason": exc.message,
-                                "remedy": exc.remedy})
+        _record(out, w.path, out.written, partial(
+            push_write, journal, mount, root_path, root, w.path, data, new_digest=digest,
+            expected=w.expected, force=w.force, branch=branch, mode=w.mode))
 
     # Writes before unlinks (a move in the workspace: the new name is on disk before the old
     # goes), except a write below a file this plan unlinks, which can only go after it.
@@ -177,20 +172,28 @@ def run_materialize(
     for u in mplan.unlinks:
         if not _still(still_selected, out, u.path):
             continue
-        try:
-            push_unlink(journal, mount, root_path, root, u.path, expected=u.expected,
-                        force=u.force, branch=branch)
-            out.removed.append(u.path)
-        except EffectFailed as exc:
-            out.failed.append({"path": u.path, "reason": exc.reason, "message": exc.message,
-                               "remedy": exc.remedy})
-        except Refused as exc:
-            out.skipped.append({"path": u.path, "state": "refused", "reason": exc.message,
-                                "remedy": exc.remedy})
+        _record(out, u.path, out.removed, partial(
+            push_unlink, journal, mount, root_path, root, u.path, expected=u.expected,
+            force=u.force, branch=branch))
     for w in mplan.writes:
         if w.after_unlinks:
             write(w)
     return out
+
+
+def _record(out: MaterializeResult, path: str, done: list[str],
+            effect: Callable[[], object]) -> None:
+    """Run one write-ahead effect and record how it ended: done, failed after it touched disk
+    (it stays pending) or refused (disk unchanged, the path stays owed)."""
+    try:
+        effect()
+        done.append(path)
+    except EffectFailed as exc:
+        out.failed.append({"path": path, "reason": exc.reason, "message": exc.message,
+                           "remedy": exc.remedy})
+    except Refused as exc:
+        out.skipped.append({"path": path, "state": "refused", "reason": exc.message,
+                            "remedy": exc.remedy})
 
 
 def _still(still_selected: Callable[[], bool], out: MaterializeResult, path: str) -> bool:

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from memfs.errors import MemfsError
 from memfs.reconcile.contained import Refused, RootId
@@ -24,6 +24,8 @@ from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_fi
 from memfs.reconcile.plan import MaterializePlan
 from memfs.reconcile.rule import ABSENT, Decision, Pending, _Absent
 from memfs.testing import crash_point
+
+T = TypeVar("T")
 
 
 class JournalLike(Protocol):
@@ -50,17 +52,8 @@ def push_write(
     permission bits written, recorded in P with the digest on completion."""
     iid = journal.begin_intent(mount, rel, "write", old=_col(expected), new=new_digest,
                                branch=branch, root=(root.dev, root.ino), mode=mode)
-    crash_point("apply:after-intent")
-    try:
-        written = write_file(root_path, rel, data, root=root, expected=expected, force=force,
-                             mode=mode)
-    except EffectFailed:
-        raise
-    except Refused as exc:
-        if not exc.touched:
-            journal.abandon_intent(iid)
-        raise
-    crash_point("apply:after-effect")
+    written = _effect(journal, iid, partial(write_file, root_path, rel, data, root=root,
+                                            expected=expected, force=force, mode=mode))
     if written.digest != new_digest:
         journal.abandon_intent(iid)
         raise Refused(f"{rel}: the bytes written are not the ones the intent named",
@@ -76,9 +69,18 @@ def push_unlink(
     """Intent, unlink, completion (P := absent)."""
     iid = journal.begin_intent(mount, rel, "unlink", old=expected, new=None, branch=branch,
                                root=(root.dev, root.ino))
+    removed = _effect(journal, iid, partial(unlink_file, root_path, rel, root=root,
+                                            expected=expected, force=force))
+    journal.complete_intent(iid)
+    return removed
+
+
+def _effect(journal: JournalLike, iid: int, effect: Callable[[], T]) -> T:
+    """An effect after its intent: a refusal that touched nothing abandons the intent (disk
+    is unchanged); a failure after it touched disk leaves the intent pending, to be settled."""
     crash_point("apply:after-intent")
     try:
-        removed = unlink_file(root_path, rel, root=root, expected=expected, force=force)
+        result = effect()
     except EffectFailed:
         raise
     except Refused as exc:
@@ -86,8 +88,7 @@ def push_unlink(
             journal.abandon_intent(iid)
         raise
     crash_point("apply:after-effect")
-    journal.complete_intent(iid)
-    return removed
+    return result
 
 
 def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision],

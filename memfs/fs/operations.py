@@ -189,7 +189,7 @@ class MemfsOperations(pyfuse3.Operations):
 
     async def forget(self, inode_list):
         # pyfuse3 awaits forget with no error handling: anything raised here, even a
-        # FUSEError, would end pyfuse3.main(). So it is not _guard-ed; it logs and goes on.
+        # FUSEError, would end pyfuse3.main(). So it is not guard-ed; it logs and goes on.
         self.requests["forget"] += 1
         try:
             self._forget(inode_list)

@@ -220,7 +220,7 @@ class Workspace(HistoryOps):
 
     def note_process(self, pid: int, uid: int) -> OpRecord:
         """The operation of a FUSE request from `pid`: changes this task makes from now on
-        are its (operations.py clears it when the request ends)."""
+        are its (memfs.fs.handlers.guard clears it when the request ends)."""
         op = self.attribution.of_request(pid, uid)
         CURRENT.set(op)
         return op

@@ -12,6 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers.backing_mount import backed  # noqa: F401 - fixtures, registered here
+from helpers.committer import sc, scan_receipts_for_bodies  # noqa: F401
+from helpers.crashfixtures import scratch, shim  # noqa: F401
 from helpers.mount import (
     NATIVE_ENV,
     MemfsMount,
@@ -23,6 +26,18 @@ from helpers.mount import (
 from helpers.require import REQUIRE_ENV, require_tool, tools_required
 
 MountFactory = Callable[..., MemfsMount | NativeDir]
+
+
+MOUNTING = ("mount_factory", "mounted", "backed")  # fixtures that start a real daemon
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that mounts carries the `mount` mark (`-m "not mount"` runs the rest), by
+    the fixtures it uses, so a new mounting test cannot be left unmarked; a module that starts
+    daemons by other means marks itself (pytestmark)."""
+    for item in items:
+        if any(f in getattr(item, "fixturenames", ()) for f in MOUNTING):
+            item.add_marker(pytest.mark.mount)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -29,14 +29,6 @@ from memfs.store.store import (
     check_new_name,
 )
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS commit_ops (commit_id TEXT PRIMARY KEY, data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS marks (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, commit_id TEXT NOT NULL,
-    branch TEXT NOT NULL, time_ns INTEGER NOT NULL, label TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS marks_commit ON marks(commit_id);
-CREATE INDEX IF NOT EXISTS commits_time ON commits(time_ns);
-"""
 CHECKPOINT_REF = "checkpoints/"  # reflog rows of checkpoint moves name the ref this way
 PAGE = 256  # commits read per query when walking history
 
@@ -186,10 +178,6 @@ def made_by_memfs(label: str) -> OpRecord:
     key = f"memfs:{label}:{time.time_ns():x}"
     return OpRecord("memfs", key, key, "", label, label, os.getpid(), os.getpgid(0),
                     os.getsid(0), os.getuid(), "memfs")
-
-
-def create_schema(conn) -> None:
-    conn.executescript(SCHEMA)
 
 
 def put_ops(conn, commit_id: str, ops: list[OpRecord]) -> None:

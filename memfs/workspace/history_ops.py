@@ -1,16 +1,21 @@
 """The workspace's history operations: undo (by operation, by commit, to a moment),
 checkpoints, marks, and the bookkeeping of read-only views of past commits.
 
-Each holds the commit lock, commits what is pending (`_settle_locked`), then plans, moves
-the branch head and replaces the tree with no await in between, so no change can slip in
-and be lost. Plans and head moves are short SQLite statements, run on the loop for that
-reason. Loop thread only.
+Each holds the commit lock and commits what is pending (`Workspace._settled`). Undo then
+plans and moves the branch head in a worker thread (the store's writer may be held by a GC or
+another process) while new changes are held off (memfs.workspace.hold), and replaces the tree
+back on the loop before they may go on, so no change can slip in between and be lost. The
+names (checkpoints, marks) are written in a worker thread too, once what was pending is
+committed. Loop thread, except the `_step` functions (worker threads: they are handed their
+inputs and touch only the store).
 """
 
 from __future__ import annotations
 
 import errno
 from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,7 +52,7 @@ class HistoryOps:
     _view_roots: dict[int, Node]  # every view root the kernel may still hold (GC pins them)
     _immutable: set[int]  # ids of view roots of past commits by id (never another tree)
 
-    async def _settle_locked(self, message: str) -> None: ...
+    _settled: Callable[[str], AbstractAsyncContextManager[None]]  # Workspace._settled
     def _replace_tree(self, commit_id: str) -> None: ...
 
     # -- undo ------------------------------------------------------------------------------
@@ -59,45 +64,60 @@ class HistoryOps:
         """The last `count` commits (`memfs undo --commits N`)."""
         if count < 1:
             raise WorkspaceError(errno.EINVAL, "undo takes a positive number of commits")
-        return await self._undo(lambda: undo.plan_commits(self.store, self.head, count))
+        return await self._undo(lambda head: undo.plan_commits(self.store, head, count))
 
     async def undo_operations(self, count: int = 1) -> UndoPlan:
         """The last `count` operations (`memfs undo [N]`; memfs.store.opspan's rule)."""
-        return await self._undo(lambda: undo.plan_operations(self.store, self.head, count))
+        return await self._undo(lambda head: undo.plan_operations(self.store, head, count))
 
     async def undo_to(self, where: str) -> UndoPlan:
         """Back to a revision or a moment on this branch's history (`memfs undo --to`)."""
-        return await self._undo(lambda: undo.plan_to(self.store, self.head, where))
+        return await self._undo(lambda head: undo.plan_to(self.store, head, where))
 
-    async def _undo(self, plan_fn) -> UndoPlan:
-        async with self._commit_lock:
-            await self._settle_locked("before undo")
-            plan = plan_fn()
-            self.store.reset_head(self.branch, plan.target, plan.reason)
-            self._replace_tree(plan.target)
+    async def _undo(self, plan_fn: Callable[[str], UndoPlan]) -> UndoPlan:
+        async with self._commit_lock, self._settled("before undo"):
+            plan = await trio.to_thread.run_sync(self._undo_step, plan_fn, self.head,
+                                                 self.branch)
+            self._replace_tree(plan.target)  # in the loop turn the thread's result came in
             return plan
+
+    def _undo_step(self, plan_fn: Callable[[str], UndoPlan], head: str, branch: str,
+                   ) -> UndoPlan:
+        """Plan from `head` and move the branch there (worker thread; a refusal or a failed
+        transaction moves nothing)."""
+        plan = plan_fn(head)
+        self.store.reset_head(branch, plan.target, plan.reason)
+        return plan
 
     # -- names -------------------------------------------------------------------------------
     async def checkpoint(self, name: str, at: str | None = None, *,
                          force: bool = False) -> CheckpointSet:
         """Name the current state (what is pending is committed first), or `at` a revision."""
         async with self._commit_lock:
-            await self._settle_locked(f"checkpoint {name}")
-            cid = history.resolve(self.store, at) if at else self.head
-            cp, old = history.create_checkpoint(self.store, name, cid, self.branch, force=force)
+            async with self._settled(f"checkpoint {name}"):
+                head, branch = self.head, self.branch
+            cp, old = await trio.to_thread.run_sync(self._checkpoint_step, name, at, head,
+                                                    branch, force)
             return CheckpointSet(cp, old)
+
+    def _checkpoint_step(self, name: str, at: str | None, head: str, branch: str,
+                         force: bool) -> tuple[Checkpoint, str | None]:
+        cid = history.resolve(self.store, at) if at else head
+        return history.create_checkpoint(self.store, name, cid, branch, force=force)
 
     async def delete_checkpoint(self, name: str) -> Checkpoint:
         async with self._commit_lock:
-            return history.delete_checkpoint(self.store, name)
+            return await trio.to_thread.run_sync(history.delete_checkpoint, self.store, name)
 
     async def mark(self, name: str, label: str = "") -> Mark:
         """An operation boundary: what is pending is committed, and every change after this
         belongs to a new operation. The mark names the commit it fell on."""
         async with self._commit_lock:
-            await self._settle_locked(f"mark {name}")
-            self.attribution.mark()
-            return history.add_mark(self.store, name, self.head, self.branch, label or name)
+            async with self._settled(f"mark {name}"):
+                head, branch = self.head, self.branch
+                self.attribution.mark()  # before any held change goes on
+            return await trio.to_thread.run_sync(history.add_mark, self.store, name, head,
+                                                 branch, label or name)
 
     # -- views -------------------------------------------------------------------------------
     def _remember_view(self, key: tuple[str, str], node: Node, immutable: bool) -> None:

@@ -12,12 +12,13 @@ every change made before the call is durable.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,7 @@ from memfs.workspace import groupcommit, loading, namespace, snapshot, unload
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.health import CommitHealth
 from memfs.workspace.history_ops import HistoryOps
+from memfs.workspace.hold import ChangeHold
 from memfs.workspace.hooks import NO_BACKING, BackingHooks
 from memfs.workspace.inodes import Inodes
 from memfs.workspace.namespace import NAME_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("memfs.workspace")
 
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
+SETTLE_ROUNDS = 3  # a history operation's commits with changes flowing, before they wait
 
 # The commit snapshot, undo's remap, fsck and GC walk trees of any depth without recursion;
 # the backing layer's walks (reconcile.observe.walk_dir, BranchIntent._files_of) still recurse per
@@ -96,6 +99,7 @@ class Workspace(HistoryOps):
         self._group: dict[str, tuple[OpRecord, dict[int, ProcRef]]] = {}
         self._last_op: str | None = None
         self._commit_lock = trio.Lock()
+        self.hold = ChangeHold()  # new changes wait while a history operation finishes
         self._wake = trio.Event()  # set by the first change after a commit
         self._urgent = trio.Event()  # set when dirty data should not wait for the interval
         self._durable = trio.Event()
@@ -226,10 +230,24 @@ class Workspace(HistoryOps):
         return op
 
     async def enter(self, pid: int, uid: int) -> OpRecord:
-        """note_process, then `boundary()`: before a FUSE request that may change the tree."""
+        """note_process, then `before_change()`: before a FUSE request that may change the
+        tree."""
         op = self.note_process(pid, uid)
-        await self.boundary()
+        await self.before_change()
         return op
+
+    async def before_change(self) -> None:
+        """`boundary()`, and wait while a history operation holds changes off
+        (memfs.workspace.hold): the caller changes the tree with no await after this."""
+        await self.boundary()
+        while self.hold.held:
+            await self.hold.wait()
+            await self.boundary()  # the group the history operation left may be another's
+
+    async def changes_open(self) -> None:
+        """Wait while a history operation holds changes off; the caller changes the tree (or
+        checks what it decided on) with no await after this."""
+        await self.hold.wait()
 
     async def boundary(self) -> None:
         """Close the group commit first when another operation's changes wait in it (this
@@ -246,8 +264,13 @@ class Workspace(HistoryOps):
                 log.warning("boundary commit failed (the changes stay pending): %s", exc)
 
     def _writable(self, node: Node) -> None:
+        """First thing in every change, before anything moved."""
         if node.readonly:
             raise fail(errno.EROFS)
+        if self.hold.held:  # a caller skipped before_change/changes_open: refuse, not lose
+            log.error("a change reached the tree while a history operation held changes off "
+                      "(a bug: its caller must wait first); refused")
+            raise fail(errno.EIO, "a history operation is replacing the tree")
 
     def _settle_first(self, d: Node | None, name: bytes) -> None:
         """Seed 002: every change first settles a pending adoption of what it changes (only a
@@ -462,9 +485,9 @@ class Workspace(HistoryOps):
         async with self._commit_lock:
             return await self._commit_locked(message)
 
-    async def _commit_locked(self, message: str = "", *, on_loop: bool = False) -> str | None:
+    async def _commit_locked(self, message: str = "") -> str | None:
         """One commit, the commit lock held (memfs.workspace.groupcommit.commit_locked)."""
-        return await groupcommit.commit_locked(self, message, on_loop=on_loop)
+        return await groupcommit.commit_locked(self, message)
 
     def _recount_dirty(self) -> None:
         """Pending bytes are those a commit will take: a file unlinked (detached) holds its
@@ -486,53 +509,67 @@ class Workspace(HistoryOps):
         return snapshot.write(self, plan, message)
 
     # -- history ----------------------------------------------------------------------
-    # The history operations hold the commit lock and move the branch head with no await
-    # between their last commit and the tree replacement, so no change can slip in between
-    # and be lost. The head move is one small SQLite transaction, run on the loop for that
-    # reason.
-    async def _settle_locked(self, message: str) -> None:
-        """Commit until nothing is dirty; the caller's next step runs in the same loop turn.
+    # The history operations hold the commit lock, commit what is pending and then hold new
+    # changes off (memfs.workspace.hold) while their store step runs in a worker thread (the
+    # store's writer may be held by a GC or another process: the loop never waits for it)
+    # and until the tree is replaced, so no change can slip in between and be lost.
+    @contextlib.asynccontextmanager
+    async def _settled(self, message: str) -> AsyncIterator[None]:
+        """With the commit lock held: commit until nothing is dirty, and hold new changes off
+        from the last round until the block ends.
 
         Changes made while a commit runs in its thread would otherwise be replaced away
         with the tree. A steady writer can keep the tree dirty round after round, so after
-        three rounds the rest — what arrived during the last round, a small amount — is
-        committed on the loop itself, where nothing can slip in before the caller's step.
+        SETTLE_ROUNDS rounds with changes flowing, new ones wait and one more round commits
+        what arrived during the last (a small amount); nothing can arrive after it.
         """
-        for _ in range(3):
+        for _ in range(SETTLE_ROUNDS):
             await self._commit_locked(message)
             if not self.root.dirty:
-                return
-        await self._commit_locked(message, on_loop=True)
+                break
+        with self.hold.holding():
+            await self._commit_locked(message)  # returns at once when nothing is dirty
+            yield
 
     async def restore(self, rev: str) -> str:
         """Move the branch head to `rev` (the old head stays in the reflog)."""
         # `rev` as it reads now; then disk's changes so far, against this tree (the restore
         # rewinds past whatever that pass commits).
-        async with self._commit_lock:
-            await self._settle_locked("before restore")
+        async with self._commit_lock, self._settled("before restore"):
             resolved = (self.branch, history.resolve(self.store, rev))
         await self.backing.before_rewind()
-        async with self._commit_lock:
-            await self._settle_locked("before restore")
-            target = resolved[1] if resolved[0] == self.branch else \
-                history.resolve(self.store, rev)
-            self.store.reset_head(self.branch, target, f"restore {rev}")
+        async with self._commit_lock, self._settled("before restore"):
+            branch = self.branch
+            known = resolved[1] if resolved[0] == branch else None
+            target = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
             self._replace_tree(target)
             return target
 
+    def _restore_head(self, branch: str, rev: str, target: str | None) -> str:
+        """restore's store step (worker thread): `rev` resolved unless known, the head moved."""
+        if target is None:
+            target = history.resolve(self.store, rev)
+        self.store.reset_head(branch, target, f"restore {rev}")
+        return target
+
     async def switch_branch(self, name: str) -> str:
-        async with self._commit_lock:
-            await self._settle_locked("before switch")
-            head = self.store.head(name)
-            self.store.set_current_branch(name)
+        async with self._commit_lock, self._settled("before switch"):
+            head = await trio.to_thread.run_sync(self._switch_store, name)
             self.branch = name
             self._replace_tree(head)
             return head
 
+    def _switch_store(self, name: str) -> str:
+        """switch's store step (worker thread): the branch selected; returns its head."""
+        head = self.store.head(name)
+        self.store.set_current_branch(name)
+        return head
+
     async def create_branch(self, name: str, at: str | None) -> str:
         async with self._commit_lock:
-            await self._settle_locked("before branch")
-            return self.store.create_branch(name, at)
+            async with self._settled("before branch"):
+                pass  # what is pending is committed: the branch starts at what the tree shows
+            return await trio.to_thread.run_sync(self.store.create_branch, name, at)
 
     def _replace_tree(self, commit_id: str) -> None:
         """Show another commit's tree, keeping inode numbers for paths that survive

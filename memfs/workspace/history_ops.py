@@ -52,7 +52,7 @@ class HistoryOps:
     _view_roots: dict[int, Node]  # every view root the kernel may still hold (GC pins them)
     _immutable: set[int]  # ids of view roots of past commits by id (never another tree)
 
-    _settled: Callable[[str], AbstractAsyncContextManager[None]]  # Workspace._settled
+    _settled: Callable[[str, str], AbstractAsyncContextManager[None]]  # Workspace._settled
     def _replace_tree(self, commit_id: str) -> None: ...
 
     # -- undo ------------------------------------------------------------------------------
@@ -75,7 +75,7 @@ class HistoryOps:
         return await self._undo(lambda head: undo.plan_to(self.store, head, where))
 
     async def _undo(self, plan_fn: Callable[[str], UndoPlan]) -> UndoPlan:
-        async with self._commit_lock, self._settled("before undo"):
+        async with self._commit_lock, self._settled("before undo", "undo"):
             plan = await trio.to_thread.run_sync(self._undo_step, plan_fn, self.head,
                                                  self.branch)
             self._replace_tree(plan.target)  # in the loop turn the thread's result came in
@@ -94,7 +94,7 @@ class HistoryOps:
                          force: bool = False) -> CheckpointSet:
         """Name the current state (what is pending is committed first), or `at` a revision."""
         async with self._commit_lock:
-            async with self._settled(f"checkpoint {name}"):
+            async with self._settled(f"checkpoint {name}", "checkpoint"):
                 head, branch = self.head, self.branch
             cp, old = await trio.to_thread.run_sync(self._checkpoint_step, name, at, head,
                                                     branch, force)
@@ -113,7 +113,7 @@ class HistoryOps:
         """An operation boundary: what is pending is committed, and every change after this
         belongs to a new operation. The mark names the commit it fell on."""
         async with self._commit_lock:
-            async with self._settled(f"mark {name}"):
+            async with self._settled(f"mark {name}", "mark"):
                 head, branch = self.head, self.branch
                 self.attribution.mark()  # before any held change goes on
             return await trio.to_thread.run_sync(history.add_mark, self.store, name, head,

@@ -19,6 +19,7 @@ Loop thread only.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 import trio
@@ -27,10 +28,18 @@ import trio
 class ChangeHold:
     def __init__(self) -> None:
         self._open: trio.Event | None = None  # set when the hold opens; None while open
+        self.by = ""  # the history operation holding changes off (status shows it)
+        self._since = 0.0
 
     @property
     def held(self) -> bool:
         return self._open is not None
+
+    def status(self) -> dict[str, object] | None:
+        """What `.memfs/status` says while changes wait: which operation, for how long."""
+        if self._open is None:
+            return None
+        return {"by": self.by, "seconds": round(time.monotonic() - self._since, 3)}
 
     async def wait(self) -> None:
         """Return once no history operation holds changes off (at once if none does)."""
@@ -38,15 +47,15 @@ class ChangeHold:
             await self._open.wait()
 
     @contextlib.contextmanager
-    def holding(self) -> Iterator[None]:
+    def holding(self, by: str) -> Iterator[None]:
         """Changes wait while the block runs (one history operation at a time: the commit
         lock serializes them)."""
         assert self._open is None, "history operations hold changes one at a time"
-        self._open = trio.Event()
+        self._open, self.by, self._since = trio.Event(), by, time.monotonic()
         try:
             yield
         finally:
-            opened, self._open = self._open, None
+            opened, self._open, self.by = self._open, None, ""
             opened.set()
 
 

@@ -514,9 +514,9 @@ class Workspace(HistoryOps):
     # store's writer may be held by a GC or another process: the loop never waits for it)
     # and until the tree is replaced, so no change can slip in between and be lost.
     @contextlib.asynccontextmanager
-    async def _settled(self, message: str) -> AsyncIterator[None]:
+    async def _settled(self, message: str, by: str) -> AsyncIterator[None]:
         """With the commit lock held: commit until nothing is dirty, and hold new changes off
-        from the last round until the block ends.
+        from the last round until the block ends (`by`: the operation, for status).
 
         Changes made while a commit runs in its thread would otherwise be replaced away
         with the tree. A steady writer can keep the tree dirty round after round, so after
@@ -527,7 +527,7 @@ class Workspace(HistoryOps):
             await self._commit_locked(message)
             if not self.root.dirty:
                 break
-        with self.hold.holding():
+        with self.hold.holding(by):
             await self._commit_locked(message)  # returns at once when nothing is dirty
             yield
 
@@ -535,10 +535,10 @@ class Workspace(HistoryOps):
         """Move the branch head to `rev` (the old head stays in the reflog)."""
         # `rev` as it reads now; then disk's changes so far, against this tree (the restore
         # rewinds past whatever that pass commits).
-        async with self._commit_lock, self._settled("before restore"):
+        async with self._commit_lock, self._settled("before restore", "restore"):
             resolved = (self.branch, history.resolve(self.store, rev))
         await self.backing.before_rewind()
-        async with self._commit_lock, self._settled("before restore"):
+        async with self._commit_lock, self._settled("before restore", "restore"):
             branch = self.branch
             known = resolved[1] if resolved[0] == branch else None
             target = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
@@ -553,7 +553,7 @@ class Workspace(HistoryOps):
         return target
 
     async def switch_branch(self, name: str) -> str:
-        async with self._commit_lock, self._settled("before switch"):
+        async with self._commit_lock, self._settled("before switch", "branch switch"):
             head = await trio.to_thread.run_sync(self._switch_store, name)
             self.branch = name
             self._replace_tree(head)
@@ -567,7 +567,7 @@ class Workspace(HistoryOps):
 
     async def create_branch(self, name: str, at: str | None) -> str:
         async with self._commit_lock:
-            async with self._settled("before branch"):
+            async with self._settled("before branch", "branch create"):
                 pass  # what is pending is committed: the branch starts at what the tree shows
             return await trio.to_thread.run_sync(self.store.create_branch, name, at)
 
@@ -613,6 +613,7 @@ class Workspace(HistoryOps):
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,
             "commit_failure": self.health.failure.to_json() if self.health.failure else None,
+            "changes_held": self.hold.status(),  # a history operation finishing: writes wait
             "space": self.room.status(),
             "retention": self.retention_status(),
             **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),

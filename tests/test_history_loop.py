@@ -151,12 +151,12 @@ def test_a_change_during_an_undo_waits_and_lands_after_it(tmp_path: Path) -> Non
 
     async def main() -> None:
         first = await two_states(ws)
-        order: list[str] = []
+        seen: list[tuple[str, bytes, bool]] = []  # what the change found when it went on
         refused: list[int] = []
 
         async def change() -> None:
             await ws.before_change()  # as every FUSE request that changes the tree does
-            order.append("change")
+            seen.append((ws.head, content(ws, "work/doc.txt"), ws.hold.held))
             ws.create(walk(ws, "work"), b"after.txt", FILE, 0o644, 0, 0)
 
         async def both() -> object:  # run once the holder has the store's writer
@@ -165,7 +165,6 @@ def test_a_change_during_an_undo_waits_and_lands_after_it(tmp_path: Path) -> Non
 
                 async def run_undo() -> None:
                     result.append(await ws.undo(1))
-                    order.append("undo")
 
                 n.start_soon(run_undo)
                 await trio.sleep(0.2)  # the undo is in its thread, waiting for the holder
@@ -180,7 +179,7 @@ def test_a_change_during_an_undo_waits_and_lands_after_it(tmp_path: Path) -> Non
         gap, _, got = await while_the_writer_is_held(ws, both)
         assert gap < STALL
         assert got == [first]
-        assert order == ["undo", "change"], "the change landed before the tree was replaced"
+        assert seen == [(first, b"one\n", False)], "the change went on before the tree was replaced"
         assert refused == [errno.EIO], "a change that skipped the wait was not refused"
         assert b"after.txt" in ws.children(walk(ws, "work"))
         assert b"skipped.txt" not in ws.children(walk(ws, "work"))
@@ -212,3 +211,41 @@ def test_a_failed_head_move_leaves_the_tree_and_lets_changes_go_on(tmp_path: Pat
         assert content(ws, "work/doc.txt") == b"six\n"
 
     trio.run(main)
+
+
+@pytest.mark.trio
+async def test_a_pass_during_an_undo_decides_on_the_undone_tree(tmp_path: Path) -> None:
+    """A backing pass that gathers while an undo holds changes off waits before it decides,
+    sees the tree was replaced, gathers again and takes disk's new file into the undone tree
+    (it neither decides on the old tree, which the undo replaces, nor is refused)."""
+    from helpers.backing import attached, close
+
+    from memfs.backing.results import PassDone
+
+    ws, b, disk = await attached(tmp_path, {"a.txt": "a\n"})
+    try:
+        before = ws.head
+        ws.create(walk(ws, "work"), b"mine.txt", FILE, 0o644, 0, 0)
+        await ws.commit()
+        (disk / "b.txt").write_text("from disk\n")
+        results: list[object] = []
+
+        async def undo_then_pass() -> object:
+            async with trio.open_nursery() as n:
+                n.start_soon(ws.undo_commits, 1)
+                while not ws.hold.held:
+                    await trio.sleep(0.01)
+                results.append(await b.run_pass("work"))
+            return results[0]
+
+        gap, _, _ = await while_the_writer_is_held(ws, undo_then_pass)
+        assert gap < STALL
+        done = results[0]
+        assert isinstance(done, PassDone) and done.incomplete is None, done
+        assert done.taken == ["b.txt"]
+        kids = ws.children(walk(ws, "work"))
+        assert b"mine.txt" not in kids and b"b.txt" in kids
+        assert content(ws, "work/b.txt") == b"from disk\n"
+        assert ws.store.commit(ws.head).parent == before  # the take-in, on the undone tree
+    finally:
+        close(ws, b)

@@ -94,6 +94,8 @@ def test_reads_are_answered_while_an_undo_waits_for_the_store_writer(mounted) ->
             time.sleep(0.02)
         assert undo.poll() is None, "the undo did not wait for the store's writer"
         assert not made, "a mkdir landed while the undo held changes off"
+        said = m.cli("status").stdout
+        assert "changes  waiting" in said and "for the undo to move the head" in said, said
     finally:
         db.execute("ROLLBACK")
         db.close()

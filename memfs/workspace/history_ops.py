@@ -1,21 +1,23 @@
-"""The workspace's history operations: undo (by operation, by commit, to a moment),
-checkpoints, marks, and the bookkeeping of read-only views of past commits.
+"""The workspace's history operations: undo (by operation, by commit, to a moment), restore,
+branch switch and create, checkpoints, marks, and the bookkeeping of read-only views of past
+commits.
 
-Each holds the commit lock and commits what is pending (`Workspace._settled`). Undo then
-plans and moves the branch head in a worker thread (the store's writer may be held by a GC or
-another process) while new changes are held off (memfs.workspace.hold), and replaces the tree
-back on the loop before they may go on, so no change can slip in between and be lost. The
-names (checkpoints, marks) are written in a worker thread too, once what was pending is
-committed. Loop thread, except the `_step` functions (worker threads: they are handed their
-inputs and touch only the store).
+Each holds the commit lock and commits what is pending (`_settled`). Undo, restore and switch
+then move the branch head in a worker thread (the store's writer may be held by a GC or
+another process: the loop never waits for it) while new changes are held off
+(memfs.workspace.hold), and replace the tree back on the loop before they may go on, so no
+change can slip in between and be lost. The names (checkpoints, marks, branches) are written
+in a worker thread too, once what was pending is committed. Loop thread, except the store
+steps (`_undo_step`, `_restore_head`, `_switch_store`, `_checkpoint_step`: worker threads,
+handed their inputs, touching only the store).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 from collections import OrderedDict
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,8 +30,11 @@ from memfs.workspace.nodes import Node, WorkspaceError
 
 if TYPE_CHECKING:
     from memfs.workspace.attribution import Attribution
+    from memfs.workspace.hold import ChangeHold
+    from memfs.workspace.hooks import BackingHooks
 
 VIEWS_KEPT = 4096  # read-only view roots remembered (by place and commit)
+SETTLE_ROUNDS = 3  # a history operation's commits with changes flowing, before they wait
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,71 @@ class HistoryOps:
     _view_roots: dict[int, Node]  # every view root the kernel may still hold (GC pins them)
     _immutable: set[int]  # ids of view roots of past commits by id (never another tree)
 
-    _settled: Callable[[str, str], AbstractAsyncContextManager[None]]  # Workspace._settled
+    root: Node
+    hold: ChangeHold
+    backing: BackingHooks
+
+    async def _commit_locked(self, message: str = "") -> str | None: ...
     def _replace_tree(self, commit_id: str) -> None: ...
+
+    # -- settling, restore, branches ---------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _settled(self, message: str, by: str) -> AsyncIterator[None]:
+        """With the commit lock held: commit until nothing is dirty, and hold new changes off
+        from the last round until the block ends (`by`: the operation, for status).
+
+        Changes made while a commit runs in its thread would otherwise be replaced away
+        with the tree. A steady writer can keep the tree dirty round after round, so after
+        SETTLE_ROUNDS rounds with changes flowing, new ones wait and one more round commits
+        what arrived during the last (a small amount); nothing can arrive after it.
+        """
+        for _ in range(SETTLE_ROUNDS):
+            await self._commit_locked(message)
+            if not self.root.dirty:
+                break
+        with self.hold.holding(by):
+            await self._commit_locked(message)  # returns at once when nothing is dirty
+            yield
+
+    async def restore(self, rev: str) -> str:
+        """Move the branch head to `rev` (the old head stays in the reflog)."""
+        # `rev` as it reads now; then disk's changes so far, against this tree (the restore
+        # rewinds past whatever that pass commits).
+        async with self._commit_lock, self._settled("before restore", "restore"):
+            resolved = (self.branch, history.resolve(self.store, rev))
+        await self.backing.before_rewind()
+        async with self._commit_lock, self._settled("before restore", "restore"):
+            branch = self.branch
+            known = resolved[1] if resolved[0] == branch else None
+            target = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
+            self._replace_tree(target)
+            return target
+
+    def _restore_head(self, branch: str, rev: str, target: str | None) -> str:
+        """restore's store step (worker thread): `rev` resolved unless known, the head moved."""
+        if target is None:
+            target = history.resolve(self.store, rev)
+        self.store.reset_head(branch, target, f"restore {rev}")
+        return target
+
+    async def switch_branch(self, name: str) -> str:
+        async with self._commit_lock, self._settled("before switch", "branch switch"):
+            head = await trio.to_thread.run_sync(self._switch_store, name)
+            self.branch = name
+            self._replace_tree(head)
+            return head
+
+    def _switch_store(self, name: str) -> str:
+        """switch's store step (worker thread): the branch selected; returns its head."""
+        head = self.store.head(name)
+        self.store.set_current_branch(name)
+        return head
+
+    async def create_branch(self, name: str, at: str | None) -> str:
+        async with self._commit_lock:
+            async with self._settled("before branch", "branch create"):
+                pass  # what is pending is committed: the branch starts at what the tree shows
+            return await trio.to_thread.run_sync(self.store.create_branch, name, at)
 
     # -- undo ------------------------------------------------------------------------------
     async def undo(self, steps: int = 1) -> str:

@@ -12,20 +12,19 @@ every change made before the call is durable.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import trio
 
 from memfs.liveness import DaemonRecord
-from memfs.store import Store, history
+from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
 from memfs.store.space import Space
@@ -67,7 +66,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("memfs.workspace")
 
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
-SETTLE_ROUNDS = 3  # a history operation's commits with changes flowing, before they wait
 
 # The commit snapshot, undo's remap, fsck and GC walk trees of any depth without recursion;
 # the backing layer's walks (reconcile.observe.walk_dir, BranchIntent._files_of) still recurse per
@@ -508,69 +506,7 @@ class Workspace(HistoryOps):
         """The commit thread's step (memfs.workspace.snapshot.write)."""
         return snapshot.write(self, plan, message)
 
-    # -- history ----------------------------------------------------------------------
-    # The history operations hold the commit lock, commit what is pending and then hold new
-    # changes off (memfs.workspace.hold) while their store step runs in a worker thread (the
-    # store's writer may be held by a GC or another process: the loop never waits for it)
-    # and until the tree is replaced, so no change can slip in between and be lost.
-    @contextlib.asynccontextmanager
-    async def _settled(self, message: str, by: str) -> AsyncIterator[None]:
-        """With the commit lock held: commit until nothing is dirty, and hold new changes off
-        from the last round until the block ends (`by`: the operation, for status).
-
-        Changes made while a commit runs in its thread would otherwise be replaced away
-        with the tree. A steady writer can keep the tree dirty round after round, so after
-        SETTLE_ROUNDS rounds with changes flowing, new ones wait and one more round commits
-        what arrived during the last (a small amount); nothing can arrive after it.
-        """
-        for _ in range(SETTLE_ROUNDS):
-            await self._commit_locked(message)
-            if not self.root.dirty:
-                break
-        with self.hold.holding(by):
-            await self._commit_locked(message)  # returns at once when nothing is dirty
-            yield
-
-    async def restore(self, rev: str) -> str:
-        """Move the branch head to `rev` (the old head stays in the reflog)."""
-        # `rev` as it reads now; then disk's changes so far, against this tree (the restore
-        # rewinds past whatever that pass commits).
-        async with self._commit_lock, self._settled("before restore", "restore"):
-            resolved = (self.branch, history.resolve(self.store, rev))
-        await self.backing.before_rewind()
-        async with self._commit_lock, self._settled("before restore", "restore"):
-            branch = self.branch
-            known = resolved[1] if resolved[0] == branch else None
-            target = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
-            self._replace_tree(target)
-            return target
-
-    def _restore_head(self, branch: str, rev: str, target: str | None) -> str:
-        """restore's store step (worker thread): `rev` resolved unless known, the head moved."""
-        if target is None:
-            target = history.resolve(self.store, rev)
-        self.store.reset_head(branch, target, f"restore {rev}")
-        return target
-
-    async def switch_branch(self, name: str) -> str:
-        async with self._commit_lock, self._settled("before switch", "branch switch"):
-            head = await trio.to_thread.run_sync(self._switch_store, name)
-            self.branch = name
-            self._replace_tree(head)
-            return head
-
-    def _switch_store(self, name: str) -> str:
-        """switch's store step (worker thread): the branch selected; returns its head."""
-        head = self.store.head(name)
-        self.store.set_current_branch(name)
-        return head
-
-    async def create_branch(self, name: str, at: str | None) -> str:
-        async with self._commit_lock:
-            async with self._settled("before branch", "branch create"):
-                pass  # what is pending is committed: the branch starts at what the tree shows
-            return await trio.to_thread.run_sync(self.store.create_branch, name, at)
-
+    # -- history (the operations: memfs.workspace.history_ops) ------------------------
     def _replace_tree(self, commit_id: str) -> None:
         """Show another commit's tree, keeping inode numbers for paths that survive
         (memfs.workspace.replace)."""

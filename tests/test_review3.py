@@ -1,0 +1,46 @@
+"""Surprises from a third user trial, each through a real mount and real processes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.mount
+
+
+def job(cwd: Path, *cmd: str) -> None:
+    """One command in a process group of its own, as a shell with job control starts it:
+    its own operation for `memfs undo`."""
+    out = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=60,
+                         process_group=0)
+    assert out.returncode == 0, f"{cmd}: {out.stderr}"
+
+
+def test_history_tools_see_a_hard_linked_file(mounted) -> None:
+    """A file with a second name lives in the commit's inode table (git makes every object
+    that way: link the temporary file, unlink it). log --stat, diff, show and undo read the
+    file's bytes and changes through that table, as the mount shows them: a write through
+    one name is a content change of both names, never "changing only times"."""
+    mounted.require_real()
+    hl = mounted.work / "hl"
+    hl.mkdir()
+    job(hl, "sh", "-c", "echo one > f")
+    job(hl, "ln", "f", "g")
+    job(hl, "sh", "-c", "echo two >> f")
+    stat = mounted.cli("log", "--stat", "-n", "1").stdout
+    assert "M  work/hl/f  4 B -> 8 B" in stat, stat
+    assert "M  work/hl/g  4 B -> 8 B" in stat, stat
+    linked = mounted.cli("log", "--stat", "-n", "1", "HEAD~1").stdout
+    assert "A  work/hl/g  4 B" in linked and "D  work/hl/f" not in linked, linked
+    diff = mounted.cli("diff").stdout
+    assert "diff a/work/hl/f b/work/hl/f\n--- a/work/hl/f\n+++ b/work/hl/f\n" in diff, diff
+    assert "+two\n" in diff and "'h' entry" not in diff, diff
+    assert mounted.cli("show", "HEAD:work/hl/g").stdout == "one\ntwo\n"
+    listing = mounted.cli("show", "HEAD:work/hl").stdout
+    assert "-0644           8  f" in listing and "h0000" not in listing, listing
+    undo = mounted.cli("undo").stdout
+    assert "echo two >> f" in undo and "changing only times" not in undo, undo
+    assert (hl / "f").read_text() == "one\n"
+    assert (hl / "g").stat().st_ino == (hl / "f").stat().st_ino  # `ln` stays: its own operation

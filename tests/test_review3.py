@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from memfs.store.space import size_text
 
 pytestmark = pytest.mark.mount
 
@@ -44,3 +47,21 @@ def test_history_tools_see_a_hard_linked_file(mounted) -> None:
     assert "echo two >> f" in undo and "changing only times" not in undo, undo
     assert (hl / "f").read_text() == "one\n"
     assert (hl / "g").stat().st_ino == (hl / "f").stat().st_ino  # `ln` stays: its own operation
+
+
+def test_a_dry_run_says_how_much_it_would_give_back(mounted) -> None:
+    """`memfs gc --dry-run` is how a user asks what a run would give back: it says the bytes
+    (what `memfs du` calls reclaimable), in the conditional, and claims nothing was freed."""
+    mounted.require_real()
+    (mounted.work / "gone").write_bytes(os.urandom(3 << 20))
+    mounted.cli("mark", "written")
+    (mounted.work / "gone").unlink()
+    mounted.cli("mark", "removed")
+    for key in ("keep-all", "keep-hourly", "keep-daily", "keep-reflog"):
+        mounted.cli("config", key, "0")
+    reclaimable = mounted.cli_json("du")["reclaimable"]
+    assert reclaimable >= 3 << 20
+    text = mounted.cli("gc", "--dry-run").stdout
+    assert f"would give back {size_text(reclaimable)}" in text, text
+    assert "freed" not in text and "gave back" not in text and "punched" not in text, text
+    assert mounted.cli_json("du")["reclaimable"] == reclaimable, "the dry run changed the store"

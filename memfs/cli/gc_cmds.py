@@ -166,13 +166,18 @@ def cmd_gc(args) -> int:
     doc = _collect(args, "gc", args.dry_run)
     lines = [f"gc: {summary(doc)}"]
     if doc["pressure"]:
-        lines.append(f"    the disk was under the space floor: {doc['dropped_for_space']} "
-                     "commit(s) the windows keep went too, oldest first")
-    lines.append(f"    objects {doc['objects_freed']}, chunks {doc['chunks_freed']}; packs "
-                 f"{doc['packs_rewritten']} rewritten, {doc['packs_removed']} removed, "
-                 f"{size_text(doc['bytes_punched'])} punched out")
-    lines.append(f"    the store takes {size_text(doc['store_after'])} (was "
-                 f"{size_text(doc['store_before'])}); {size_text(doc['free_after'])} free")
+        lines.append(f"    the disk is under the space floor: {doc['dropped_for_space']} "
+                     f"commit(s) the windows keep {'would go' if doc['dry_run'] else 'went'} "
+                     "too, oldest first")
+    if doc["dry_run"]:
+        lines.append(f"    the store takes {size_text(doc['store_before'])}; "
+                     f"{size_text(doc['free_after'])} free; `memfs gc` does it")
+    else:
+        lines.append(f"    objects {doc['objects_freed']}, chunks {doc['chunks_freed']}; packs "
+                     f"{doc['packs_rewritten']} rewritten, {doc['packs_removed']} removed, "
+                     f"{size_text(doc['bytes_punched'])} punched out")
+        lines.append(f"    the store takes {size_text(doc['store_after'])} (was "
+                     f"{size_text(doc['store_before'])}); {size_text(doc['free_after'])} free")
     lines += [f"    problem: {p}" for p in doc["problems"]]
     emit(args, doc, "\n".join(lines))
     return 0

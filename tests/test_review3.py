@@ -65,3 +65,18 @@ def test_a_dry_run_says_how_much_it_would_give_back(mounted) -> None:
     assert f"would give back {size_text(reclaimable)}" in text, text
     assert "freed" not in text and "gave back" not in text and "punched" not in text, text
     assert mounted.cli_json("du")["reclaimable"] == reclaimable, "the dry run changed the store"
+
+
+def test_undo_to_something_neither_says_both_forms(mounted) -> None:
+    """`memfs undo --to` takes a time or a revision: text that is neither gets a remedy
+    naming both (it named only revisions, so a mistyped time was never explained); a
+    revision's own refusal (`HEAD~N` past the first commit) keeps its remedy."""
+    mounted.require_real()
+    (mounted.work / "f").write_text("x")
+    head = mounted.cli_json("log", "-n", "1")[0]["id"]
+    bad = mounted.cli("undo", "--to", "99:99", check=False)
+    assert bad.returncode == 1 and "'99:99' is neither a revision nor a time" in bad.stderr
+    assert "10:32" in bad.stderr and "branch" in bad.stderr, bad.stderr
+    far = mounted.cli("undo", "--to", "HEAD~100000", check=False)
+    assert far.returncode == 1 and "use a smaller N" in far.stderr, far.stderr
+    assert mounted.cli_json("log", "-n", "1")[0]["id"] == head, "a refusal moved the head"

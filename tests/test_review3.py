@@ -80,3 +80,20 @@ def test_undo_to_something_neither_says_both_forms(mounted) -> None:
     far = mounted.cli("undo", "--to", "HEAD~100000", check=False)
     assert far.returncode == 1 and "use a smaller N" in far.stderr, far.stderr
     assert mounted.cli_json("log", "-n", "1")[0]["id"] == head, "a refusal moved the head"
+
+
+def test_attach_names_what_is_wrong_with_the_directory(mounted, tmp_path: Path) -> None:
+    """A file is not 'not existing' (the remedy said 'create it'), and a missing directory
+    gets the command that creates it; neither refusal binds anything."""
+    mounted.require_real()
+    f = tmp_path / "project" / "README.md"
+    f.parent.mkdir()
+    f.write_text("hi")
+    res = mounted.cli("attach", "proj", str(f), check=False)
+    assert res.returncode == 1 and f"'{f}' is not a directory" in res.stderr, res.stderr
+    assert "create it" not in res.stderr and "not a file in it" in res.stderr, res.stderr
+    gone = tmp_path / "no such dir"
+    res = mounted.cli("attach", "proj", str(gone), check=False)
+    assert res.returncode == 1 and "does not exist" in res.stderr, res.stderr
+    assert f"mkdir -p '{gone}'" in res.stderr, res.stderr
+    assert mounted.cli_json("status")["backing"] == {}

@@ -28,6 +28,7 @@ import errno
 import json
 import logging
 import os
+import shlex
 import sqlite3
 import stat
 import sys
@@ -697,9 +698,15 @@ class Backing(DaemonTasks):
 
     def _check_dir(self, path: str) -> None:
         """An existing directory, by absolute path, outside the store root and the mount."""
-        if not os.path.isabs(path) or not os.path.isdir(path):
-            raise MemfsError(f"backing directory {path!r} is not an existing directory",
-                             "create it, or name an existing directory by absolute path")
+        if not os.path.isabs(path):
+            raise MemfsError(f"backing directory {path!r} is not an absolute path",
+                             "name an existing directory by absolute path")
+        if not os.path.isdir(path):
+            if os.path.lexists(path):
+                raise MemfsError(f"backing directory {path!r} is not a directory",
+                                 "bind the directory that holds the project, not a file in it")
+            raise MemfsError(f"backing directory {path!r} does not exist",
+                             f"check the path, or create it first (mkdir -p {shlex.quote(path)})")
         real, own = os.path.realpath(path), os.path.realpath(self.store.root)
         if real == own or real.startswith(own + "/") or own.startswith(real.rstrip("/") + "/"):
             raise MemfsError(f"{path} overlaps the store root ({own})",

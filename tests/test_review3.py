@@ -97,3 +97,37 @@ def test_attach_names_what_is_wrong_with_the_directory(mounted, tmp_path: Path) 
     assert res.returncode == 1 and "does not exist" in res.stderr, res.stderr
     assert f"mkdir -p '{gone}'" in res.stderr, res.stderr
     assert mounted.cli_json("status")["backing"] == {}
+
+
+def test_restoring_from_a_view_keeps_the_modes(mounted, tmp_path: Path) -> None:
+    """The history views are read-only by refusing writes (EROFS), as a snapshot directory
+    is: they show each entry's own mode. Stripping the write bits made `cp -a` (or `rsync -a`)
+    from a checkpoint back into the live tree turn every file and directory read-only, and a
+    plain `cp` of one file made a 0444 copy."""
+    mounted.require_real()
+    w = mounted.work
+    (w / "src").mkdir()
+    (w / "src" / "a.txt").write_text("a\n")
+    (w / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (w / "run.sh").chmod(0o755)
+    (w / "secret").write_text("s\n")
+    (w / "secret").chmod(0o600)
+    mounted.cli("checkpoint", "create", "good")
+    view = mounted.mnt / ".memfs" / "checkpoints" / "good" / "work"
+    modes = {p: (w / p).stat().st_mode for p in ("src", "src/a.txt", "run.sh", "secret")}
+    assert {p: (view / p).stat().st_mode for p in modes} == modes
+    with pytest.raises(OSError) as err:
+        (view / "src" / "a.txt").write_text("no")
+    assert err.value.errno == 30  # EROFS: the view refuses, whatever the mode says
+    out = tmp_path / "restored"
+    subprocess.run(["cp", "-a", str(view), str(out)], check=True, timeout=60)
+    subprocess.run(["cp", str(view / "src" / "a.txt"), str(tmp_path / "one.txt")], check=True,
+                   timeout=60)
+    assert {p: (out / p).stat().st_mode for p in modes} == modes
+    assert (tmp_path / "one.txt").stat().st_mode & 0o777 == 0o644 & ~current_umask()
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -154,9 +154,9 @@ class MemfsOperations(pyfuse3.Operations):
         a.st_blksize = BLKSIZE
         if isinstance(node, Node):
             a.st_ino = node.id
+            # A view of history shows each entry's own mode, as a snapshot directory does:
+            # it is read-only by refusing every change (EROFS), so a copy back keeps the modes.
             a.st_mode = node.st_mode()
-            if node.readonly:
-                a.st_mode &= ~0o222
             # Exact link counts: a file's names (0 once unlinked but still open), a directory's
             # 2 + subdirectories (0 once removed), as ext4 says.
             a.st_nlink = self.ws.dir_nlink(node) if node.kind == DIR else node.nlink

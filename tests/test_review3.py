@@ -131,3 +131,24 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_path_sync_after_undoing_the_attach_takes_disk(mounted, tmp_path: Path) -> None:
+    """`memfs undo` right after `memfs attach` takes the take-in back, mount directory and
+    all; the binding stays and lists disk's files not-in-branch. `memfs sync MOUNT/PATH`
+    takes disk there (docs/cli.md): it planned the take, then skipped it because the mount's
+    directory was gone, and said '0 taken' with no reason."""
+    mounted.require_real()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "important.txt").write_text("keep me\n")
+    mounted.cli("attach", "p2", str(proj))
+    mounted.cli("undo")
+    assert not (mounted.mnt / "p2").exists()
+    states = mounted.cli("ls", "--states", "p2").stdout
+    assert "not-in-branch" in states and "p2/important.txt" in states, states
+    res = mounted.cli_json("sync", "p2/important.txt")["mounts"]["p2"]
+    assert res["taken"] == ["important.txt"] and res["skipped"] == [], res
+    assert (mounted.mnt / "p2" / "important.txt").read_text() == "keep me\n"
+    assert "synced" in mounted.cli("ls", "--states", "p2/important.txt").stdout
+    assert (proj / "important.txt").read_text() == "keep me\n"

@@ -48,7 +48,16 @@ class TreeEdit:
     # -- finding and clearing ------------------------------------------------------------
     def parent(self, rel: str, create: bool) -> Node | None:
         """The directory holding rel, made on the way if `create`; None if something other
-        than a directory of the store's stands in the way."""
+        than a directory of the store's stands in the way. The mount's own directory is made
+        too: an undo of the attach (or a restore before it) leaves a binding whose branch
+        has none, and a path sync there takes disk's file in."""
+        if self.mnode is None and create:
+            root = self.ws.root
+            if name_to_bytes(self.mount) not in self.ws.children(root):
+                self.mnode = self.ws.create(root, name_to_bytes(self.mount), DIR, 0o755,
+                                            os.getuid(), os.getgid())
+                self.entries.append((root.id, name_to_bytes(self.mount)))
+                self.inodes.append(root.id)
         d = self.mnode
         for part in rel.split("/")[:-1]:
             if d is None:

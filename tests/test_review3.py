@@ -152,3 +152,21 @@ def test_path_sync_after_undoing_the_attach_takes_disk(mounted, tmp_path: Path) 
     assert (mounted.mnt / "p2" / "important.txt").read_text() == "keep me\n"
     assert "synced" in mounted.cli("ls", "--states", "p2/important.txt").stdout
     assert (proj / "important.txt").read_text() == "keep me\n"
+
+
+def test_sync_says_what_it_left_for_a_writer(mounted, tmp_path: Path) -> None:
+    """A path sync that cannot take disk's file because the mount has it open for writing
+    said '0 taken, 0 removed, 0 new conflict(s)', as if disk had nothing new: the path it
+    left (only under --json) is named, with what to do."""
+    mounted.require_real()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "f.txt").write_text("one\n")
+    mounted.cli("attach", "p", str(proj))
+    with open(mounted.mnt / "p" / "f.txt", "a"):
+        (proj / "f.txt").write_text("disk's\n")
+        text = mounted.cli("sync", "p/f.txt").stdout
+        assert "not taken this pass: f.txt" in text and "sync again" in text, text
+    text = mounted.cli("sync", "p/f.txt").stdout
+    assert text.startswith("p: 1 taken") and "not taken" not in text, text
+    assert (mounted.mnt / "p" / "f.txt").read_text() == "disk's\n"

@@ -277,6 +277,9 @@ def _summary(r: dict) -> str:
     if r.get("discarded"):
         parts.append("discarded: " + ", ".join(f"{d['path']} ({d['was']}, {d['op']})"
                                                  for d in r["discarded"]))
+    if r.get("skipped"):
+        parts.append("not taken this pass: " + ", ".join(r["skipped"]) + " (open for writing "
+                     "in the mount, or changed there meanwhile — close it and sync again)")
     if r.get("regions"):
         parts.append(f"{len(r['regions'])} incomplete region(s)")
     return ", ".join(parts)

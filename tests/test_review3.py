@@ -170,3 +170,17 @@ def test_sync_says_what_it_left_for_a_writer(mounted, tmp_path: Path) -> None:
     text = mounted.cli("sync", "p/f.txt").stdout
     assert text.startswith("p: 1 taken") and "not taken" not in text, text
     assert (mounted.mnt / "p" / "f.txt").read_text() == "disk's\n"
+
+
+def test_attach_says_which_regions_it_left_out_and_why(mounted, tmp_path: Path) -> None:
+    """Attaching a copy of a git repository said '1 incomplete region(s)' and nothing more:
+    the summary names each region with its reason (a few, then how many more)."""
+    mounted.require_real()
+    proj = tmp_path / "repo"
+    proj.mkdir()
+    subprocess.run(["git", "init", "-q", str(proj)], check=True, timeout=60)
+    (proj / "a.txt").write_text("a\n")
+    (proj / "dangling").symlink_to("nowhere")
+    text = mounted.cli("attach", "r", str(proj)).stdout
+    assert "2 incomplete region(s), not taken in: .git (vcs), dangling (symlink" in text, text
+    assert "memfs ls --states" in text, text

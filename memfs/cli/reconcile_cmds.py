@@ -281,8 +281,16 @@ def _summary(r: dict) -> str:
         parts.append("not taken this pass: " + ", ".join(r["skipped"]) + " (open for writing "
                      "in the mount, or changed there meanwhile — close it and sync again)")
     if r.get("regions"):
-        parts.append(f"{len(r['regions'])} incomplete region(s)")
+        parts.append(_regions(r["regions"]))
     return ", ".join(parts)
+
+
+def _regions(regions: list[dict]) -> str:
+    """What was not looked at, and why (a count alone left a newcomer guessing)."""
+    shown = [f"{g['path']} ({g['reason']})" for g in regions[:3]]
+    more = f" and {len(regions) - 3} more" if len(regions) > 3 else ""
+    return (f"{len(regions)} incomplete region(s), not taken in: {', '.join(shown)}{more} "
+            "(`memfs ls --states` lists them)")
 
 
 __all__ = ["register"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -184,3 +185,21 @@ def test_attach_says_which_regions_it_left_out_and_why(mounted, tmp_path: Path) 
     text = mounted.cli("attach", "r", str(proj)).stdout
     assert "2 incomplete region(s), not taken in: .git (vcs), dangling (symlink" in text, text
     assert "memfs ls --states" in text, text
+
+
+def test_diff_and_show_name_special_files_in_words(mounted) -> None:
+    """A FIFO or a socket read 'added ('p' entry)' and 'a 's' entry (no bytes to show)':
+    the store's one-letter kind codes. They are named as people call them."""
+    mounted.require_real()
+    d = mounted.work / "sp"
+    d.mkdir()
+    mounted.cli("mark", "before")
+    os.mkfifo(d / "pipe")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(d / "sock"))
+    diff = mounted.cli("diff", "before", "now").stdout
+    assert "diff a/work/sp/pipe b/work/sp/pipe\nadded (a FIFO)\n" in diff, diff
+    assert "diff a/work/sp/sock b/work/sp/sock\nadded (a socket)\n" in diff, diff
+    assert mounted.cli("show", "HEAD:work/sp/pipe").stdout == \
+        "work/sp/pipe: a FIFO (no bytes to show)\n"
+    assert "'p'" not in diff and "'s'" not in diff

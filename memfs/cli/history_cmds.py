@@ -18,6 +18,7 @@ from memfs.cli.history_text import (
     commit_line,
     diff_text,
     gap_line,
+    kind_name,
     listing_lines,
     span_json,
     span_line,
@@ -428,7 +429,7 @@ def cmd_show(args) -> int:
             out.flush()
         else:
             emit(args, {"commit": cid, "path": rel, "kind": e.kind},
-                 f"{rel}: a {e.kind!r} entry (no bytes to show)")
+                 f"{rel}: {kind_name(e.kind, e.ref)} (no bytes to show)")
     finally:
         store.close()
     return 0

@@ -48,6 +48,17 @@ def test_history_tools_see_a_hard_linked_file(mounted) -> None:
     assert "echo two >> f" in undo and "changing only times" not in undo, undo
     assert (hl / "f").read_text() == "one\n"
     assert (hl / "g").stat().st_ino == (hl / "f").stat().st_ino  # `ln` stays: its own operation
+    # A name in a directory the write did not change is still a changed name: here hl/
+    # changes too (a new file), so a diff that stopped at the names it read would miss it.
+    (mounted.work / "other").mkdir()
+    job(mounted.work, "ln", "hl/f", "other/h")
+    job(hl, "sh", "-c", "echo new > new.txt; echo three >> f")
+    stat = mounted.cli("log", "--stat", "-n", "1").stdout
+    for name in ("hl/f", "hl/g", "other/h"):
+        assert f"M  work/{name}  4 B -> 10 B" in stat, stat
+    assert "A  work/hl/new.txt  4 B" in stat, stat
+    assert "changing only times" not in mounted.cli("undo").stdout
+    assert (mounted.work / "other" / "h").read_text() == "one\n"
 
 
 def test_a_dry_run_says_how_much_it_would_give_back(mounted) -> None:

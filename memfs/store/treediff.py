@@ -15,6 +15,8 @@ Pure reads of a Store (any thread).
 
 from __future__ import annotations
 
+import threading
+from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
@@ -57,24 +59,72 @@ def commit_state(store: Store, commit_id: str | None) -> TreeState | None:
     """The tree a commit holds (None: the empty tree before the first commit)."""
     if commit_id is None:
         return None
-    return TreeState(store.commit(commit_id).tree, store.inodes(store.inode_table(commit_id)))
+    return TreeState(store.commit(commit_id).tree, _table(store, store.inode_table(commit_id)))
 
 
-@dataclass(frozen=True)
+_TABLES: OrderedDict[tuple[str, str], dict[str, Entry]] = OrderedDict()
+_TABLES_LOCK = threading.Lock()
+
+
+def _table(store: Store, table: str | None) -> dict[str, Entry]:
+    """An inode table's rows, the last few kept decoded: a log walks commits that mostly
+    share their table with the commit before (objects are immutable: shared, never
+    changed by a caller)."""
+    if table is None:
+        return {}
+    key = (str(store.root), table)
+    with _TABLES_LOCK:
+        if key in _TABLES:
+            _TABLES.move_to_end(key)
+            return _TABLES[key]
+    rows = store.inodes(table)
+    with _TABLES_LOCK:
+        _TABLES[key] = rows
+        while len(_TABLES) > 4:
+            _TABLES.popitem(last=False)
+    return rows
+
+
+@dataclass
 class _Sides:
     """Both sides of a diff, and the inode keys whose entry differs between them: a
-    subtree with the same id on both sides still differs where it names one of those."""
+    subtree with the same id on both sides still differs where it names one of those.
+    Such subtrees are put aside, and read only if the directories the diff did read do not
+    hold every name (the entry's link count) of each changed inode: a write through a name
+    is mostly found in a changed directory, and a big unchanged tree is then never walked."""
     a: TreeState
     b: TreeState
     changed_keys: frozenset[str]
     names_changed: dict[str, bool] = field(default_factory=dict)  # by tree id, one diff's
+    seen_a: Counter[str] = field(default_factory=Counter)  # names of changed keys read
+    seen_b: Counter[str] = field(default_factory=Counter)
+    deferred: list[tuple[str, str]] = field(default_factory=list)  # (same-id tree, prefix)
+
+    def all_named(self) -> bool:
+        return all(self.seen_a[k] >= (self.a.inodes[k].nlink or 1)
+                   and self.seen_b[k] >= (self.b.inodes[k].nlink or 1)
+                   for k in self.changed_keys)
 
 
-def _sides(old: TreeState | None, new: TreeState | None) -> _Sides:
+def _sides(old: TreeState | None, new: TreeState | None, times: bool = True) -> _Sides:
+    """Without `times`, an inode whose entry changed in its times only is no changed key
+    (git freshens an object it would have written again with utime: a walk of the whole
+    tree to report it is wasted on a question about anything but times)."""
     a, b = old or TreeState(None), new or TreeState(None)
     keys = frozenset(k for k in a.inodes.keys() & b.inodes.keys()
-                     if a.inodes[k].to_list() != b.inodes[k].to_list())
+                     if _row(a.inodes[k], times) != _row(b.inodes[k], times))
     return _Sides(a, b, keys)
+
+
+def _row(e: Entry, times: bool) -> list:
+    return e.to_list() if times else replace(e, mtime_ns=0, ctime_ns=0, atime_ns=None).to_list()
+
+
+def _changes(store: Store, sides: _Sides, wanted: list[str] | None) -> Iterator[Change]:
+    yield from _diff_dir(store, sides, sides.a.tree, sides.b.tree, "", wanted)
+    if sides.deferred and not sides.all_named():
+        for tree, prefix in sides.deferred:
+            yield from _diff_dir(store, sides, tree, tree, prefix, wanted, walk=True)
 
 
 def diff_trees(store: Store, old: TreeState | None, new: TreeState | None,
@@ -83,7 +133,7 @@ def diff_trees(store: Store, old: TreeState | None, new: TreeState | None,
     from the store root, e.g. "work/src"), sorted by path."""
     wanted = [p.strip("/") for p in paths or [] if p.strip("/")] or None
     sides = _sides(old, new)
-    raw = list(_diff_dir(store, sides, sides.a.tree, sides.b.tree, "", wanted))
+    raw = list(_changes(store, sides, wanted))
     return sorted(_pair_renames(store, raw), key=lambda c: (c.path, c.status))
 
 
@@ -91,9 +141,9 @@ def only_times(store: Store, old: TreeState | None, new: TreeState | None) -> bo
     """Do `old` and `new` differ in times at most (the same paths, bytes, modes, owners,
     xattrs and link counts)? Stops at the first other difference: a big change costs no
     more than a small one."""
-    sides = _sides(old, new)
+    sides = _sides(old, new, times=False)
     return all(c.status == CHANGED and c.detail == "times"
-               for c in _diff_dir(store, sides, sides.a.tree, sides.b.tree, "", None))
+               for c in _changes(store, sides, None))
 
 
 def listing(store: Store, state: TreeState, tree: str | None) -> list[Entry]:
@@ -101,11 +151,14 @@ def listing(store: Store, state: TreeState, tree: str | None) -> list[Entry]:
     return list(_entries(store, tree, state.inodes).values())
 
 
-def _entries(store: Store, tree: str | None,
-             inodes: dict[str, Entry] | None = None) -> dict[str, Entry]:
+def _entries(store: Store, tree: str | None, inodes: dict[str, Entry] | None = None,
+             seen: Counter[str] | None = None) -> dict[str, Entry]:
     if not tree:
         return {}
-    return {e.name: _resolve(e, inodes) for e in decode_dir(store.read_object(tree))}
+    rows = decode_dir(store.read_object(tree))
+    if seen is not None:
+        seen.update(e.ref for e in rows if e.kind == HARD)
+    return {e.name: _resolve(e, inodes) for e in rows}
 
 
 def _resolve(e: Entry, inodes: dict[str, Entry] | None) -> Entry:
@@ -138,10 +191,16 @@ def _wanted(path: str, wanted: list[str] | None) -> tuple[bool, bool]:
 
 
 def _diff_dir(store: Store, sides: _Sides, old: str | None, new: str | None, prefix: str,
-              wanted: list[str] | None) -> Iterator[Change]:
-    if old == new and not _names_changed_key(store, sides, old):
-        return
-    a, b = _entries(store, old, sides.a.inodes), _entries(store, new, sides.b.inodes)
+              wanted: list[str] | None, walk: bool = False) -> Iterator[Change]:
+    if old == new:
+        if not walk:  # read later only if a changed inode has a name not found yet
+            if old and sides.changed_keys:
+                sides.deferred.append((old, prefix))
+            return
+        if not _names_changed_key(store, sides, old):
+            return
+    a = _entries(store, old, sides.a.inodes, sides.seen_a)
+    b = _entries(store, new, sides.b.inodes, sides.seen_b)
     for name in sorted(set(a) | set(b)):
         path = prefix + name
         inside, descend = _wanted(path, wanted)
@@ -149,7 +208,7 @@ def _diff_dir(store: Store, sides: _Sides, old: str | None, new: str | None, pre
             continue
         ea, eb = a.get(name), b.get(name)
         if ea is not None and eb is not None and ea.kind == eb.kind == DIR:
-            yield from _diff_dir(store, sides, ea.ref, eb.ref, path + "/", wanted)
+            yield from _diff_dir(store, sides, ea.ref, eb.ref, path + "/", wanted, walk)
             if inside and _meta(ea) != _meta(eb):
                 yield Change(CHANGED, path + "/", DIR, None, None, detail=_detail(ea, eb))
             continue
@@ -159,21 +218,22 @@ def _diff_dir(store: Store, sides: _Sides, old: str | None, new: str | None, pre
                              old_ref=ea.ref, detail=_detail(ea, eb))
             continue
         if ea is not None:
-            yield from _whole(store, sides.a, ea, path, REMOVED, wanted)
+            yield from _whole(store, sides.a, ea, path, REMOVED, wanted, sides.seen_a)
         if eb is not None:
-            yield from _whole(store, sides.b, eb, path, ADDED, wanted)
+            yield from _whole(store, sides.b, eb, path, ADDED, wanted, sides.seen_b)
 
 
 def _whole(store: Store, state: TreeState, e: Entry, path: str, status: str,
-           wanted: list[str] | None) -> Iterator[Change]:
+           wanted: list[str] | None, seen: Counter[str]) -> Iterator[Change]:
     """An entry that exists on one side only: a directory as itself (a rename pairs it
     whole) followed by everything below it."""
     inside, _ = _wanted(path, wanted)
     if e.kind == DIR:
         if inside:
             yield _one(status, path + "/", e)
-        for child in listing(store, state, e.ref):
-            yield from _whole(store, state, child, path + "/" + child.name, status, wanted)
+        for child in _entries(store, e.ref, state.inodes, seen).values():
+            yield from _whole(store, state, child, path + "/" + child.name, status, wanted,
+                              seen)
     elif inside:
         yield _one(status, path, e)
 

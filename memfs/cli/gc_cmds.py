@@ -166,9 +166,10 @@ def cmd_gc(args) -> int:
     doc = _collect(args, "gc", args.dry_run)
     lines = [f"gc: {summary(doc)}"]
     if doc["pressure"]:
-        lines.append(f"    the disk is under the space floor: {doc['dropped_for_space']} "
-                     f"commit(s) the windows keep {'would go' if doc['dry_run'] else 'went'} "
-                     "too, oldest first")
+        dry = doc["dry_run"]
+        lines.append(f"    the disk {'is' if dry else 'was'} under the space floor: "
+                     f"{doc['dropped_for_space']} commit(s) the windows keep "
+                     f"{'would go' if dry else 'went'} too, oldest first")
     if doc["dry_run"]:
         lines.append(f"    the store takes {size_text(doc['store_before'])}; "
                      f"{size_text(doc['free_after'])} free; `memfs gc` does it")

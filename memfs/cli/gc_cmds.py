@@ -171,8 +171,10 @@ def cmd_gc(args) -> int:
                      f"{doc['dropped_for_space']} commit(s) the windows keep "
                      f"{'would go' if dry else 'went'} too, oldest first")
     if doc["dry_run"]:
+        todo = "; `memfs gc` does it" if doc["commits_dropped"] or doc["reclaimable_bytes"] \
+            else ""
         lines.append(f"    the store takes {size_text(doc['store_before'])}; "
-                     f"{size_text(doc['free_after'])} free; `memfs gc` does it")
+                     f"{size_text(doc['free_after'])} free{todo}")
     else:
         lines.append(f"    objects {doc['objects_freed']}, chunks {doc['chunks_freed']}; packs "
                      f"{doc['packs_rewritten']} rewritten, {doc['packs_removed']} removed, "

@@ -231,3 +231,24 @@ def test_mount_refuses_a_negative_commit_interval(tmp_path: Path) -> None:
         assert not os.path.ismount(mnt)
     finally:
         force_unmount(mnt)
+
+
+def test_a_path_given_from_inside_a_backed_mount_gets_the_store_path(mounted, tmp_path) -> None:
+    """`memfs ls --states sub` run in MNT/p answered "mount 'sub' is not bound to a backing
+    directory — `memfs attach sub DIR` binds it": a remedy that would bind a new mount. The
+    refusal now names the store path meant from there (p/sub) and the absolute one."""
+    mounted.require_real()
+    proj = tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "sub" / "s.txt").write_text("s\n")
+    mounted.cli("attach", "p", str(proj))
+    here = mounted.mnt / "p"
+    for args in (("ls", "--states", "sub"), ("sync", "sub/s.txt"), ("materialize", "sub")):
+        res = subprocess.run(memfs_cmd(mounted.root, *args), capture_output=True, text=True,
+                             cwd=here, timeout=60)
+        assert res.returncode == 1, (args, res)
+        assert "paths go from the store root: p/" in res.stderr, (args, res.stderr)
+        assert f"(or {here}/" in res.stderr and "memfs attach" not in res.stderr, res.stderr
+    ok = subprocess.run(memfs_cmd(mounted.root, "ls", "--states", f"{here}/sub"),
+                        capture_output=True, text=True, cwd=here, timeout=60)
+    assert ok.returncode == 0 and "synced" in ok.stdout and "p/sub/s.txt" in ok.stdout, ok

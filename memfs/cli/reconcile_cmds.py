@@ -312,7 +312,8 @@ def _summary(r: dict) -> str:
                                                  for d in r["discarded"]))
     if r.get("skipped"):
         parts.append("not taken this pass: " + ", ".join(r["skipped"]) + " (open for writing "
-                     "in the mount, or changed there meanwhile — close it and sync again)")
+                     "in the mount, changed there meanwhile, or the pass was overtaken by an "
+                     "undo or a branch switch — close it and sync again)")
     if r.get("regions"):
         parts.append(_regions(r["regions"]))
     return ", ".join(parts)

@@ -37,6 +37,7 @@ from memfs.store.trees import (
 from memfs.testing import crash_point
 from memfs.workspace.inodes import TablePlan
 from memfs.workspace.nodes import Node
+from memfs.workspace.unload import unload_inline
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -213,12 +214,11 @@ def apply(plan: CommitPlan) -> None:
             if node._data_loaded and fd is not None:
                 for i, cid in j.chunks.items():
                     if i in j.pieces and fd.gen.get(i) == j.gens.get(i) and i in fd.dirty:
-                        del fd.dirty[i]
-                        del fd.gen[i]
-                        if i * CHUNK_SIZE < fd.size:
-                            fd.chunks[i] = cid
+                        fd.committed(i, cid)
         if node.ver == j.ver:
             node.ref, node.dirty, node.row = j.ref, False, j.row
+            if isinstance(j, FileJob):
+                unload_inline(node)
     for node, ver in plan.clean:
         if node.ver == ver:
             node.dirty = False

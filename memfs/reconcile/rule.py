@@ -24,7 +24,6 @@ the workspace's mode, or the reverse); both sides changing the mode is a conflic
 from __future__ import annotations
 
 import enum
-import functools
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -70,7 +69,7 @@ Kind = Literal["text", "binary", "oversize", "hardlink", "special"]
 MODE_BITS = 0o777  # the permission bits the reconciler carries (docs/reconciliation.md: why)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Content:
     """File content by its xxh3-128 digest. `digest=None` is an untracked oversize file seen only
     by a bounded head read: it never compares equal to anything, so it can never read as agreed.
@@ -84,12 +83,22 @@ class Content:
         return isinstance(other, Content) and self.digest is not None and self.digest == other.digest
 
 
-@functools.lru_cache(maxsize=1 << 18)
+_TEXT_CONTENTS: dict[tuple[str | None, int | None], Content] = {}
+TEXT_CONTENTS_KEPT = 1 << 18
+
+
 def text_content(digest: str | None, mode: int | None = None) -> Content:
     """Content(digest, "text", mode), one object per (digest, mode): a pass states the store side
     of every file each time, and building a frozen dataclass per file per pass costs more than
-    the rule."""
-    return Content(digest, "text", mode)
+    the rule. A plain dict emptied when full (an lru_cache's links cost ~150 bytes an entry
+    more, for every file of a bound mount); losing an entry only costs building it again."""
+    key = (digest, mode)
+    got = _TEXT_CONTENTS.get(key)
+    if got is None:
+        if len(_TEXT_CONTENTS) >= TEXT_CONTENTS_KEPT:
+            _TEXT_CONTENTS.clear()
+        got = _TEXT_CONTENTS[key] = Content(digest, "text", mode)
+    return got
 
 
 @dataclass(frozen=True)

@@ -83,22 +83,10 @@ class Content:
         return isinstance(other, Content) and self.digest is not None and self.digest == other.digest
 
 
-_TEXT_CONTENTS: dict[tuple[str | None, int | None], Content] = {}
-TEXT_CONTENTS_KEPT = 1 << 18
-
-
 def text_content(digest: str | None, mode: int | None = None) -> Content:
-    """Content(digest, "text", mode), one object per (digest, mode): a pass states the store side
-    of every file each time, and building a frozen dataclass per file per pass costs more than
-    the rule. A plain dict emptied when full (an lru_cache's links cost ~150 bytes an entry
-    more, for every file of a bound mount); losing an entry only costs building it again."""
-    key = (digest, mode)
-    got = _TEXT_CONTENTS.get(key)
-    if got is None:
-        if len(_TEXT_CONTENTS) >= TEXT_CONTENTS_KEPT:
-            _TEXT_CONTENTS.clear()
-        got = _TEXT_CONTENTS[key] = Content(digest, "text", mode)
-    return got
+    """Content(digest, "text", mode): the store side of a file (memfs.backing.storeview shares
+    one object per file between consecutive views instead of memoizing every digest)."""
+    return Content(digest, "text", mode)
 
 
 @dataclass(frozen=True)

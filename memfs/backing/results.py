@@ -4,7 +4,7 @@
 A pass or a materialize that could not decide (the root unavailable, the branch changing
 throughout, a path sync asked on another branch) answers `NotDecided`; one that ran answers
 `PassDone` / `MaterializeDone`. Their JSON keeps the shapes the CLI reads (`"unavailable" in
-r`, `r["refused"]`, ...), unchanged from when these were dicts.
+r`, `r["refused"]`, ...), unchanged from when these were dicts. Frozen values: any thread.
 """
 
 from __future__ import annotations

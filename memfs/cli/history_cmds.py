@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from memfs.cli.answer import ask
 from memfs.cli.history_text import (
     change_lines,
     commit_line,
@@ -120,16 +121,8 @@ def _read(args) -> Store:
 
 
 def _ask(args, op: str, direct, **kw):
-    """The daemon's answer, or `direct(store)` on the store opened for writing."""
-    root = _root(args)
-    try:
-        return call(root, op, **kw)
-    except NoDaemon:
-        store = Store.open(root, create=False)
-        try:
-            return direct(store)
-        finally:
-            store.close()
+    """The daemon's answer, or `direct(store)` (memfs.cli.answer)."""
+    return ask(_root(args), op, direct, **kw)
 
 
 def _commit_pending(args) -> None:

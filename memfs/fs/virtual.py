@@ -3,7 +3,8 @@
 `.memfs` is reachable by name from the mount root but never listed there, so `find`, `du`,
 `grep -r` and `git add -A` never walk into history. Everything below it is read-only.
 Entries are generated when looked up; files render their content at open, so a `cat`
-always shows the present.
+always shows the present. Loop thread only (the FUSE handlers); a file that must count
+something slowly does it in its `prepare`, in a worker thread.
 """
 
 from __future__ import annotations

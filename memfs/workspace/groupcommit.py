@@ -8,6 +8,7 @@ become durable.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import TYPE_CHECKING
 
@@ -15,16 +16,19 @@ import trio
 
 from memfs.store.history import OpRecord, ProcRef
 from memfs.workspace import snapshot
+from memfs.workspace.health import CommitError
 from memfs.workspace.nodes import DIRTY_BYTES_SOON
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
 
+log = logging.getLogger("memfs.workspace")
+
 
 
 async def run(ws: Workspace) -> None:
     """The group-commit loop: commit within commit_interval of the first change."""
-    await trio.to_thread.run_sync(ws.take_reserve)
+    await trio.to_thread.run_sync(ws.room.take_reserve)
     while not ws.stopped:
         await ws._wake.wait()
         ws._wake = trio.Event()
@@ -42,8 +46,8 @@ async def run(ws: Workspace) -> None:
         except Exception:  # noqa: BLE001 - a failed commit is retried, never fatal
             ws._wake.set()  # logged by health.failed; the retry waits at the top
             continue
-        if time.monotonic() - ws._reserve_checked > 5.0:  # it may have been given back
-            await trio.to_thread.run_sync(ws.take_reserve)
+        if time.monotonic() - ws.room.reserve_checked > 5.0:  # it may have been given back
+            await trio.to_thread.run_sync(ws.room.take_reserve)
 
 
 async def commit_locked(ws: Workspace, message: str = "", *, on_loop: bool = False,
@@ -73,7 +77,7 @@ async def commit_locked(ws: Workspace, message: str = "", *, on_loop: bool = Fal
         ws.dirty_since = time.monotonic()
         ws._wake.set()  # the commit loop retries, whoever asked for this commit,
         ws._urgent.set()  # at the retry pace, not after the commit interval
-        ws._space = None
+        ws.room.changed()
         space = None
         try:
             space = ws.space()
@@ -88,7 +92,7 @@ async def commit_locked(ws: Workspace, message: str = "", *, on_loop: bool = Fal
     ws.health.succeeded()
     snapshot.apply(plan)
     ws._recount_dirty()
-    ws._space = None  # the committed bytes left memory for the disk
+    ws.room.changed()  # the committed bytes left memory for the disk
     ws.head = commit.id
     ws.durable_seq = max(ws.durable_seq, plan.seq)
     ws.commit_count += 1
@@ -114,3 +118,19 @@ def regroup(ws: Workspace, plan: snapshot.CommitPlan) -> None:
         else:
             merged[key] = (op, procs)
     ws._group = merged
+
+
+async def final_commit(ws: Workspace, message: str, limit: float) -> None:
+    """The mount has ended: commit what is pending, retrying a failing commit (a full
+    disk someone may still clear) for up to `limit` seconds before giving up loudly."""
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            await ws.commit(message)
+            return
+        except CommitError as exc:
+            if time.monotonic() >= deadline:
+                log.error("giving up: %d change(s) made before the unmount could not be "
+                          "committed and are lost: %s", ws.mutation_seq - ws.durable_seq, exc)
+                raise
+            await ws.health.wait_to_retry()

@@ -101,7 +101,7 @@ class Lifecycle:
         short = None
         if self.ws.health.full:
             short = "commits are failing for lack of space"
-        elif self.ws.space_refused:
+        elif self.ws.room.refused:
             short = "a write was refused for lack of space"
         elif policy.space_floor and space.avail < gc.space_floor(space, policy):
             short = f"free space {size_text(space.avail)} is under the {policy.space_floor:g}% floor"
@@ -124,7 +124,7 @@ class Lifecycle:
     async def collect(self, *, dry_run: bool = False, trigger: str = "manual") -> dict:
         async with self._lock:
             collector = gc.Collector(self.store, dry_run=dry_run, trigger=trigger,
-                                     pins=self._pins, short_of_space=self.ws.space_refused
+                                     pins=self._pins, short_of_space=self.ws.room.refused
                                      or self.ws.health.full)
             self.running = collector
             try:
@@ -139,9 +139,9 @@ class Lifecycle:
                     LOW_SPACE_MAX, self._low_every * 2)
             if not dry_run:
                 self.last = doc
-                self.ws.space_changed()
-                if doc["reserve_released"] or not self.ws.reserve.held():
-                    await trio.to_thread.run_sync(self.ws.take_reserve)  # for the next time
+                self.ws.room.changed()
+                if doc["reserve_released"] or not self.ws.room.reserve.held():
+                    await trio.to_thread.run_sync(self.ws.room.take_reserve)  # for the next time
                 self.ws.health.poke()
             return doc
 

@@ -12,6 +12,7 @@ import errno
 from typing import TYPE_CHECKING
 
 from memfs.store.trees import DIR, new_inode_key
+from memfs.workspace import loading
 from memfs.workspace.nodes import ROOT_ID, Node, fail, now_ns
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def create(ws: Workspace, d: Node, name: bytes, kind: str, mode: int, uid: int, 
     ws._settle_first(d, name)
     if d.id == ROOT_ID and kind != DIR:
         raise fail(errno.EPERM, "only directories (store mounts) live at the mount root")
-    node = ws._new_node(kind, mode & 0o7777, uid, gid, d.space, (d, name))
+    node = loading.new_node(ws, kind, mode & 0o7777, uid, gid, d.space, (d, name))
     node.target = target
     node.rdev = rdev
     _attach(ws, d, name, node)
@@ -124,7 +125,7 @@ def _remove(ws: Workspace, d: Node, name: bytes, node: Node) -> None:
     ws._settle_first(d, name)
     ws._touch(d)
     ws.health.poke()
-    if (ws.space_refused or ws.health.full) and ws.lifecycle is not None:
+    if (ws.room.refused or ws.health.full) and ws.lifecycle is not None:
         ws.lifecycle.poke(delay=ws.commit_interval + 0.5)  # once the removal is in
     _detach(ws, d, name, node)
     d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()

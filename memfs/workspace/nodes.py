@@ -7,6 +7,8 @@ commit is durable, marks clean only those whose `ver` did not move meanwhile.
 File data is cut into CHUNK_SIZE pieces. Committed pieces are chunk ids in the store;
 changed pieces live in memory (`dirty`) until the next commit takes them. Absent pieces
 below `size` are holes and read as zeros, so a huge truncate costs nothing.
+
+Nodes are the trio loop's only: a commit's thread works on copies (memfs.workspace.snapshot).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from memfs.store.trees import DIR, FILE, Entry, decode_dir, name_to_bytes
+from memfs.workspace import loading
 from memfs.workspace.inodes import Inodes
 from memfs.workspace.nodes import Node
 
@@ -77,7 +78,7 @@ def _remap_dir(ws: Workspace, top: Node, tree: str, entries: list[tuple[int, byt
         d._children = kids
         for name, e in fresh.items():
             if name not in kids:
-                kids[name] = ws._node_from_entry(e, d)
+                kids[name] = loading.node_from_entry(ws, e, d)
                 entries.append((d.id, name))  # the kernel may cache it as missing (lookup)
         d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
 

@@ -13,9 +13,7 @@ every change made before the call is durable.
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
-import os
 import sys
 import time
 from collections import OrderedDict
@@ -29,24 +27,20 @@ from memfs.liveness import DaemonRecord
 from memfs.store import Store, history
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
-from memfs.store.space import Reserve, Space, headroom
+from memfs.store.space import Space
 from memfs.store.store import Commit
 from memfs.store.trees import (
     BLK,
     CHR,
     DIR,
     FILE,
-    HARD,
     LINK,
-    Entry,
-    decode_dir,
     decode_manifest,
-    name_to_bytes,
     name_to_str,
 )
-from memfs.workspace import groupcommit, namespace, snapshot, unload
+from memfs.workspace import groupcommit, loading, namespace, snapshot, unload
 from memfs.workspace.attribution import CURRENT, Attribution
-from memfs.workspace.health import CommitError, CommitHealth
+from memfs.workspace.health import CommitHealth
 from memfs.workspace.history_ops import HistoryOps
 from memfs.workspace.hooks import NO_BACKING, BackingHooks
 from memfs.workspace.inodes import Inodes
@@ -63,6 +57,7 @@ from memfs.workspace.nodes import (
     saw_kernel_time,
 )
 from memfs.workspace.replace import replace_tree
+from memfs.workspace.room import Room
 from memfs.workspace.spill import SPILL_AT, spill_pieces
 
 if TYPE_CHECKING:
@@ -70,14 +65,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memfs.workspace")
 
-# Inode numbers (docs/architecture.md, "Inode numbers"). A live-tree node's number is derived
-# from its place, (its parent's number, its name), so the same tree loaded again after a
-# restart shows the same numbers and git's index (which keys on st_ino) stays valid; a
-# hard-linked inode's comes from its inode-table key. They lie in [PLACED_BASE, 2**63). Below
-# 1 << 40 are counted numbers (the root, history and branch views), and from 1 << 40 the
-# generated .memfs files (memfs.fs.virtual).
-PLACED_BASE = 1 << 41
-PLACED_SPAN = (1 << 63) - PLACED_BASE
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
 
 # The commit snapshot, undo's remap, fsck and GC walk trees of any depth without recursion;
@@ -97,7 +84,7 @@ class Workspace(HistoryOps):
         self.nodes: dict[int, Node] = {}
         self._next_id = ROOT_ID
         self.inodes = Inodes(store.inode_table(self.head))  # the live tree's linked inodes
-        self.root = self._load_root(store.commit(self.head).tree, self.inodes)
+        self.root = loading.load_root(self, store.commit(self.head).tree, self.inodes)
         self.invalidate: Invalidator = lambda entries, inodes: None
         self.mutation_seq = 0
         self.durable_seq = 0
@@ -119,14 +106,11 @@ class Workspace(HistoryOps):
         self._view_keys: dict[int, tuple[str, str]] = {}
         self._view_roots: dict[int, Node] = {}  # every view root until the kernel forgets it
         self._immutable: set[int] = set()
-        self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
         self.health = CommitHealth()
-        self.reserve = Reserve(store.root)
         self.lifecycle: Lifecycle | None = None  # the daemon's GC (memfs.workspace.lifecycle)
-        self.space_refused = False  # the last write that needed space was refused
+        self.room = Room(self)  # space for writes, refusals, the reserve (memfs.workspace.room)
         # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
         self.held_nodes: Callable[[], Iterable[Node]] = lambda: ()
-        self._reserve_checked = 0.0
         self._dirty_files: set[Node] = set()
         self.stopped = False
         # Backing directories (memfs.backing.Backing installs itself here; until then the
@@ -139,77 +123,7 @@ class Workspace(HistoryOps):
         """The workspace of the store at `root` (created if missing)."""
         return cls(Store.open(root), commit_interval)
 
-    # -- node table --------------------------------------------------------------
-    def _new_id(self) -> int:
-        nid = self._next_id
-        self._next_id += 1
-        return nid
-
-    def _placed_id(self, seed: bytes) -> int:
-        """The number a live node's place (or inode key) gives it: the same on every load. One
-        still held under that number (a replaced file the kernel has not forgotten, so never
-        reused: its cached size and pages must not show for the new one) or, rarely, a hash
-        collision moves it to the next free number."""
-        digest = hashlib.blake2b(seed, digest_size=8).digest()
-        nid = PLACED_BASE + int.from_bytes(digest, "little") % PLACED_SPAN
-        while nid in self.nodes:
-            nid = PLACED_BASE + (nid - PLACED_BASE + 1) % PLACED_SPAN
-        return nid
-
-    def _new_node(self, kind: str, mode: int, uid: int, gid: int, space: Inodes | None,
-                  place: tuple[Node, bytes] | None = None, key: str | None = None) -> Node:
-        """A node numbered by its `place` (parent, name) or inode-table `key` in the live tree;
-        a view's (read-only) nodes and the root are counted."""
-        if key is not None:
-            nid = self._placed_id(b"inode-table\0" + key.encode())
-        elif place is not None and not place[0].readonly:
-            nid = self._placed_id(place[0].id.to_bytes(8, "little") + place[1])
-        else:
-            nid = self._new_id()
-        node = Node(nid, kind, mode, uid, gid, now_ns())
-        node.space = space
-        self.nodes[nid] = node
-        return node
-
-    def _load_root(self, tree: str, space: Inodes) -> Node:
-        # The mount root belongs to whoever runs the daemon, as any mountpoint would.
-        root = self._new_node(DIR, 0o755, os.getuid(), os.getgid(), space)
-        root.ref, root.dirty, root._children, root.nlink = tree, False, None, None
-        return root
-
-    def _node_from_entry(self, e: Entry, parent: Node) -> Node:
-        """The node of one directory row; a hard-link row's is its inode's (one per tree)."""
-        name = name_to_bytes(e.name)
-        if e.kind == HARD:
-            return self._linked(parent, name, e.ref)
-        node = self._new_node(e.kind, e.mode, e.uid, e.gid, parent.space, (parent, name))
-        node.apply_entry(e)
-        node.parent, node.name = parent, name
-        node.readonly = parent.readonly
-        return node
-
-    def _linked(self, d: Node, name: bytes, key: str) -> Node:
-        space = d.space
-        assert space is not None  # every node of a tree (live or a view) knows its tree
-        node = space.nodes.get(key)
-        if node is None:
-            e = space.load_rows(self.store).get(key)
-            if e is None:
-                raise fail(errno.EIO, f"{name_to_str(d.path() + b'/' + name)} names inode {key}, "
-                                      "which its commit's inode table lacks: run `memfs fsck`")
-            node = self._new_node(e.kind, e.mode, e.uid, e.gid, space,
-                                  key=None if d.readonly else key)
-            node.apply_entry(e)
-            node.nlink = e.nlink or 1
-            node.ikey, node.links, node.readonly = key, set(), d.readonly
-            space.nodes[key] = node
-        self.nodes.setdefault(node.id, node)  # a name found again after the kernel forgot it
-        assert node.links is not None  # a linked inode's loaded names
-        node.links.add((d, name))
-        if node.parent is None:
-            node.parent, node.name = d, name
-        return node
-
+    # -- node table (loading and numbering: memfs.workspace.loading) ----------------------
     def get(self, nid: int) -> Node:
         node = self.nodes.get(nid)
         if node is None:
@@ -254,12 +168,7 @@ class Workspace(HistoryOps):
         if d.kind != DIR:
             raise fail(errno.ENOTDIR)
         if d._children is None:
-            kids: dict[bytes, Node] = {}
-            if d.ref:
-                for e in decode_dir(self.store.read_object(d.ref)):
-                    kids[name_to_bytes(e.name)] = self._node_from_entry(e, d)
-            d._children = kids
-            d.nlink = 2 + sum(1 for c in kids.values() if c.kind == DIR)
+            return loading.load_children(self, d)
         return d._children
 
     def dir_nlink(self, d: Node) -> int:
@@ -269,12 +178,7 @@ class Workspace(HistoryOps):
         return d.nlink or 0  # counted by the listing just loaded
 
     def _load_data(self, f: Node) -> FileData:
-        data = f.data
-        assert data is not None  # a file's (callers read and write files only)
-        if not f._data_loaded:
-            data = f.data = FileData(data.size, self.store.file_chunks(f.ref or ""))
-            f._data_loaded = True
-        return data
+        return loading.load_data(self, f)
 
     def _fetch(self, chunk: str, start: int, length: int) -> bytes:
         return self.store.read_chunk_range(chunk, start, length)
@@ -317,7 +221,7 @@ class Workspace(HistoryOps):
 
     def note_process(self, pid: int, uid: int) -> OpRecord:
         """The operation of a FUSE request from `pid`: changes this task makes from now on
-        are its (operations.py clears it when the request ends)."""
+        are its (memfs.fs.handlers.guard clears it when the request ends)."""
         op = self.attribution.of_request(pid, uid)
         CURRENT.set(op)
         return op
@@ -456,33 +360,12 @@ class Workspace(HistoryOps):
         present = set(fd.chunks) | set(fd.dirty) | set(fd.spill.present if fd.spill else ())
         return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
 
-    def space_changed(self) -> None:
-        """Space was given back (GC): read it again before the next write is let in."""
-        self._space = None
-
     def require_room(self, nbytes: int) -> None:
-        """Refuse (ENOSPC) `nbytes` of new data that would not fit in what is free, less what
-        already waits, or while commits fail for space. The reconciler asks before it replaces
-        a file with disk's bytes, so a take-in that cannot be stored changes nothing."""
-        if not nbytes:
-            return
-        if self.health.full or nbytes > self.free_bytes():
-            self._refuse_for_space()
-        self.space_refused = False
-
-    def _refuse_for_space(self) -> None:
-        if not self.space_refused and self.lifecycle is not None:
-            self.lifecycle.poke()  # a GC may make room
-        self.space_refused = True
-        raise fail(errno.ENOSPC)
+        """ENOSPC for `nbytes` of new data that would not fit (memfs.workspace.room)."""
+        self.room.require(nbytes)
 
     def space(self) -> Space:
-        """The store filesystem's space, read at most every 0.5 s (and again after each
-        commit, which moves pending bytes from memory to disk)."""
-        now = time.monotonic()
-        if self._space is None or now - self._space[0] > 0.5:
-            self._space = (now, Space.of(self.store.root))
-        return self._space[1]
+        return self.room.space()
 
     @property
     def pending_bytes(self) -> int:
@@ -490,10 +373,8 @@ class Workspace(HistoryOps):
         return self._dirty_bytes
 
     def free_bytes(self) -> int:
-        """What writes may still take: the store filesystem's available space, less what
-        waits in memory to be committed and the headroom its commits need."""
-        sp = self.space()
-        return max(0, sp.avail - self._dirty_bytes - headroom(sp.size))
+        """What writes may still take (memfs.workspace.room)."""
+        return self.room.free_bytes()
 
     def _not_root(self, node: Node) -> None:
         """The mount root has no entry of its own in the store, so its metadata cannot be
@@ -553,45 +434,18 @@ class Workspace(HistoryOps):
         """The group-commit loop (memfs.workspace.groupcommit.run)."""
         await groupcommit.run(self)
 
-    def take_reserve(self) -> None:
-        """Hold the space reserve (memfs.store.space) when there is room for it."""
-        self._reserve_checked = time.monotonic()
-        try:
-            self.reserve.ensure()
-        except OSError as exc:
-            log.warning("could not take the space reserve: %s", exc)
-
     async def before_close(self, f: Node) -> None:
         """close() of a writable file: while commits fail, a file whose changes are not
         stored tries one commit and fails the close with its errno (ENOSPC), so a writer
         learns at close, not later, that what it wrote is not on disk yet."""
         if f.data is None or not f.data.dirty or not self._attached(f):
             return
-        if self.health.failure is not None or self._space_short():
+        if self.health.failure is not None or self.room.short():
             await self.sync()
 
-    def _space_short(self) -> bool:
-        """Does the space free right now (read again) fall short of what waits in memory?
-        Someone else may have filled the disk since the writes were let in."""
-        self._space = None
-        sp = self.space()
-        return sp.avail < self._dirty_bytes + headroom(sp.size) // 2
-
     async def final_commit(self, message: str, limit: float) -> None:
-        """The mount has ended: commit what is pending, retrying a failing commit (a full
-        disk someone may still clear) for up to `limit` seconds before giving up loudly."""
-        deadline = time.monotonic() + limit
-        while True:
-            try:
-                await self.commit(message)
-                return
-            except CommitError as exc:
-                if time.monotonic() >= deadline:
-                    log.error("giving up: %d change(s) made before the unmount could not be "
-                              "committed and are lost: %s", self.mutation_seq - self.durable_seq,
-                              exc)
-                    raise
-                await self.health.wait_to_retry()
+        """Commit what is pending at the mount's end (memfs.workspace.groupcommit)."""
+        await groupcommit.final_commit(self, message, limit)
 
     async def wait_for_commit(self, after: int) -> int:
         """Return the commit count once a commit beyond `after` has been made."""
@@ -701,21 +555,11 @@ class Workspace(HistoryOps):
         key = (place, commit_id)
         node = self._views.get(key)
         if node is None:
-            table = self.store.inode_table(commit_id)
-            node = self._new_node(DIR, 0o555, 0, 0, Inodes(table))
-            node.ref, node.dirty, node._children, node.readonly = commit.tree, False, None, True
-            node.nlink = None
-            node.mtime_ns = node.ctime_ns = node.atime_ns = commit.time_ns
+            node = loading.view_root(self, commit_id, commit)
             self._remember_view(key, node, immutable)
         else:
             self._views.move_to_end(key)
         return node
-
-    def space_status(self) -> dict:
-        """statfs's figures and what memfs keeps of them (bytes)."""
-        sp = self.space()
-        return {**sp.to_json(), "pending_bytes": self._dirty_bytes, "writable": self.free_bytes(),
-                "headroom": headroom(sp.size), "reserve": self.reserve.held()}
 
     def retention_status(self) -> dict:
         policy = self.store.policy()
@@ -734,7 +578,7 @@ class Workspace(HistoryOps):
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,
             "commit_failure": self.health.failure.to_json() if self.health.failure else None,
-            "space": self.space_status(),
+            "space": self.room.status(),
             "retention": self.retention_status(),
             **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),
             "mounts": mounts,

@@ -96,7 +96,7 @@ _generation = itertools.count(1)
 EMPTY: Any = MappingProxyType({})
 
 
-def own(m: dict) -> dict:  # type: ignore[type-arg]
+def own(m: dict[Any, Any]) -> dict[Any, Any]:
     """`m` if it is a node's own map, else a new empty one to store in its place."""
     return {} if m is EMPTY else m
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import xxhash
 
 from memfs.reconcile.contained import components
-from memfs.reconcile.rule import MODE_BITS, Content, text_content
+from memfs.reconcile.rule import MODE_BITS, MODES, Content, text_content
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import DIR, FILE, LINK, name_to_bytes, name_to_str
 from memfs.workspace.nodes import Node
@@ -204,7 +204,7 @@ class StoreView:
                 digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
             if digest is None:
                 digest = self.digest_now(n)
-            mode = n.mode & MODE_BITS
+            mode = MODES[n.mode & MODE_BITS]
             # The last whole view's object where the path's content is the same: one Content
             # per file shared by consecutive views, and no memo of every digest kept beside.
             was = last.get(p)

@@ -67,6 +67,10 @@ NO_EVIDENCE = _NoEvidence()
 
 Kind = Literal["text", "binary", "oversize", "hardlink", "special"]
 MODE_BITS = 0o777  # the permission bits the reconciler carries (docs/reconciliation.md: why)
+# One int object per permission value (CPython shares only -5..256): a mode is kept per file
+# in the walk's facts, the store view and their Contents, and 0o644 built anew each time cost
+# 32 bytes a file a copy. MODES[m & MODE_BITS] is the shared one.
+MODES = tuple(range(MODE_BITS + 1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from memfs.reconcile.facts import (
 )
 from memfs.reconcile.lstat import LStat, unpack
 from memfs.reconcile.lstat import records as lstat_records
-from memfs.reconcile.rule import MODE_BITS, Kind
+from memfs.reconcile.rule import MODE_BITS, MODES, Kind
 
 
 @dataclass(slots=True)
@@ -318,7 +318,7 @@ class _Walk:
                                                     cached.ino, cached.dev)),
                             cached.digest, kind,
                             MIME_OF_KIND.get(kind) or cached.mime or OCTET, False,
-                            mode & MODE_BITS))
+                            MODES[mode & MODE_BITS]))
                         facts.append(fact)
                         rows.append(cached)
                         continue
@@ -389,14 +389,14 @@ class _Walk:
         mime = SPECIAL_MIME.get(stat.S_IFMT(st.st_mode), "inode/x-special")
         fp = Fingerprint(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         fact = self.obs.files[rel] = FileFact(rel, 0, fp, None, "special", mime, False,
-                                              st.st_mode & MODE_BITS)
+                                              MODES[st.st_mode & MODE_BITS])
         return fact
 
     def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result | LStat) -> None:
         # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs once per file.
         fp = new_tuple(Fingerprint, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                                 st.st_dev))
-        mode = st.st_mode & MODE_BITS
+        mode = MODES[st.st_mode & MODE_BITS]
         cached = self.cache.get(rel)
         if cached is not None and self.vouches(fp, cached):
             kind: Kind = cached.kind  # type: ignore[assignment]
@@ -428,7 +428,7 @@ class _Walk:
                 _, mime = sniff(head)
                 self.obs.files[rel] = FileFact(rel, first.st_size, Fingerprint.of(first), None,
                                                "hardlink" if linked else "oversize", mime,
-                                               True, first.st_mode & MODE_BITS)
+                                               True, MODES[first.st_mode & MODE_BITS])
                 return
             started = self.clock()
             h = xxhash.xxh3_128()
@@ -458,7 +458,7 @@ class _Walk:
         fp = Fingerprint.of(last)
         digest = sys.intern(h.hexdigest())
         self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True,
-                                       last.st_mode & MODE_BITS)
+                                       MODES[last.st_mode & MODE_BITS])
         if all(INT64_MIN <= v <= INT64_MAX for v in fp):
             self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino,
                                               fp.dev, digest, kind, started, mime)

@@ -517,9 +517,11 @@ class Journal:
                              "AND path < CAST(? AS TEXT)))",
                              (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))
         # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file. Paths and
-        # digests interned: see pass_inputs.
-        return {intern(r[0]): _new(FingerprintRow, (r[1], r[2], r[3], r[4], r[5], intern(r[6]),
-                                                    r[7], r[8], r[9])) for r in rows}
+        # digests interned: see pass_inputs; kinds and MIME types too (a handful of values, and
+        # each row read gave new strings, ~110 bytes a file kept in the snapshot).
+        return {intern(r[0]): _new(FingerprintRow, (
+            r[1], r[2], r[3], r[4], r[5], intern(r[6]), intern(r[7]), r[8],
+            None if r[9] is None else intern(r[9]))) for r in rows}
 
     # -- one pass's reads --------------------------------------------------------------------
 

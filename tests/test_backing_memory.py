@@ -11,10 +11,10 @@ import pytest
 FILES = 20_000
 PER_DIR = 100
 # The daemon's RSS grown per file, attached and idle (see test_a_bound_mount_holds_its_bound):
-# 3.76 KB measured with the compact nodes, walk memos, rows and Contents, 5.36 KB before them
-# (two runs each, steady to 10 B). The bound sits between, ~800 B a file (16 MiB at 20k files)
-# above today's figure for the allocator's noise and the shared machine; lower it as the
-# figure drops (the target is well under 1 KB: docs/lifecycle.md says what is left).
+# 3.63 KB measured with the compact nodes, walk memos, rows, Contents and modes, 5.36 KB
+# before them (runs steady to ~10 B). The bound sits between, ~1 KB a file (19 MiB at 20k
+# files) above today's figure for the allocator's noise and the shared machine; lower it as
+# the figure drops (the target is well under 1 KB: docs/lifecycle.md says what is left).
 BOUND_PER_FILE = 4600
 
 

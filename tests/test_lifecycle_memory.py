@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from memfs.store import Store
+from memfs.store import Store, chunks
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.gc import Collector
 from memfs.store.trees import DIR, FILE, Entry, encode_dir
@@ -201,3 +201,17 @@ def test_walking_a_big_tree_and_all_history_holds_rss(mount_factory, tmp_path: P
     grown = rss(m.proc.pid) - before
     assert grown < 150 * MiB, f"daemon RSS grew {grown >> 20} MiB"
     assert (m.work / "d7" / "f9").read_bytes() == b"7/9" * 10
+
+
+def test_chunk_locations_cached_stay_bounded_when_written(tmp_path: Path, monkeypatch) -> None:
+    """The chunk store caches where chunks are (an LRU): a commit adds every chunk it wrote, and
+    that must respect the bound too (a take-in of 1M small files cached 1M locations)."""
+    monkeypatch.setattr(chunks, "LOCATIONS_KEPT", 50, raising=False)
+    ws = new_ws(tmp_path / "root")
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    for i in range(200):
+        ws.write(ws.create(work, b"f%d" % i, FILE, 0o644, 0, 0), 0, b"chunk %d" % i)
+    trio.run(ws.commit)
+    assert len(ws.store.chunks._locations) <= 50
+    for i in (0, 199):  # evicted or not, each reads back
+        assert ws.read(ws.lookup(work, b"f%d" % i), 0, 100) == b"chunk %d" % i

@@ -69,7 +69,7 @@ def test_growth_counts_what_the_commit_stores() -> None:
     fd = FileData(3 * CHUNK_SIZE, {0: "a", 1: "b", 2: "c"})
     assert fd.growth(0, CHUNK_SIZE) == CHUNK_SIZE  # a whole piece, stored anew
     assert fd.growth(10, 5) == CHUNK_SIZE  # a committed piece is loaded whole, then changed
-    fd.dirty[0] = bytearray(100)
+    fd.dirty = {0: bytearray(100)}  # a piece partly written
     assert fd.growth(50, 10) == 0  # inside what is already changed
     assert fd.growth(90, 20) == 10
     empty = FileData()

@@ -26,9 +26,7 @@ def _commit(fd: nodes.FileData, store: dict[str, bytes]) -> None:
     for idx, piece in list(fd.dirty.items()):
         cid = f"c{len(store)}"
         store[cid] = bytes(piece)
-        fd.chunks[idx] = cid
-        del fd.dirty[idx]
-        del fd.gen[idx]
+        fd.committed(idx, cid)
 
 
 @settings(max_examples=300, deadline=None)

@@ -78,6 +78,17 @@ class TreeEdit:
             d = child
         return d
 
+    def _mount_dir(self) -> None:
+        """A take-in makes the mount's own directory when the branch has none: an undo of
+        the attach (or a restore before it) leaves a binding without one, and a path sync
+        there takes disk's file in. (Disk-only files never make it: they are shown, not
+        kept.)"""
+        root, name = self.ws.root, name_to_bytes(self.mount)
+        if self.mnode is None and name not in self.ws.children(root):
+            self.mnode = self.ws.create(root, name, DIR, 0o755, os.getuid(), os.getgid())
+            self.entries.append((root.id, name))
+            self.inodes.append(root.id)
+
     def _keeps_nothing(self, node: Node) -> bool:
         """A directory whose subtree holds only directories and disk-only nodes."""
         for child in self.ws.children(node).values():
@@ -133,6 +144,7 @@ class TreeEdit:
         keeps nothing is cleared first; False if anything is kept. Bytes that do not fit in
         the store are refused (ENOSPC) before anything changes."""
         self.ws.require_room(len(data))
+        self._mount_dir()
         parent = self.parent(rel, True)
         if parent is None:
             return False

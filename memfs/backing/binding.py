@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -113,9 +114,15 @@ def check_options(binding: Binding) -> None:
 def check_dir(path: str, store_root: Path) -> None:
     """An existing directory, by absolute path, outside the store root and the mount.
     Worker thread: a path into our own mount would otherwise block the loop answering it."""
-    if not os.path.isabs(path) or not os.path.isdir(path):
-        raise MemfsError(f"backing directory {path!r} is not an existing directory",
-                         "create it, or name an existing directory by absolute path")
+    if not os.path.isabs(path):
+        raise MemfsError(f"backing directory {path!r} is not an absolute path",
+                         "name an existing directory by absolute path")
+    if not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise MemfsError(f"backing directory {path!r} is not a directory",
+                             "bind the directory that holds the project, not a file in it")
+        raise MemfsError(f"backing directory {path!r} does not exist",
+                         f"check the path, or create it first (mkdir -p {shlex.quote(path)})")
     real, own = os.path.realpath(path), os.path.realpath(store_root)
     if real == own or real.startswith(own + "/") or own.startswith(real.rstrip("/") + "/"):
         raise MemfsError(f"{path} overlaps the store root ({own})",

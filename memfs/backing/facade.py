@@ -295,6 +295,7 @@ class Backing:
             self.passes.forget(mount)
             self.planner.forget(mount)
             self.owed.forget(mount)
+            self.view.forget(mount)
             self.ws.invalidate(edit.entries, edit.inodes)
         return Detached(mount)
 

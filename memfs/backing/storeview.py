@@ -1,6 +1,6 @@
 """The store side of a pass: a mount's files in the live tree and their digests, the rule's S.
 
-Owns three caches, all written on the trio loop only:
+Owns four caches, all written on the trio loop only:
 - `digests`: (committed ref, size) -> xxh3-128. A ref is immutable, so an entry never goes
   stale; it only grows. Refs not cached yet are hashed by a pass's worker thread
   (`ref_digest`, reading the store) and handed back; the loop merges them (`learn`).
@@ -13,6 +13,8 @@ Owns three caches, all written on the trio loop only:
   unlink, rename, write and truncate bumps `mutation_seq`; a commit that marks drafts
   committed moves `head` in the same loop turn; a replaced tree (undo, restore, switch)
   bumps `epoch` (`tree_replaced`). Any of them moving makes the next question walk again.
+- `_last_views`: mount -> the S of its last whole walk, whose Content objects a new view takes
+  where a path's content is unchanged (one object per file across views, no digest memo).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import xxhash
 
 from memfs.reconcile.contained import components
-from memfs.reconcile.rule import MODE_BITS, Content, text_content
+from memfs.reconcile.rule import MODE_BITS, MODES, Content, text_content
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import DIR, FILE, LINK, name_to_bytes, name_to_str
 from memfs.workspace.nodes import Node
@@ -77,9 +79,15 @@ class StoreView:
         self.draft_digests: dict[int, tuple[int, str]] = {}
         # [key, nodes, refs still to hash, view or None]
         self._memo: list[Any] | None = None
+        self._last_views: dict[str, Mapping[str, Content]] = {}  # mount -> its last whole S
 
     def tree_replaced(self) -> None:
         self.epoch += 1
+
+    def forget(self, mount: str) -> None:
+        """The mount was detached."""
+        self._last_views.pop(mount, None)
+        self._memo = None
 
     def learn(self, digests: Mapping[RefKey, str]) -> None:
         """Digests a worker thread computed, merged on the loop."""
@@ -182,21 +190,31 @@ class StoreView:
         return digest
 
     def view(self, nodes: Mapping[str, Node]) -> dict[str, Content]:
-        """The rule's S for each store file (`digest_now`, one shared Content per digest)."""
+        """The rule's S for each store file (`digest_now`; a path whose content is as in the
+        mount's last whole view keeps that view's Content object)."""
         memo = self._memo
         if memo is not None and memo[1] is nodes and memo[3] is not None and \
                 memo[0] == self._key(memo[0][0], memo[0][1]):
             return memo[3]  # the same nodes, nothing moved: the same digests (read-only)
         digests, out = self.digests, {}
+        last = self._last_views.get(memo[0][0], {}) if memo is not None else {}
         for p, n in nodes.items():
             # The committed, already-hashed case inline: nearly every file of a quiet tree.
             digest = None if n.dirty or n.ref is None or n.data is None else \
                 digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
-            out[p] = text_content(digest if digest is not None else self.digest_now(n),
-                                  n.mode & MODE_BITS)
+            if digest is None:
+                digest = self.digest_now(n)
+            mode = MODES[n.mode & MODE_BITS]
+            # The last whole view's object where the path's content is the same: one Content
+            # per file shared by consecutive views, and no memo of every digest kept beside.
+            was = last.get(p)
+            out[p] = was if was is not None and was.digest == digest and was.mode == mode \
+                else text_content(digest, mode)
         if memo is not None and memo[1] is nodes and memo[0] == self._key(memo[0][0],
                                                                              memo[0][1]):
             memo[3] = out  # shared from here on: nobody writes a view
+            if memo[0][1] == "":
+                self._last_views[memo[0][0]] = out
         return out
 
     def drafts_to_hash(self, nodes: Mapping[str, Node]) -> list[Node]:

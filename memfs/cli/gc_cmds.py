@@ -166,13 +166,21 @@ def cmd_gc(args) -> int:
     doc = _collect(args, "gc", args.dry_run)
     lines = [f"gc: {summary(doc)}"]
     if doc["pressure"]:
-        lines.append(f"    the disk was under the space floor: {doc['dropped_for_space']} "
-                     "commit(s) the windows keep went too, oldest first")
-    lines.append(f"    objects {doc['objects_freed']}, chunks {doc['chunks_freed']}; packs "
-                 f"{doc['packs_rewritten']} rewritten, {doc['packs_removed']} removed, "
-                 f"{size_text(doc['bytes_punched'])} punched out")
-    lines.append(f"    the store takes {size_text(doc['store_after'])} (was "
-                 f"{size_text(doc['store_before'])}); {size_text(doc['free_after'])} free")
+        dry = doc["dry_run"]
+        lines.append(f"    the disk {'is' if dry else 'was'} under the space floor: "
+                     f"{doc['dropped_for_space']} commit(s) the windows keep "
+                     f"{'would go' if dry else 'went'} too, oldest first")
+    if doc["dry_run"]:
+        todo = "; `memfs gc` does it" if doc["commits_dropped"] or doc["reclaimable_bytes"] \
+            else ""
+        lines.append(f"    the store takes {size_text(doc['store_before'])}; "
+                     f"{size_text(doc['free_after'])} free{todo}")
+    else:
+        lines.append(f"    objects {doc['objects_freed']}, chunks {doc['chunks_freed']}; packs "
+                     f"{doc['packs_rewritten']} rewritten, {doc['packs_removed']} removed, "
+                     f"{size_text(doc['bytes_punched'])} punched out")
+        lines.append(f"    the store takes {size_text(doc['store_after'])} (was "
+                     f"{size_text(doc['store_before'])}); {size_text(doc['free_after'])} free")
     lines += [f"    problem: {p}" for p in doc["problems"]]
     emit(args, doc, "\n".join(lines))
     return 0

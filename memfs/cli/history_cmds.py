@@ -19,6 +19,7 @@ from memfs.cli.history_text import (
     commit_line,
     diff_text,
     gap_line,
+    kind_name,
     listing_lines,
     span_json,
     span_line,
@@ -31,8 +32,17 @@ from memfs.rootdir import resolve_root
 from memfs.store import Store, history, undo
 from memfs.store.history import History, parse_when
 from memfs.store.opspan import walk
-from memfs.store.treediff import DIR, FILE, LINK, diff_trees, file_pieces, find_entry
-from memfs.store.trees import decode_dir
+from memfs.store.treediff import (
+    DIR,
+    FILE,
+    LINK,
+    TreeState,
+    commit_state,
+    diff_trees,
+    file_pieces,
+    find_entry,
+    listing,
+)
 from memfs.store.undo import changed_only_times
 
 NOW = "now"
@@ -171,7 +181,7 @@ def cmd_log(args) -> int:
         if args.ops:
             for s in _op_spans(store, hist, limit, since):
                 last = s.commits[-1]
-                ch = diff_trees(store, _base(store, hist, last), s.commits[0].commit.tree) \
+                ch = diff_trees(store, _base(store, hist, last), commit_state(store, s.commits[0].id)) \
                     if changes else None
                 doc = span_json(s, ch)
                 lines.append(span_line(s))
@@ -180,7 +190,8 @@ def cmd_log(args) -> int:
                 docs.append(doc)
         else:
             for c in _commits(hist, limit, since):
-                ch = diff_trees(store, _base(store, hist, c), c.commit.tree) if changes else None
+                ch = diff_trees(store, _base(store, hist, c), commit_state(store, c.id)) \
+                    if changes else None
                 doc = c.to_json()
                 if ch is not None:
                     doc["changes"] = [x.to_json() for x in ch]
@@ -213,7 +224,7 @@ def _op_spans(store: Store, hist: History, limit: int | None, since: int | None)
             return
 
 
-def _from_cwd(args, store: Store, trees: list[str], path: str) -> str | None:
+def _from_cwd(args, store: Store, trees: list[TreeState], path: str) -> str | None:
     """A path given from the store root that is really one from the current directory inside
     the mount: its store path, if one of `trees` holds it there (for the remedy)."""
     if path.startswith(("./", "../", "/")):
@@ -227,15 +238,11 @@ def _from_cwd(args, store: Store, trees: list[str], path: str) -> str | None:
     return here
 
 
-def _tree(store: Store, cid: str | None) -> str | None:
-    return store.commit(cid).tree if cid else None
-
-
-def _base(store: Store, hist: History, c) -> str | None:
+def _base(store: Store, hist: History, c) -> TreeState | None:
     """The tree a commit's changes are read against: its parent's, or, when the retention
     policy dropped the parent, the nearest kept ancestor's (the gap's changes come with it)."""
     gap = hist.gap_below(c.id)
-    return _tree(store, gap.below if gap is not None else c.parent)
+    return commit_state(store, gap.below if gap is not None else c.parent)
 
 
 def _gaps(hist: History, commits, doc: dict, lines: list[str]) -> None:
@@ -327,10 +334,12 @@ def _split_spec(args) -> tuple[list[str], list[str]]:
     return revs, paths
 
 
-def _state(store: Store, rev: str) -> tuple[str, str]:
+def _state(store: Store, rev: str) -> tuple[str, TreeState]:
     """(commit id, tree) of a revision; `now` is the head (after the daemon committed)."""
     cid = store.head() if rev == NOW else history.resolve(store, rev)
-    return cid, store.commit(cid).tree
+    state = commit_state(store, cid)
+    assert state is not None
+    return cid, state
 
 
 def cmd_diff(args) -> int:
@@ -396,7 +405,7 @@ def cmd_show(args) -> int:
                              f"see what it holds: memfs show {rev or 'HEAD'}:"
                              f"{rel.rpartition('/')[0]}")
         if e.kind == DIR:
-            entries = decode_dir(store.read_object(e.ref)) if e.ref else []
+            entries = listing(store, tree, e.ref)
             emit(args, {"commit": cid, "path": rel, "kind": "dir",
                         "entries": [{"name": x.name, "kind": x.kind, "size": x.size,
                                      "mode": f"{x.mode:o}"} for x in entries]},
@@ -413,7 +422,7 @@ def cmd_show(args) -> int:
             out.flush()
         else:
             emit(args, {"commit": cid, "path": rel, "kind": e.kind},
-                 f"{rel}: a {e.kind!r} entry (no bytes to show)")
+                 f"{rel}: {kind_name(e.kind, e.ref)} (no bytes to show)")
     finally:
         store.close()
     return 0
@@ -421,7 +430,7 @@ def cmd_show(args) -> int:
 
 def _show_commit(args, store: Store, cid: str) -> int:
     c = history.logged(store, cid)
-    changes = diff_trees(store, _tree(store, c.parent), c.commit.tree)
+    changes = diff_trees(store, commit_state(store, c.parent), commit_state(store, cid))
     doc = {**c.to_json(), "changes": [x.to_json() for x in changes]}
     emit(args, doc, "\n".join([commit_line(c)] + change_lines(changes, True)))
     return 0

@@ -4,6 +4,7 @@ unified diffs (names only for binary files). Pure functions of store records."""
 from __future__ import annotations
 
 import difflib
+import os
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
@@ -22,11 +23,24 @@ from memfs.store.treediff import (
     Change,
     read_file,
 )
-from memfs.store.trees import Entry
+from memfs.store.trees import BLK, CHR, FIFO, SOCK, Entry
 
 TEXT_LIMIT = 8 << 20  # a side larger than this is named, not diffed line by line
 SNIFF = 8000  # bytes looked at for a NUL (as git does)
 WORDS = {ADDED: "added", CHANGED: "changed", REMOVED: "removed", RENAMED: "renamed"}
+
+
+KIND_NAMES = {FIFO: "a FIFO", SOCK: "a socket", CHR: "a character device",
+              BLK: "a block device"}
+
+
+def kind_name(kind: str, ref: str = "") -> str:
+    """A special file as people call it (the store's one-letter kinds are no words), a
+    device with its major:minor."""
+    name = KIND_NAMES.get(kind, f"an entry of kind {kind!r}")
+    if kind in (CHR, BLK) and ref.isdigit():
+        name += f" {os.major(int(ref))}:{os.minor(int(ref))}"
+    return name
 
 
 def when(ns: float) -> str:
@@ -186,7 +200,8 @@ def _file_diff(store: Store, c: Change) -> Iterator[str]:
         yield head + "".join(difflib.unified_diff(old, new, a_name, b_name))
         return
     if c.kind != FILE:
-        yield head + f"{WORDS[c.status]} ({c.kind!r} entry)\n"
+        ref = c.ref if c.status != REMOVED else c.old_ref
+        yield head + f"{WORDS[c.status]} ({kind_name(c.kind, ref)})\n"
         return
     if max(c.old_size or 0, c.size or 0) > TEXT_LIMIT:
         yield head + (f"large file {WORDS[c.status]}: {size(c.old_size)} -> {size(c.size)} "

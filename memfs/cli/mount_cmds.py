@@ -42,6 +42,18 @@ OWN_OPTIONS = ("fsname", "subtype")
 EXIT_WAIT = 60.0  # seconds `memfs umount` waits for the daemon's final commit and exit
 
 
+def _millis(text: str) -> int:
+    """--commit-interval MS: 0 or more (a negative delay was taken as 0, silently)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative: give 0 or more milliseconds "
+                                         "(0 commits at once, the default is 100)")
+    return n
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="create the store (idempotent)")
     add_policy_flags(p)
@@ -51,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("mount", help="mount the store at MOUNTPOINT")
     p.add_argument("mountpoint")
     p.add_argument("--foreground", action="store_true", help="stay in the foreground")
-    p.add_argument("--commit-interval", type=int, default=100, metavar="MS",
+    p.add_argument("--commit-interval", type=_millis, default=100, metavar="MS",
                    help="group-commit delay in milliseconds (default 100)")
     p.add_argument("--debug", action="store_true")
     p.add_argument("--bind", action="append", default=[], metavar="NAME=DIR",
@@ -111,7 +123,7 @@ def cmd_mount(args) -> int:
     _check_mountpoint(root, mnt)
     if allow_other:
         _check_allow_other()
-    interval = max(0, args.commit_interval) / 1000.0
+    interval = args.commit_interval / 1000.0
     if binds:
         from memfs.cli.reconcile_cmds import attach_before_mount
 

@@ -145,6 +145,36 @@ def _store_path(root: Path, path: str | None) -> str | None:
                      + (f", or as a path under {mnt}" if mnt else ""))
 
 
+def _from_cwd(root: Path, given: list[str | None], call_it):
+    """Run `call_it()`; a relative path whose first name is no bound mount, given from a
+    directory inside the running mount, was meant from there (`memfs ls --states sub` in
+    MNT/p): the refusal names the store path it likely meant, not `memfs attach sub DIR`
+    (which would bind a new mount)."""
+    try:
+        return call_it()
+    except MemfsError as exc:
+        here = _cwd_in_mount(root)
+        for path in given:
+            if not here or not path or path.startswith("/"):
+                continue
+            if exc.message == f"mount {path.split('/')[0]!r} is not bound to a backing directory":
+                raise MemfsError(exc.message, f"paths go from the store root: {here}/{path} "
+                                 f"(or {os.path.join(os.getcwd(), path)})") from None
+        raise
+
+
+def _cwd_in_mount(root: Path) -> str | None:
+    """The current directory as a store path, when it is inside the running mount."""
+    try:
+        mnt = json.loads((root / "daemon.lock").read_text() or "{}").get("mountpoint")
+        cwd = os.getcwd()
+    except (OSError, ValueError):
+        return None
+    if not mnt or not os.path.ismount(mnt) or not cwd.startswith(mnt.rstrip("/") + "/"):
+        return None
+    return cwd[len(mnt.rstrip("/")) + 1:]
+
+
 def cmd_attach(args) -> int:
     d = os.path.abspath(args.dir)
     res = _ask(args, "backing_attach", mount=args.name, dir=d, watch=args.watch,
@@ -162,9 +192,10 @@ def cmd_detach(args) -> int:
 
 
 def cmd_sync(args) -> int:
-    path = _store_path(resolve_root(args.root), args.path)
-    res = _ask(args, "backing_sync", path=path, accept_root=args.accept_root,
-               reopen=args.reopen)
+    root = resolve_root(args.root)
+    path = _store_path(root, args.path)
+    res = _from_cwd(root, [args.path], lambda: _ask(
+        args, "backing_sync", path=path, accept_root=args.accept_root, reopen=args.reopen))
     lines = [f"{m}: {_summary(r)}" for m, r in sorted(res["mounts"].items())]
     if "reopened" in res:
         was = res["reopened"]["was_refusing"]
@@ -177,8 +208,9 @@ def cmd_sync(args) -> int:
 def cmd_materialize(args) -> int:
     root = resolve_root(args.root)
     paths = [_store_path(root, p) for p in args.paths]
-    res = _ask(args, "backing_materialize", paths=paths, force=args.force,
-               apply_deletions=args.apply_deletions)
+    res = _from_cwd(root, list(args.paths), lambda: _ask(
+        args, "backing_materialize", paths=paths, force=args.force,
+        apply_deletions=args.apply_deletions))
     lines = []
     for mount, r in sorted(res["mounts"].items()):
         if r.get("unavailable") or r.get("refused") or r.get("incomplete"):
@@ -245,8 +277,9 @@ def cmd_events(args) -> int:
 
 
 def cmd_ls(args) -> int:
-    path = _store_path(resolve_root(args.root), args.path)
-    res = _ask(args, "backing_states", path=path)
+    root = resolve_root(args.root)
+    path = _store_path(root, args.path)
+    res = _from_cwd(root, [args.path], lambda: _ask(args, "backing_states", path=path))
     lines = []
     for m in res["mounts"]:
         if not m["available"]:
@@ -277,9 +310,21 @@ def _summary(r: dict) -> str:
     if r.get("discarded"):
         parts.append("discarded: " + ", ".join(f"{d['path']} ({d['was']}, {d['op']})"
                                                  for d in r["discarded"]))
+    if r.get("skipped"):
+        parts.append("not taken this pass: " + ", ".join(r["skipped"]) + " (open for writing "
+                     "in the mount, changed there meanwhile, or the pass was overtaken by an "
+                     "undo or a branch switch — close it and sync again)")
     if r.get("regions"):
-        parts.append(f"{len(r['regions'])} incomplete region(s)")
+        parts.append(_regions(r["regions"]))
     return ", ".join(parts)
+
+
+def _regions(regions: list[dict]) -> str:
+    """What was not looked at, and why (a count alone left a newcomer guessing)."""
+    shown = [f"{g['path']} ({g['reason']})" for g in regions[:3]]
+    more = f" and {len(regions) - 3} more" if len(regions) > 3 else ""
+    return (f"{len(regions)} incomplete region(s), not taken in: {', '.join(shown)}{more} "
+            "(`memfs ls --states` lists them)")
 
 
 __all__ = ["register"]

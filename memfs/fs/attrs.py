@@ -43,9 +43,9 @@ def entry_attributes(ws: Workspace, mem: MemoryView,
 
 
 def _node_attributes(ws: Workspace, node: Node, a: pyfuse3.EntryAttributes) -> None:
+    # A view of history shows each entry's own mode, as a snapshot directory does: it is
+    # read-only by refusing every change (EROFS), so a copy back keeps the modes.
     a.st_mode = node.st_mode()
-    if node.readonly:
-        a.st_mode &= ~0o222
     # Exact link counts: a file's names (0 once unlinked but still open), a directory's
     # 2 + subdirectories (0 once removed), as ext4 says.
     a.st_nlink = ws.dir_nlink(node) if node.kind == DIR else (node.nlink or 0)

@@ -6,7 +6,6 @@ Pure values; any thread.
 
 from __future__ import annotations
 
-import functools
 import os
 import stat
 from dataclasses import dataclass, field
@@ -181,10 +180,21 @@ def _under(path: str, scope: str) -> bool:
     return scope == "" or path == scope or path.startswith(scope + "/")
 
 
-@functools.lru_cache(maxsize=1 << 16)
+_CONTENTS: dict[tuple[str | None, Kind, int | None], Content] = {}
+CONTENTS_KEPT = 1 << 16
+
+
 def _content(digest: str | None, kind: Kind, mode: int | None) -> Content:
-    """D for a fact, one object per (digest, kind, mode)."""
-    return Content(digest, kind, mode)
+    """D for a fact, one object per (digest, kind, mode): a dict emptied when full (an
+    lru_cache's links cost ~150 bytes an entry more); losing an entry only costs building it
+    again."""
+    key = (digest, kind, mode)
+    got = _CONTENTS.get(key)
+    if got is None:
+        if len(_CONTENTS) >= CONTENTS_KEPT:
+            _CONTENTS.clear()
+        got = _CONTENTS[key] = Content(digest, kind, mode)
+    return got
 
 
 SPECIAL_MIME = {stat.S_IFIFO: "inode/fifo", stat.S_IFSOCK: "inode/socket",

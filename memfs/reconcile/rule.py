@@ -24,7 +24,6 @@ the workspace's mode, or the reverse); both sides changing the mode is a conflic
 from __future__ import annotations
 
 import enum
-import functools
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -68,9 +67,13 @@ NO_EVIDENCE = _NoEvidence()
 
 Kind = Literal["text", "binary", "oversize", "hardlink", "special"]
 MODE_BITS = 0o777  # the permission bits the reconciler carries (docs/reconciliation.md: why)
+# One int object per permission value (CPython shares only -5..256): a mode is kept per file
+# in the walk's facts, the store view and their Contents, and 0o644 built anew each time cost
+# 32 bytes a file a copy. MODES[m & MODE_BITS] is the shared one.
+MODES = tuple(range(MODE_BITS + 1))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Content:
     """File content by its xxh3-128 digest. `digest=None` is an untracked oversize file seen only
     by a bounded head read: it never compares equal to anything, so it can never read as agreed.
@@ -84,11 +87,9 @@ class Content:
         return isinstance(other, Content) and self.digest is not None and self.digest == other.digest
 
 
-@functools.lru_cache(maxsize=1 << 18)
 def text_content(digest: str | None, mode: int | None = None) -> Content:
-    """Content(digest, "text", mode), one object per (digest, mode): a pass states the store side
-    of every file each time, and building a frozen dataclass per file per pass costs more than
-    the rule."""
+    """Content(digest, "text", mode): the store side of a file (memfs.backing.storeview shares
+    one object per file between consecutive views instead of memoizing every digest)."""
     return Content(digest, "text", mode)
 
 

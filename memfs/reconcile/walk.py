@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import operator
 import os
 import posixpath
 import stat
@@ -53,23 +54,26 @@ from memfs.reconcile.facts import (
 )
 from memfs.reconcile.lstat import LStat, unpack
 from memfs.reconcile.lstat import records as lstat_records
-from memfs.reconcile.rule import MODE_BITS, Kind
+from memfs.reconcile.rule import MODE_BITS, MODES, Kind
 
 
-@dataclass
+@dataclass(slots=True)
 class DirMemo:
     """One directory as the last walk saw it, kept only when every entry's outcome followed
     from its name, its lstat record and (for a file) the cache row that vouched for it: no
     file was hashed, no link followed, no call failed. While the listing, the records (one
     `==` on bytes) and those rows are unchanged, a walk would build exactly these facts,
-    regions and subdirectories again, so it takes them as they are."""
+    regions and subdirectories again, so it takes them as they are.
 
-    names: list[str]  # the sorted listing
-    statted: list[str]  # the names not ignored, in the order of `records`
+    Kept for every directory of a mount between passes, so it is compact: the listing as one
+    string, the facts and their rows as two aligned tuples (a fact's path is its own)."""
+
+    listing: str  # the sorted listing, joined by NULs (no name holds one)
+    statted: list[str] | None  # the names not ignored, in the order of `records` (None: all)
     ignored: list[Region]
     records: bytes
-    facts: list[tuple[str, FileFact]]
-    rows: list[tuple[str, CachedHash]]  # the cache row that vouched for each fact
+    facts: tuple[FileFact, ...]
+    rows: tuple[CachedHash | None, ...]  # the cache row that vouched for each fact (None: none)
     regions: list[Region]  # after the ignored ones: symlinks (following off)
     subdirs: list[tuple[str, str, LStat]]
     cache: object = None  # the cache mapping the rows were last found equal in
@@ -79,10 +83,23 @@ class DirMemo:
         if self.cache is cache:
             return True
         get = cache.get
-        if all(get(p) == row for p, row in self.rows):
+        if all(row is None or get(f.path) == row for f, row in zip(self.facts, self.rows,
+                                                                    strict=True)):
             self.cache = cache
             return True
         return False
+
+    def add_to(self, files: dict[str, FileFact]) -> None:
+        """Its facts, into an observation's files."""
+        facts = self.facts
+        files.update(zip(map(_path_of, facts), facts, strict=True))
+
+
+def listing_of(names: list[str]) -> str:
+    return "\0".join(names)
+
+
+_path_of = operator.itemgetter(0)  # FileFact.path
 
 
 @dataclass
@@ -197,8 +214,9 @@ class _Walk:
         can stand for, the directory's memo is made afresh."""
         regions = self.obs.regions
         old = self.memo.get(rel) if self.memo is not None else None
-        if old is not None and old.names == names:
-            statted = old.statted
+        listing = listing_of(names) if self.memo_out is not None or old is not None else ""
+        if old is not None and old.listing == listing:
+            statted = names if old.statted is None else old.statted
             ignored = old.ignored
             regions.extend(ignored)
         else:
@@ -212,26 +230,29 @@ class _Walk:
             if self.hits is not None:
                 self.hits.append(old)
             else:
-                self.obs.files.update(old.facts)
+                old.add_to(self.obs.files)
             self.memo_out[rel] = old  # type: ignore[index]
             return old.subdirs
         self.flush()
         mark = len(regions)
-        memo = DirMemo(names, statted, ignored, recs, [], [], [], [], self.cache)
-        keep = self._decide(fd, rel, statted, recs, chain, memo)
+        facts: list[FileFact] = []
+        rows: list[CachedHash | None] = []
+        subdirs: list[tuple[str, str, LStat]] = []
+        keep = self._decide(fd, rel, statted, recs, chain, facts, rows, subdirs)
         if self.memo_out is not None:
             if keep:
-                memo.regions = regions[mark:]
-                self.memo_out[rel] = memo
+                self.memo_out[rel] = DirMemo(
+                    listing, None if statted is names else statted, ignored, recs,
+                    tuple(facts), tuple(rows), regions[mark:], subdirs, self.cache)
             else:
                 self.memo_out.pop(rel, None)
-        return memo.subdirs
+        return subdirs
 
     def flush(self) -> None:
         """Add the facts of the memos taken so far, in walk order; no deferring after."""
         if self.hits is not None:
             for memo in self.hits:
-                self.obs.files.update(memo.facts)
+                memo.add_to(self.obs.files)
             self.hits = None
 
     def _not_ignored(self, rel: str, names: list[str]) -> list[str]:
@@ -250,16 +271,17 @@ class _Walk:
         return out
 
     def _decide(self, fd: int, rel: str, names: list[str], recs: bytes,
-                chain: list[DirLink], memo: DirMemo) -> bool:
-        """Each name's outcome from its lstat record, into `memo` (facts, rows, subdirs) and
-        the observation; True if the memo may stand for this directory next time.
+                chain: list[DirLink], facts: list[FileFact], rows: list[CachedHash | None],
+                subdirs: list[tuple[str, str, LStat]]) -> bool:
+        """Each name's outcome from its lstat record, into `facts`, `rows` and `subdirs` (a
+        DirMemo's) and the observation; True if a memo may stand for this directory next time.
 
         A regular file whose cached fingerprint vouches for its bytes (the rule in `vouches`)
         is taken from the cache with no call; everything else goes through `file`,
         `symlink` or a region."""
         prefix = rel + "/" if rel else ""
         cache_get = self.cache.get if self.trust else no_cache
-        files, facts, rows, subdirs = self.obs.files, memo.facts, memo.rows, memo.subdirs
+        files = self.obs.files
         root_dev, racy_ns, intern = self.root_dev, self.racy_ns, sys.intern
         isreg, isdir, islnk = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
         keep = True
@@ -287,14 +309,18 @@ class _Walk:
                             and ctime < cached.hashed_at_ns - racy_ns):
                         kind = cached.kind
                         child = intern(child)
+                        # The row's own ints (equal, just compared): the record's new ones go,
+                        # and the facts a memo keeps share them with the cache.
+                        size = cached.size
                         fact = files[child] = new_tuple(FileFact, (
-                            child, st.st_size,
-                            new_tuple(Fingerprint, (st.st_size, mtime, ctime, st.st_ino, st.st_dev)),
+                            child, size,
+                            new_tuple(Fingerprint, (size, cached.mtime_ns, cached.ctime_ns,
+                                                    cached.ino, cached.dev)),
                             cached.digest, kind,
                             MIME_OF_KIND.get(kind) or cached.mime or OCTET, False,
-                            mode & MODE_BITS))
-                        facts.append((child, fact))
-                        rows.append((child, cached))
+                            MODES[mode & MODE_BITS]))
+                        facts.append(fact)
+                        rows.append(cached)
                         continue
                 keep = False
                 self.file(fd, name, child, st)
@@ -305,7 +331,8 @@ class _Walk:
                 self.symlink(chain, name, child)
             else:
                 child = intern(child)
-                facts.append((child, self.special(child, st)))  # from the record alone
+                facts.append(self.special(child, st))  # from the record alone
+                rows.append(None)
         return keep
 
     def vouches(self, fp: Fingerprint, cached: CachedHash | None) -> bool:
@@ -362,14 +389,14 @@ class _Walk:
         mime = SPECIAL_MIME.get(stat.S_IFMT(st.st_mode), "inode/x-special")
         fp = Fingerprint(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         fact = self.obs.files[rel] = FileFact(rel, 0, fp, None, "special", mime, False,
-                                              st.st_mode & MODE_BITS)
+                                              MODES[st.st_mode & MODE_BITS])
         return fact
 
     def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result | LStat) -> None:
         # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs once per file.
         fp = new_tuple(Fingerprint, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                                 st.st_dev))
-        mode = st.st_mode & MODE_BITS
+        mode = MODES[st.st_mode & MODE_BITS]
         cached = self.cache.get(rel)
         if cached is not None and self.vouches(fp, cached):
             kind: Kind = cached.kind  # type: ignore[assignment]
@@ -401,7 +428,7 @@ class _Walk:
                 _, mime = sniff(head)
                 self.obs.files[rel] = FileFact(rel, first.st_size, Fingerprint.of(first), None,
                                                "hardlink" if linked else "oversize", mime,
-                                               True, first.st_mode & MODE_BITS)
+                                               True, MODES[first.st_mode & MODE_BITS])
                 return
             started = self.clock()
             h = xxhash.xxh3_128()
@@ -431,7 +458,7 @@ class _Walk:
         fp = Fingerprint.of(last)
         digest = sys.intern(h.hexdigest())
         self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True,
-                                       last.st_mode & MODE_BITS)
+                                       MODES[last.st_mode & MODE_BITS])
         if all(INT64_MIN <= v <= INT64_MAX for v in fp):
             self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino,
                                               fp.dev, digest, kind, started, mime)

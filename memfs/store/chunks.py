@@ -31,6 +31,9 @@ def chunk_digest(data: bytes | memoryview) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
+LOCATIONS_KEPT = 65536  # chunk locations cached (most recently used; a miss is one SELECT)
+
+
 class ChunkStore:
     """Reads from any thread; writes only from the commit thread (one at a time)."""
 
@@ -67,7 +70,7 @@ class ChunkStore:
             if generation != self._generation:
                 return loc
             self._locations[chunk_id] = loc
-            if len(self._locations) > 65536:
+            if len(self._locations) > LOCATIONS_KEPT:
                 self._locations.popitem(last=False)
         return loc
 
@@ -138,6 +141,8 @@ class ChunkStore:
             with self._lock:
                 for cid, p, o, n in rows:
                     self._locations[cid] = (p, o, n)
+                while len(self._locations) > LOCATIONS_KEPT:  # a take-in of 1M files
+                    self._locations.popitem(last=False)
                 self._txn_ids += [r[0] for r in rows]
         return ids, rows
 

@@ -25,6 +25,7 @@ from memfs.store.store import (
     CommitDropped,
     Store,
     StoreError,
+    UnknownRevision,
     _check_ref_name,
     check_new_name,
 )
@@ -492,7 +493,8 @@ def find_point(store: Store, text: str, head: str) -> Point:
         try:
             when = parse_when(text)
         except StoreError:
-            raise StoreError(f"{text!r} is neither a revision nor a time", exc.remedy or
-                             "give a commit id, checkpoint, branch or mark, or a time such as "
-                             "10:32 or 5m") from None
+            remedy = exc.remedy if exc.remedy and not isinstance(exc, UnknownRevision) else \
+                "give a commit id, checkpoint, branch or mark, or a time such as 10:32, " \
+                "'2026-12-01 10:32', 5m (ago) or @1767225600"
+            raise StoreError(f"{text!r} is neither a revision nor a time", remedy) from None
         return Point(at_time(store, head, when), "time")

@@ -49,6 +49,9 @@ _POISON_CODES = {
 
 # Its tables and the columns added since its first release are memfs.store.schema's.
 
+# One int object per permission value (CPython shares only -5..256): a snapshot keeps a mode
+# per file, and 0o644 read from a row is a new 32-byte int each time.
+_MODES = tuple(range(0o1000))
 _ABSENT_COL = ""  # how an absent old/new/prior value is stored in journal_intents
 REOPEN_REMEDY = ("run `memfs sync --reopen` (it reopens the journal's view of the store in the "
                  "running daemon, then observes again; restarting memfs does the same) before any "
@@ -291,7 +294,7 @@ class Journal:
                     if v is None:
                         d.pop(p, None)
                     else:
-                        d[intern(p)] = v
+                        d[intern(p)] = _MODES[v] if 0 <= v < len(_MODES) else v
                 new_mds = MappingProxyType(d)
             ev_items = [(p, v) for p, v in (evidence or {}).items() if _under(p, prefix)]
             fp_items = [(p, v) for p, v in (fingerprints or {}).items() if _under(p, prefix)]
@@ -514,9 +517,11 @@ class Journal:
                              "AND path < CAST(? AS TEXT)))",
                              (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))
         # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file. Paths and
-        # digests interned: see pass_inputs.
-        return {intern(r[0]): _new(FingerprintRow, (r[1], r[2], r[3], r[4], r[5], intern(r[6]),
-                                                    r[7], r[8], r[9])) for r in rows}
+        # digests interned: see pass_inputs; kinds and MIME types too (a handful of values, and
+        # each row read gave new strings, ~110 bytes a file kept in the snapshot).
+        return {intern(r[0]): _new(FingerprintRow, (
+            r[1], r[2], r[3], r[4], r[5], intern(r[6]), intern(r[7]), r[8],
+            None if r[9] is None else intern(r[9]))) for r in rows}
 
     # -- one pass's reads --------------------------------------------------------------------
 
@@ -548,7 +553,7 @@ class Journal:
                         p = intern(p)
                         ev[p] = d if d is None else intern(d)
                         if m is not None:
-                            md[p] = m
+                            md[p] = _MODES[m] if 0 <= m < len(_MODES) else m
                     evidence, modes = MappingProxyType(ev), MappingProxyType(md)
                     fps = MappingProxyType(self._fingerprint_rows(c, mount, prefix))
                     if len(self._memo) >= _MEMO_KEYS:

@@ -51,6 +51,11 @@ class StoreError(MemfsError):
     pass
 
 
+class UnknownRevision(StoreError):
+    """A name that is no branch, checkpoint, commit or mark (a caller that also takes a
+    time says both forms in its remedy)."""
+
+
 class CommitDropped(StoreError):
     """A commit the retention policy dropped: named, dated, with the way to a kept one."""
 
@@ -361,7 +366,8 @@ class Store:
                     gone = []
                 if len(gone) == 1:
                     self._refuse_dropped(gone[0][0])
-        raise StoreError(f"unknown revision {base!r}", "name a branch, a checkpoint or a commit id")
+        raise UnknownRevision(f"unknown revision {base!r}",
+                              "name a branch, a checkpoint or a commit id")
 
     # -- branch and history operations (writer) -----------------------------------
     def set_current_branch(self, branch: str) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from memfs.store.history import History, find_point
 from memfs.store.opspan import Quiet, Span, spans
 from memfs.store.store import CommitDropped, Store, StoreError
-from memfs.store.treediff import only_times
+from memfs.store.treediff import commit_state, only_times
 
 NOTHING = "there is nothing before the store's first commit"
 
@@ -40,10 +40,10 @@ def changed_only_times(store: Store) -> Quiet:
         if s.set_times:
             return False
         try:
-            before = store.commit(s.target).tree if s.target else None
+            before = commit_state(store, s.target)
         except CommitDropped:  # the state before it is gone: no telling, so it counts
             return False
-        return only_times(store, before, s.commits[0].commit.tree)
+        return only_times(store, before, commit_state(store, s.commits[0].id))
     return quiet
 
 

@@ -187,9 +187,12 @@ def pins_of(ws: Workspace) -> gc.Pins:
 
 
 def summary(doc: dict) -> str:
-    """One line for people and the log."""
-    verb = "would drop" if doc.get("dry_run") else "dropped"
+    """One line for people and the log. A dry run frees nothing: it says what a run would
+    give back (what `memfs du` calls reclaimable)."""
     space = f" ({doc['dropped_for_space']} for space)" if doc.get("dropped_for_space") else ""
-    return (f"{verb} {doc['commits_dropped']} commit(s){space}, freed "
+    if doc.get("dry_run"):
+        return (f"would drop {doc['commits_dropped']} commit(s){space} and would give back "
+                f"{size_text(doc['reclaimable_bytes'])}; nothing was changed")
+    return (f"dropped {doc['commits_dropped']} commit(s){space}, freed "
             f"{size_text(doc['chunk_bytes_freed'] + doc['object_bytes_freed'])} of chunks and "
             f"objects, gave back {size_text(doc['returned'])} in {doc['seconds']:.1f} s")

@@ -18,7 +18,8 @@ import itertools
 import stat
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import (
@@ -88,22 +89,55 @@ def fail(code: int, message: str = "") -> WorkspaceError:
 
 _generation = itertools.count(1)
 
+# The empty map every node and file starts with, shared: most files have no xattrs and, once
+# committed, no changed pieces, and an empty dict of their own costs 64 bytes each (a dict
+# emptied by deletions keeps its table: 160 more). Read-only, so a write that forgot to take
+# a map of its own (`own`) fails loudly instead of changing every node's.
+EMPTY: Any = MappingProxyType({})
+
+
+def own(m: dict[Any, Any]) -> dict[Any, Any]:
+    """`m` if it is a node's own map, else a new empty one to store in its place."""
+    return {} if m is EMPTY else m
+
 
 class FileData:
     """A file's bytes: committed chunk ids plus changed pieces, held in memory or (a file that
-    left the tree but is still open) spilled to disk (memfs.workspace.spill)."""
+    left the tree but is still open) spilled to disk (memfs.workspace.spill).
+
+    The three maps are EMPTY until something is put in them (`_own`), and go back to EMPTY
+    when a commit takes the last changed piece (memfs.workspace.snapshot.apply)."""
 
     __slots__ = ("size", "chunks", "dirty", "gen", "spill")
 
     def __init__(self, size: int = 0, chunks: dict[int, str] | None = None) -> None:
         self.size = size
-        self.chunks: dict[int, str] = chunks or {}
+        self.chunks: dict[int, str] = chunks or EMPTY
         # Changed pieces. A piece written whole is kept as the immutable bytes the kernel
         # handed us (no copy, and the commit can take it as is); a partly written one is a
         # bytearray.
-        self.dirty: dict[int, bytes | bytearray] = {}
-        self.gen: dict[int, int] = {}
+        self.dirty: dict[int, bytes | bytearray] = EMPTY
+        self.gen: dict[int, int] = EMPTY
         self.spill = None  # memfs.workspace.spill.Spill, once spilled
+
+    def _own(self) -> None:
+        """Before a changed piece is put in: maps of its own."""
+        if self.dirty is EMPTY:
+            self.dirty = {}
+        if self.gen is EMPTY:
+            self.gen = {}
+
+    def committed(self, idx: int, chunk_id: str) -> None:
+        """A changed piece is stored as `chunk_id` (a group commit, once durable): it leaves
+        `dirty` and, unless a truncate cut it off meanwhile, becomes a committed chunk."""
+        del self.dirty[idx]
+        del self.gen[idx]
+        if idx * CHUNK_SIZE < self.size:
+            if self.chunks is EMPTY:
+                self.chunks = {}
+            self.chunks[idx] = chunk_id
+        if not self.dirty:  # the emptied maps' tables go
+            self.dirty = self.gen = EMPTY
 
     def dirty_bytes(self) -> int:
         return sum(len(b) for b in self.dirty.values())
@@ -154,6 +188,7 @@ class FileData:
         return bytes(out)
 
     def _piece(self, idx: int, fetch: Callable[[str, int, int], bytes], whole: bool) -> bytearray:
+        self._own()
         ba = self.dirty.get(idx)
         if isinstance(ba, bytes):
             ba = self.dirty[idx] = bytearray(ba)
@@ -176,6 +211,7 @@ class FileData:
             idx, start = divmod(pos, CHUNK_SIZE)
             n = min(len(data) - done, CHUNK_SIZE - start)
             if start == 0 and n == CHUNK_SIZE:
+                self._own()
                 self.dirty[idx] = bytes(data) if len(data) == n else bytes(view[done:done + n])
                 self.gen[idx] = next(_generation)
                 pos += n
@@ -223,7 +259,7 @@ class Node:
         self.uid = uid
         self.gid = gid
         self.atime_ns = self.mtime_ns = self.ctime_ns = now_ns
-        self.xattrs: dict[bytes, bytes] = {}
+        self.xattrs: dict[bytes, bytes] = EMPTY  # own() before setting one
         self.parent: Node | None = None
         self.name = b""
         self.ref: str | None = None
@@ -285,7 +321,7 @@ class Node:
         self.uid, self.gid = e.uid, e.gid
         self.mtime_ns, self.ctime_ns = e.mtime_ns, e.ctime_ns
         self.atime_ns = e.mtime_ns if e.atime_ns is None else e.atime_ns
-        self.xattrs = xattrs_from_store(e.xattrs)
+        self.xattrs = xattrs_from_store(e.xattrs) if e.xattrs else EMPTY
         self.ref = e.ref
         self.dirty = False
         self.row = None

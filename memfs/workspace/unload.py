@@ -65,6 +65,19 @@ def unload_file(f: Node) -> None:
         f._data_loaded = False
 
 
+def unload_inline(f: Node) -> None:
+    """A file just committed clean whose ref holds its one chunk id (`c:<id>`, or "" for an
+    empty file): its chunk map goes at once, as the ref gives it back with no read
+    (Store.file_chunks). Most files of a tree are this small, and a map per file is the
+    biggest part of a loaded node (a bound mount loads every file it takes in)."""
+    fd = f.data
+    if (f.kind == FILE and f._data_loaded and not f.dirty and fd is not None
+            and not fd.dirty and fd.spill is None and f.ref is not None
+            and (f.ref == "" or f.ref.startswith("c:"))):
+        f.data = FileData(fd.size)
+        f._data_loaded = False
+
+
 def drop_view(ws: Workspace, top: Node, referenced: Referenced) -> bool:
     """A view of history (read-only, no parent) the kernel forgot: it and what is loaded below
     it go, unless something below is still held."""

@@ -54,6 +54,7 @@ from memfs.workspace.nodes import (
     WorkspaceError,
     fail,
     now_ns,
+    own,
     saw_kernel_time,
 )
 from memfs.workspace.replace import replace_tree
@@ -436,6 +437,7 @@ class Workspace(HistoryOps):
     def set_xattr(self, node: Node, name: bytes, value: bytes) -> None:
         self._writable(node)
         self._not_root(node)
+        node.xattrs = own(node.xattrs)
         node.xattrs[name] = value
         node.ctime_ns = now_ns()
         self._touch(node)

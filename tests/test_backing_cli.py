@@ -1,0 +1,103 @@
+"""attach, sync and ls --states as a user meets them (from a user trial): remedies that fit the
+case, what a pass left and why, a path sync after an undone attach. Real mounts."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers.mount import memfs_cmd
+
+pytestmark = pytest.mark.mount
+
+
+def test_attach_names_what_is_wrong_with_the_directory(mounted, tmp_path: Path) -> None:
+    """A file is not 'not existing' (the remedy said 'create it'), and a missing directory
+    gets the command that creates it; neither refusal binds anything."""
+    mounted.require_real()
+    f = tmp_path / "project" / "README.md"
+    f.parent.mkdir()
+    f.write_text("hi")
+    res = mounted.cli("attach", "proj", str(f), check=False)
+    assert res.returncode == 1 and f"'{f}' is not a directory" in res.stderr, res.stderr
+    assert "create it" not in res.stderr and "not a file in it" in res.stderr, res.stderr
+    gone = tmp_path / "no such dir"
+    res = mounted.cli("attach", "proj", str(gone), check=False)
+    assert res.returncode == 1 and "does not exist" in res.stderr, res.stderr
+    assert f"mkdir -p '{gone}'" in res.stderr, res.stderr
+    assert mounted.cli_json("status")["backing"] == {}
+
+
+def test_path_sync_after_undoing_the_attach_takes_disk(mounted, tmp_path: Path) -> None:
+    """`memfs undo` right after `memfs attach` takes the take-in back, mount directory and
+    all; the binding stays and lists disk's files not-in-branch. `memfs sync MOUNT/PATH`
+    takes disk there (docs/cli.md): it planned the take, then skipped it because the mount's
+    directory was gone, and said '0 taken' with no reason."""
+    mounted.require_real()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "important.txt").write_text("keep me\n")
+    mounted.cli("attach", "p2", str(proj))
+    mounted.cli("undo")
+    assert not (mounted.mnt / "p2").exists()
+    states = mounted.cli("ls", "--states", "p2").stdout
+    assert "not-in-branch" in states and "p2/important.txt" in states, states
+    res = mounted.cli_json("sync", "p2/important.txt")["mounts"]["p2"]
+    assert res["taken"] == ["important.txt"] and res["skipped"] == [], res
+    assert (mounted.mnt / "p2" / "important.txt").read_text() == "keep me\n"
+    assert "synced" in mounted.cli("ls", "--states", "p2/important.txt").stdout
+    assert (proj / "important.txt").read_text() == "keep me\n"
+
+
+def test_sync_says_what_it_left_for_a_writer(mounted, tmp_path: Path) -> None:
+    """A path sync that cannot take disk's file because the mount has it open for writing
+    said '0 taken, 0 removed, 0 new conflict(s)', as if disk had nothing new: the path it
+    left (only under --json) is named, with what to do."""
+    mounted.require_real()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "f.txt").write_text("one\n")
+    mounted.cli("attach", "p", str(proj))
+    with open(mounted.mnt / "p" / "f.txt", "a"):
+        (proj / "f.txt").write_text("disk's\n")
+        text = mounted.cli("sync", "p/f.txt").stdout
+        assert "not taken this pass: f.txt" in text and "sync again" in text, text
+    text = mounted.cli("sync", "p/f.txt").stdout
+    assert text.startswith("p: 1 taken") and "not taken" not in text, text
+    assert (mounted.mnt / "p" / "f.txt").read_text() == "disk's\n"
+
+
+def test_attach_says_which_regions_it_left_out_and_why(mounted, tmp_path: Path) -> None:
+    """Attaching a copy of a git repository said '1 incomplete region(s)' and nothing more:
+    the summary names each region with its reason (a few, then how many more)."""
+    mounted.require_real()
+    proj = tmp_path / "repo"
+    proj.mkdir()
+    subprocess.run(["git", "init", "-q", str(proj)], check=True, timeout=60)
+    (proj / "a.txt").write_text("a\n")
+    (proj / "dangling").symlink_to("nowhere")
+    text = mounted.cli("attach", "r", str(proj)).stdout
+    assert "2 incomplete region(s), not taken in: .git (vcs), dangling (symlink" in text, text
+    assert "memfs ls --states" in text, text
+
+
+def test_a_path_given_from_inside_a_backed_mount_gets_the_store_path(mounted, tmp_path) -> None:
+    """`memfs ls --states sub` run in MNT/p answered "mount 'sub' is not bound to a backing
+    directory — `memfs attach sub DIR` binds it": a remedy that would bind a new mount. The
+    refusal now names the store path meant from there (p/sub) and the absolute one."""
+    mounted.require_real()
+    proj = tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "sub" / "s.txt").write_text("s\n")
+    mounted.cli("attach", "p", str(proj))
+    here = mounted.mnt / "p"
+    for args in (("ls", "--states", "sub"), ("sync", "sub/s.txt"), ("materialize", "sub")):
+        res = subprocess.run(memfs_cmd(mounted.root, *args), capture_output=True, text=True,
+                             cwd=here, timeout=60)
+        assert res.returncode == 1, (args, res)
+        assert "paths go from the store root: p/" in res.stderr, (args, res.stderr)
+        assert f"(or {here}/" in res.stderr and "memfs attach" not in res.stderr, res.stderr
+    ok = subprocess.run(memfs_cmd(mounted.root, "ls", "--states", f"{here}/sub"),
+                        capture_output=True, text=True, cwd=here, timeout=60)
+    assert ok.returncode == 0 and "synced" in ok.stdout and "p/sub/s.txt" in ok.stdout, ok

@@ -1,0 +1,127 @@
+"""The history tools as a user meets them (from a user trial): through hard links, special
+files in words, undo --to remedies, views that keep modes. Real mounts, real processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.mount
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def job(cwd: Path, *cmd: str) -> None:
+    """One command in a process group of its own, as a shell with job control starts it:
+    its own operation for `memfs undo`."""
+    out = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, timeout=60,
+                         process_group=0)
+    assert out.returncode == 0, f"{cmd}: {out.stderr}"
+
+
+def test_history_tools_see_a_hard_linked_file(mounted) -> None:
+    """A file with a second name lives in the commit's inode table (git makes every object
+    that way: link the temporary file, unlink it). log --stat, diff, show and undo read the
+    file's bytes and changes through that table, as the mount shows them: a write through
+    one name is a content change of both names, never "changing only times"."""
+    mounted.require_real()
+    hl = mounted.work / "hl"
+    hl.mkdir()
+    job(hl, "sh", "-c", "echo one > f")
+    job(hl, "ln", "f", "g")
+    job(hl, "sh", "-c", "echo two >> f")
+    stat = mounted.cli("log", "--stat", "-n", "1").stdout
+    assert "M  work/hl/f  4 B -> 8 B" in stat, stat
+    assert "M  work/hl/g  4 B -> 8 B" in stat, stat
+    linked = mounted.cli("log", "--stat", "-n", "1", "HEAD~1").stdout
+    assert "A  work/hl/g  4 B" in linked and "D  work/hl/f" not in linked, linked
+    diff = mounted.cli("diff").stdout
+    assert "diff a/work/hl/f b/work/hl/f\n--- a/work/hl/f\n+++ b/work/hl/f\n" in diff, diff
+    assert "+two\n" in diff and "'h' entry" not in diff, diff
+    assert mounted.cli("show", "HEAD:work/hl/g").stdout == "one\ntwo\n"
+    listing = mounted.cli("show", "HEAD:work/hl").stdout
+    assert "-0644           8  f" in listing and "h0000" not in listing, listing
+    undo = mounted.cli("undo").stdout
+    assert "echo two >> f" in undo and "changing only times" not in undo, undo
+    assert (hl / "f").read_text() == "one\n"
+    assert (hl / "g").stat().st_ino == (hl / "f").stat().st_ino  # `ln` stays: its own operation
+    # A name in a directory the write did not change is still a changed name: here hl/
+    # changes too (a new file), so a diff that stopped at the names it read would miss it.
+    (mounted.work / "other").mkdir()
+    job(mounted.work, "ln", "hl/f", "other/h")
+    job(hl, "sh", "-c", "echo new > new.txt; echo three >> f")
+    stat = mounted.cli("log", "--stat", "-n", "1").stdout
+    for name in ("hl/f", "hl/g", "other/h"):
+        assert f"M  work/{name}  4 B -> 10 B" in stat, stat
+    assert "A  work/hl/new.txt  4 B" in stat, stat
+    assert "changing only times" not in mounted.cli("undo").stdout
+    assert (mounted.work / "other" / "h").read_text() == "one\n"
+
+
+def test_undo_to_something_neither_says_both_forms(mounted) -> None:
+    """`memfs undo --to` takes a time or a revision: text that is neither gets a remedy
+    naming both (it named only revisions, so a mistyped time was never explained); a
+    revision's own refusal (`HEAD~N` past the first commit) keeps its remedy."""
+    mounted.require_real()
+    (mounted.work / "f").write_text("x")
+    head = mounted.cli_json("log", "-n", "1")[0]["id"]
+    bad = mounted.cli("undo", "--to", "99:99", check=False)
+    assert bad.returncode == 1 and "'99:99' is neither a revision nor a time" in bad.stderr
+    assert "10:32" in bad.stderr and "branch" in bad.stderr, bad.stderr
+    far = mounted.cli("undo", "--to", "HEAD~100000", check=False)
+    assert far.returncode == 1 and "use a smaller N" in far.stderr, far.stderr
+    assert mounted.cli_json("log", "-n", "1")[0]["id"] == head, "a refusal moved the head"
+
+
+def test_restoring_from_a_view_keeps_the_modes(mounted, tmp_path: Path) -> None:
+    """The history views are read-only by refusing writes (EROFS), as a snapshot directory
+    is: they show each entry's own mode. Stripping the write bits made `cp -a` (or `rsync -a`)
+    from a checkpoint back into the live tree turn every file and directory read-only, and a
+    plain `cp` of one file made a 0444 copy."""
+    mounted.require_real()
+    w = mounted.work
+    (w / "src").mkdir()
+    (w / "src" / "a.txt").write_text("a\n")
+    (w / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (w / "run.sh").chmod(0o755)
+    (w / "secret").write_text("s\n")
+    (w / "secret").chmod(0o600)
+    mounted.cli("checkpoint", "create", "good")
+    view = mounted.mnt / ".memfs" / "checkpoints" / "good" / "work"
+    modes = {p: (w / p).stat().st_mode for p in ("src", "src/a.txt", "run.sh", "secret")}
+    assert {p: (view / p).stat().st_mode for p in modes} == modes
+    with pytest.raises(OSError) as err:
+        (view / "src" / "a.txt").write_text("no")
+    assert err.value.errno == 30  # EROFS: the view refuses, whatever the mode says
+    out = tmp_path / "restored"
+    subprocess.run(["cp", "-a", str(view), str(out)], check=True, timeout=60)
+    subprocess.run(["cp", str(view / "src" / "a.txt"), str(tmp_path / "one.txt")], check=True,
+                   timeout=60)
+    assert {p: (out / p).stat().st_mode for p in modes} == modes
+    assert (tmp_path / "one.txt").stat().st_mode & 0o777 == 0o644 & ~current_umask()
+
+
+def test_diff_and_show_name_special_files_in_words(mounted) -> None:
+    """A FIFO or a socket read 'added ('p' entry)' and 'a 's' entry (no bytes to show)':
+    the store's one-letter kind codes. They are named as people call them."""
+    mounted.require_real()
+    d = mounted.work / "sp"
+    d.mkdir()
+    mounted.cli("mark", "before")
+    os.mkfifo(d / "pipe")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(d / "sock"))
+    diff = mounted.cli("diff", "before", "now").stdout
+    assert "diff a/work/sp/pipe b/work/sp/pipe\nadded (a FIFO)\n" in diff, diff
+    assert "diff a/work/sp/sock b/work/sp/sock\nadded (a socket)\n" in diff, diff
+    assert mounted.cli("show", "HEAD:work/sp/pipe").stdout == \
+        "work/sp/pipe: a FIFO (no bytes to show)\n"
+    assert "'p'" not in diff and "'s'" not in diff

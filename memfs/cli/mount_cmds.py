@@ -31,7 +31,8 @@ from memfs.liveness import (
     same_root,
 )
 from memfs.rootdir import resolve_root
-from memfs.store import Store
+from memfs.store import open_store
+from memfs.store.backend import read_location, redact
 
 FUSE_CONF = Path("/etc/fuse.conf")
 MOUNT_WAIT = 30.0  # seconds `memfs mount` waits for the daemon's mount to appear
@@ -41,6 +42,9 @@ EXIT_WAIT = 60.0  # seconds `memfs umount` waits for the daemon's final commit a
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="create the store (idempotent)")
+    p.add_argument("--store", metavar="URL",
+                   help="keep the store in PostgreSQL at URL (postgresql://USER@HOST/DB; "
+                        "default $MEMFS_STORE, else embedded in the root); the root records it")
     add_json_flag(p)
     p.set_defaults(func=cmd_init)
 
@@ -76,10 +80,13 @@ def _root(args) -> Path:
 
 def cmd_init(args) -> int:
     root = _root(args)
-    store = Store.open(root)
+    store = open_store(root, url=args.store)
     head = store.head()
     store.close()
-    emit(args, {"root": str(root), "head": head}, f"memfs store ready at {root}")
+    loc = read_location(root)
+    where = redact(loc.url) if loc else "embedded"
+    emit(args, {"root": str(root), "head": head, "store": where},
+         f"memfs store ready at {root}" + (f" (store: {where})" if loc else ""))
     return 0
 
 
@@ -105,7 +112,7 @@ def cmd_mount(args) -> int:
     if binds:
         from memfs.cli.reconcile_cmds import attach_before_mount
 
-        Store.open(root).close()
+        open_store(root).close()
         for name, directory in binds:
             attach_before_mount(root, name, directory)
     if args.foreground:
@@ -463,7 +470,7 @@ def _direct_status(root: Path) -> dict:
     from memfs.store.trees import decode_dir
 
     held = lock_held(root)
-    store = Store.open(root, create=False)
+    store = open_store(root, create=False)
     try:
         head = store.head()
         tree = store.commit(head).tree

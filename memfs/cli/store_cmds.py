@@ -14,7 +14,8 @@ from memfs.cli.main import add_json_flag, emit
 from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
-from memfs.store import Store
+from memfs.store import StoreBackend as Store
+from memfs.store import open_store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +46,7 @@ def _ask(args, op: str, direct, **kw):
     try:
         return call(root, op, **kw)
     except NoDaemon:
-        store = Store.open(root, create=False)
+        store = open_store(root, create=False)
         try:
             return direct(store)
         finally:
@@ -92,7 +93,7 @@ def cmd_branch(args) -> int:
 
 
 def cmd_fsck(args) -> int:
-    store = Store.open(_root(args), create=False)
+    store = open_store(_root(args), create=False)
     try:
         problems = store.fsck()
     finally:

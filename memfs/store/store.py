@@ -21,6 +21,7 @@ from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
 from memfs.store import db
 from memfs.store.chunks import ChunkStore
+from memfs.store.sqlite_records import SqliteRecords, SqliteTxRecords
 from memfs.store.trees import (
     DIR,
     FILE,
@@ -83,7 +84,7 @@ class Refs:
     inodes: tuple[Entry, ...] = ()  # a commit's inode-table rows, each followed like an entry
 
 
-class Transaction:
+class Transaction(SqliteTxRecords):
     """One durable step: chunks, objects, a commit. Used only by the writer."""
 
     def __init__(self, store: Store) -> None:
@@ -130,7 +131,9 @@ class Transaction:
                           (commit_id, json.dumps(doc)))
 
 
-class Store:
+class Store(SqliteRecords):
+    kind = "sqlite"  # memfs.store.backend: which backend this is
+
     def __init__(self, root: Path, *, readonly: bool = False) -> None:
         self.root = root
         self.db_path = root / "store.db"
@@ -138,12 +141,12 @@ class Store:
         self._write_lock = threading.Lock()
         self._writer = None if readonly else db.connect(self.db_path)
         if self._writer is not None:
-            from memfs.store import history
+            from memfs.store import sqlite_records
 
             db.create_schema(self._writer)
             self._writer.executescript(INTENT_SCHEMA)
             self._writer.executescript(INODES_SCHEMA)
-            history.create_schema(self._writer)
+            sqlite_records.create_schema(self._writer)
             fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
         self._reader = db.connect(self.db_path, readonly=readonly)
         self._reader_lock = threading.Lock()
@@ -182,7 +185,7 @@ class Store:
             first = tx.add_commit(None, tree, DEFAULT_BRANCH, "init", [])
             from memfs.store import history
 
-            history.put_ops(tx.conn, first.id, [history.made_by_memfs("init")])
+            history.put_ops(tx, first.id, [history.made_by_memfs("init")])
             tx.conn.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('branch', ?)", (DEFAULT_BRANCH,)
             )

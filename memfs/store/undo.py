@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memfs.store.backend import StoreBackend as Store
 from memfs.store.history import History, find_point
 from memfs.store.opspan import spans
-from memfs.store.store import Store, StoreError
+from memfs.store.store import StoreError
 
 NOTHING = "there is nothing before the store's first commit"
 

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 import trio
 
 from memfs.liveness import DaemonRecord
-from memfs.store import Store, history
+from memfs.store import StoreBackend as Store
+from memfs.store import history, open_store
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
 from memfs.store.trees import (
@@ -147,7 +148,7 @@ class Workspace(HistoryOps):
     @classmethod
     def open(cls, root, commit_interval: float = 0.1) -> Workspace:
         """The workspace of the store at `root` (created if missing)."""
-        return cls(Store.open(root), commit_interval)
+        return cls(open_store(root), commit_interval)
 
     # -- node table --------------------------------------------------------------
     def _new_id(self) -> int:
@@ -794,7 +795,7 @@ class Workspace(HistoryOps):
             _maybe_crash("after-objects")
             commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
                                    plan.processes, plan.inodes.table)
-            history.put_ops(tx.conn, commit.id, plan.ops)
+            history.put_ops(tx, commit.id, plan.ops)
             if plan.intents is not None:
                 tx.put_intents(commit.id, plan.intents)
             return commit

@@ -460,6 +460,8 @@ def cmd_status(args) -> int:
              f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
              f"pending  {st['pending']} change(s) not yet durable",
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
+    if st.get("read_only"):
+        lines.append(f"writes   READ-ONLY here: {st['read_only']}")
     lines += _backing_lines(st)
     emit(args, st, "\n".join(lines))
     daemon = st.get("daemon") or {}

@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_branch)
 
+    p = sub.add_parser("takeover", help="move BRANCH's writer lease here once its host's "
+                                        "lease expired (a store shared in PostgreSQL)")
+    p.add_argument("branch")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_takeover)
+
     p = sub.add_parser("fsck", help="check every commit's objects, chunks and link counts")
     add_json_flag(p)
     p.set_defaults(func=cmd_fsck)
@@ -89,6 +95,20 @@ def cmd_branch(args) -> int:
 
     res = _ask(args, "branch_switch", direct_switch, name=args.name)
     emit(args, res, f"switched to {args.name} ({res['head'][:12]})")
+    return 0
+
+
+def cmd_takeover(args) -> int:
+    """In a daemon: the lease, then the branch shown writable from its last durable commit.
+    Without one: the lease is this root's, so the next `memfs mount` here writes the branch."""
+    def direct(store: Store) -> dict:
+        claim = store.takeover(args.branch)
+        store.set_current_branch(args.branch)
+        return {"branch": args.branch, "head": store.head(args.branch), **claim.to_json()}
+
+    res = _ask(args, "takeover", direct, branch=args.branch)
+    emit(args, res, f"this host now writes branch {args.branch} (from {res['head'][:12]}, "
+                    "its last durable commit)")
     return 0
 
 

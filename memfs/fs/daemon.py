@@ -28,6 +28,7 @@ from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, rea
 from memfs.rootdir import control_socket
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.backing import Backing
+from memfs.workspace.hosts import Hosts
 from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
@@ -151,6 +152,8 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
         finally:
             if ws.backing is not None:
                 ws.backing.close()
+            if ws.read_only is None:  # a clean end: the next writer needs no takeover
+                store.release(ws.branch)
             store.close()
             sock = control_socket(root)
             if sock.exists():
@@ -158,8 +161,11 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
 
 
 async def _serve(ws: Workspace, ops: MemfsOperations, root: Path, lock: RootLock) -> None:
+    hosts = ws.hosts = Hosts(ws)
+    await hosts.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
+        nursery.start_soon(hosts.run, ops.drain_invalidations)
         nursery.start_soon(_signals, ws)
         nursery.start_soon(_heartbeat, ws, lock)
         await nursery.start(_control_server, ws, ops, root)
@@ -309,13 +315,15 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
         result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
     elif op == "branch_switch":
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
+    elif op == "takeover":
+        result = await ws.hosts.takeover(args["branch"])
     elif op.startswith("backing_") and ws.backing is not None:
         if op == "backing_after_batch":  # an agent's tool batch ended: an operation boundary
             await ws.mark(args.get("agent") or "after-batch")
         result = await ws.backing.control(op, args)
     else:
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
-    if op in ("undo", "restore", "branch_switch") and ws.backing is not None:
+    if op in ("undo", "restore", "branch_switch", "takeover") and ws.backing is not None:
         await ws.backing.pass_all()  # disk-only nodes are not in any commit: show them again
     await ops.drain_invalidations()
     return result

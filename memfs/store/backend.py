@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,61 @@ class StoreBackend(Records, Protocol):
     def reset_head(self, branch: str, target: str, reason: str) -> None: ...
     def checkpoint(self, name: str, cid: str | None = None, *, force: bool = False) -> str: ...
     def set_binding(self, mount: str, doc: dict | None) -> None: ...
+    # -- many hosts (memfs.store.pg.lease; the embedded store: SingleHost)
+    def claim(self, branch: str) -> Claim: ...
+    def release(self, branch: str) -> None: ...
+    def takeover(self, branch: str) -> Claim: ...
+    def lease_state(self, branch: str) -> Claim: ...
+    def watch(self, on_head: Callable[[str, str], None],
+              on_lost: Callable[[str], None]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Whether this host may write `branch`, and if not, who does and for how long."""
+
+    branch: str
+    writable: bool
+    holder: str | None = None  # "hostname (host id)" of the writing host
+    expires_in: float | None = None  # seconds until the holder's lease expires (<0: expired)
+    token: int | None = None
+
+    def to_json(self) -> dict:
+        return {"branch": self.branch, "writable": self.writable, "holder": self.holder,
+                "expires_in": None if self.expires_in is None else round(self.expires_in, 1)}
+
+    def reason(self) -> str:
+        if self.writable:
+            return ""
+        when = ("its lease expired; `memfs takeover " + self.branch + "` moves it here"
+                if self.expires_in is not None and self.expires_in < 0 else
+                f"its lease runs {self.expires_in:.0f} s more unless renewed"
+                if self.expires_in is not None else "")
+        return f"branch {self.branch} is written by host {self.holder}" + \
+            (f" ({when})" if when else "")
+
+
+class SingleHost:
+    """The embedded store's answers about hosts: one host, the one holding daemon.lock,
+    always writes, and no other host moves a head (mixed into Store)."""
+
+    def claim(self, branch: str) -> Claim:
+        return Claim(branch, True)
+
+    def release(self, branch: str) -> None:
+        pass
+
+    def takeover(self, branch: str) -> Claim:
+        raise MemfsError("this store is embedded in its root: one host writes it, so there is "
+                         "no lease to take over",
+                         "takeover is for a store shared in PostgreSQL (memfs init --store URL)")
+
+    def lease_state(self, branch: str) -> Claim:
+        return Claim(branch, True)
+
+    def watch(self, on_head: Callable[[str, str], None],
+              on_lost: Callable[[str], None]) -> None:
+        pass
 
 
 # -- which store a root uses ---------------------------------------------------------------

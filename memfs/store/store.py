@@ -20,6 +20,7 @@ from pathlib import Path
 from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
 from memfs.store import db
+from memfs.store.backend import SingleHost
 from memfs.store.chunks import ChunkStore
 from memfs.store.sqlite_records import SqliteRecords, SqliteTxRecords
 from memfs.store.trees import (
@@ -131,7 +132,7 @@ class Transaction(SqliteTxRecords):
                           (commit_id, json.dumps(doc)))
 
 
-class Store(SqliteRecords):
+class Store(SqliteRecords, SingleHost):
     kind = "sqlite"  # memfs.store.backend: which backend this is
 
     def __init__(self, root: Path, *, readonly: bool = False) -> None:

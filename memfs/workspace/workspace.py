@@ -123,6 +123,10 @@ class Workspace(HistoryOps):
         self.dirty_since: float | None = None
         self.last_error: str | None = None
         self.served_by: DaemonRecord | None = None  # the daemon serving it (status shows it)
+        # Why this host may not change the branch (another host holds its writer lease:
+        # memfs.workspace.hosts), or None.
+        self.read_only: str | None = None
+        self.hosts = None  # memfs.workspace.hosts.Hosts, while a daemon serves it
         # The operations whose changes the next commit holds (key -> record, requesters),
         # in the order of their last change; attribution.py says who a request is.
         self.attribution = Attribution()
@@ -313,6 +317,8 @@ class Workspace(HistoryOps):
     def _writable(self, node: Node) -> None:
         if node.readonly:
             raise fail(errno.EROFS)
+        if self.read_only is not None:
+            raise fail(errno.EROFS, self.read_only)
 
     def _settle_first(self, d: Node | None, name: bytes) -> None:
         """Seed 002: every change first settles a pending adoption of what it changes (only a
@@ -862,13 +868,19 @@ class Workspace(HistoryOps):
             return target
 
     async def switch_branch(self, name: str) -> str:
+        self.store.head(name)  # an unknown branch is refused before anything moves
+        claim = await trio.to_thread.run_sync(self.store.claim, name)  # its writer lease
         async with self._commit_lock:
+            old = self.branch
             await self._settle_locked("before switch")
             head = self.store.head(name)
             self.store.set_current_branch(name)
             self.branch = name
+            self.read_only = None if claim.writable else claim.reason()
             self._replace_tree(head)
-            return head
+        if old != name:
+            await trio.to_thread.run_sync(self.store.release, old)
+        return head
 
     async def create_branch(self, name: str, at: str | None) -> str:
         async with self._commit_lock:
@@ -975,6 +987,7 @@ class Workspace(HistoryOps):
             "last_commit_error": self.last_error,
             "mounts": mounts,
             "daemon": self.served_by.identity() if self.served_by else None,
+            "read_only": self.read_only,
             **({"backing": self.backing.status()} if self.backing is not None else {}),
         }
 

@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from memfs.store.backend import Claim
 from memfs.store.trees import DIR, decode_dir
 
 log = logging.getLogger("memfs.hosts")
@@ -42,18 +41,13 @@ class Hosts:
         self.dropped: str | None = None  # what a lost lease cost, once it happened
 
     async def start(self) -> None:
-        """Claim the selected branch and start hearing other hosts (before serving)."""
-        claim = await trio.to_thread.run_sync(self.store.claim, self.ws.branch)
-        self._set(claim)
+        """Start hearing other hosts (before serving; the workspace claimed its branch)."""
+        if self.ws.read_only is not None:
+            log.info("read-only: %s", self.ws.read_only)
         self._token = trio.lowlevel.current_trio_token()
         self.store.watch(self._heard, self._lost)
         if self.ws.read_only is not None:  # a commit made before the watch began
             await self.follow(await trio.to_thread.run_sync(self.store.head, self.ws.branch))
-
-    def _set(self, claim: Claim) -> None:
-        self.ws.read_only = None if claim.writable else claim.reason()
-        if not claim.writable:
-            log.info("read-only: %s", self.ws.read_only)
 
     # -- from the store's threads ---------------------------------------------------------
     def _heard(self, branch: str, head: str) -> None:

@@ -124,8 +124,9 @@ class Workspace(HistoryOps):
         self.last_error: str | None = None
         self.served_by: DaemonRecord | None = None  # the daemon serving it (status shows it)
         # Why this host may not change the branch (another host holds its writer lease:
-        # memfs.workspace.hosts), or None.
-        self.read_only: str | None = None
+        # memfs.workspace.hosts), or None. On the embedded store every claim succeeds.
+        claim = store.claim(self.branch)
+        self.read_only: str | None = None if claim.writable else claim.reason()
         self.hosts = None  # memfs.workspace.hosts.Hosts, while a daemon serves it
         # The operations whose changes the next commit holds (key -> record, requesters),
         # in the order of their last change; attribution.py says who a request is.

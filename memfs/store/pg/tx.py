@@ -30,6 +30,21 @@ if TYPE_CHECKING:
     from memfs.store.pg.store import PgStore
 
 
+BATCH_BYTES = 8 << 20  # chunk bytes per INSERT: bounds the client's copies of a commit
+
+
+def _batches(pieces: dict[str, bytes]) -> list[list[str]]:
+    out: list[list[str]] = []
+    size = BATCH_BYTES
+    for name, data in pieces.items():
+        if size + len(data) > BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(name)
+        size += len(data)
+    return out
+
+
 class PgTx(PgTxRecords):
     def __init__(self, store: PgStore, conn: psycopg.Connection) -> None:
         self.store = store
@@ -37,6 +52,7 @@ class PgTx(PgTxRecords):
         self.objects: dict[str, bytes] = {}  # put, not yet sent
         self.sent_objects: dict[str, bytes] = {}
         self.chunks: dict[str, bytes] = {}  # written or matched by this transaction
+        self.cached: set[str] = set()  # named by the cache: the database has them
         self.commit_id: str | None = None
         self.notices: list[tuple[str, str]] = []
 
@@ -46,27 +62,34 @@ class PgTx(PgTxRecords):
         digest) and store those the database lacks, in one statement."""
         names = [self._local_name(p) for p in pieces]
         fresh = {n: p for n, p in zip(names, pieces, strict=True)
-                 if n not in self.chunks and self.store.cache.get(n) is None}
-        if fresh:
-            ids, datas = list(fresh), list(fresh.values())
-            inserted = {r[0] for r in self.conn.execute(
-                "INSERT INTO chunks (id, data) SELECT * FROM unnest(%s::text[], %s::bytea[]) "
-                "ON CONFLICT (id) DO NOTHING RETURNING id", (ids, datas)).fetchall()}
-            known = [i for i in ids if i not in inserted]
-            same = dict(self.conn.execute(
-                "SELECT c.id, c.data = v.data FROM chunks c JOIN unnest(%s::text[], "
-                "%s::bytea[]) AS v(id, data) ON c.id = v.id",
-                (known, [fresh[i] for i in known])).fetchall()) if known else {}
-            for cid in ids:
-                if cid in inserted or same.get(cid):
-                    self.chunks[cid] = fresh[cid]
-            collided = {i for i in known if not same.get(i)}
-            if collided:  # another piece holds this digest: one at a time past it
-                names = [self._collided(n, p) if n in collided else n
-                         for n, p in zip(names, pieces, strict=True)]
+                 if n not in self.chunks and n not in self.cached}
+        collided: set[str] = set()
+        for batch in _batches(fresh):
+            collided |= self._send_chunks({n: fresh[n] for n in batch})
+        if collided:  # another piece holds this digest: one at a time past it
+            names = [self._collided(n, p) if n in collided else n
+                     for n, p in zip(names, pieces, strict=True)]
         for n, p in zip(names, pieces, strict=True):
             self.chunks.setdefault(n, p)
         return names
+
+    def _send_chunks(self, fresh: dict[str, bytes]) -> set[str]:
+        """Insert the pieces the database lacks (binary, one statement); compare the bytes
+        of those it has. Returns the names held by other bytes (collisions)."""
+        ids = list(fresh)
+        inserted = {r[0] for r in self.conn.execute(
+            "INSERT INTO chunks (id, data) SELECT * FROM unnest(%s::text[], %s::bytea[]) "
+            "ON CONFLICT (id) DO NOTHING RETURNING id", (ids, list(fresh.values())),
+            binary=True).fetchall()}
+        known = [i for i in ids if i not in inserted]
+        same = dict(self.conn.execute(
+            "SELECT c.id, c.data = v.data FROM chunks c JOIN unnest(%s::text[], "
+            "%s::bytea[]) AS v(id, data) ON c.id = v.id",
+            (known, [fresh[i] for i in known]), binary=True).fetchall()) if known else {}
+        for cid in ids:
+            if cid in inserted or same.get(cid):
+                self.chunks[cid] = fresh[cid]
+        return {i for i in known if not same.get(i)}
 
     def _local_name(self, data: bytes) -> str:
         """The digest, suffixed past a piece of this transaction or of the cache that has
@@ -78,6 +101,8 @@ class PgTx(PgTxRecords):
             mine = self.chunks.get(cid)
             if mine is None:
                 mine = self.store.cache.get(cid)
+                if mine == data:
+                    self.cached.add(cid)  # a committed row of these bytes: nothing to send
             if mine is None or mine == data:
                 return cid
             n += 1

@@ -72,7 +72,7 @@ class PgCluster:
                    "-E", "UTF8", "--no-sync", "--locale=C.UTF-8"])
         with open(self.data / "postgresql.conf", "a") as f:
             f.write(f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
-                    f"unix_socket_directories = '{self.dir}'\nmax_connections = 300\n"
+                    "unix_socket_directories = ''\nmax_connections = 300\n"
                     "fsync = on\nsynchronous_commit = on\nshared_buffers = 32MB\n")
 
     def _cmd(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -128,6 +128,10 @@ class PgCluster:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(_alive(p) for p in pids):
             time.sleep(0.05)
+        # A killed postmaster whose parent never reaps it (a container's init) stays a
+        # zombie, which the next start takes for a live server: the lock file goes with it.
+        if pids and not any(_alive(p) for p in pids):
+            (self.data / "postmaster.pid").unlink(missing_ok=True)
 
     def stop(self) -> None:
         self._cmd([str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"],

@@ -22,11 +22,13 @@ if [ "${MEMFS_WANT_TEST_TOOLS:-0}" = 1 ]; then
     command -v getfattr >/dev/null 2>&1 || need_pkgs+=(attr)
     command -v git >/dev/null 2>&1 || need_pkgs+=(git)
     # The disk-fault tests inject EIO/ENOSPC with libfiu's preload libraries; the crash model
-    # builds its LD_PRELOAD shim with a C compiler; another user is played with setpriv.
+    # builds its LD_PRELOAD shim with a C compiler; another user is played with setpriv; the
+    # conflict-copy fsync test watches the daemon with strace.
     [ -e /usr/lib/fiu/fiu_posix_preload.so ] || need_pkgs+=(libfiu0)
     command -v fiu-run >/dev/null 2>&1 || need_pkgs+=(fiu-utils)
     command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc libc6-dev)
     command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
+    command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
     # The PostgreSQL backend's tests start a throwaway server of their own (tests/helpers/pg.py).
     [ -x /usr/lib/postgresql/15/bin/initdb ] || need_pkgs+=(postgresql)
 fi

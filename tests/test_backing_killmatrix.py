@@ -163,9 +163,11 @@ def pending(m, mount: str = "work") -> list:
 
 
 def evidence(m, path: str) -> EvidenceRecord | None:
+    """P's digest for a path (its mode left out: these cells are about content)."""
     j = Journal(m.root / "store.db")
     try:
-        return j.evidence("work", path)
+        rec = j.evidence("work", path)
+        return None if rec is None else EvidenceRecord(rec.digest)
     finally:
         j.close()
 
@@ -367,12 +369,10 @@ def test_branch_selected_while_down_keeps_both_sides(mount_factory, monkeypatch,
     """The other order of restart and branch selection: killed after a materialize write's
     intent, disk rewritten to neither outcome, `side` selected while the daemon is down (the
     CLI opens the store itself), so the first pass to see main's interrupted push runs on side.
-    Nothing is lost and nothing overwritten: side keeps its tree, main keeps its draft as a
-    conflict that a bare materialize refuses, disk keeps its bytes until the named, forced path
-    takes the workspace's side. The kind is not asserted: the issue wants main's conflict to be
-    `interrupted`, but today side's pass records the interrupted conflict in side's intent (and
-    settles main's intent), so main reads `both-changed`. Reported, not fixed here: leaving
-    another branch's interrupted push pending makes side's own adoption supersede it."""
+    side never pushed anything: for it only disk changed, so it takes disk's bytes, and main's
+    intent stays pending for main (side's own adoption does not supersede it). Back on main it
+    is the interrupted conflict it is: main keeps its draft, a bare materialize refuses it, and
+    disk keeps its bytes until the named, forced path takes the workspace's side."""
     disk = tmp_path / "disk"
     disk.mkdir()
     (disk / "f.txt").write_bytes(OLD)
@@ -386,11 +386,14 @@ def test_branch_selected_while_down_keeps_both_sides(mount_factory, monkeypatch,
     assert m.cli_json("branch", "switch", "side")["branch"] == "side"
     m.start()
     assert wait_for(lambda: first_pass_done(m), 10)
-    assert read(m.work / "f.txt") == OLD and read(disk / "f.txt") == OTHER
+    assert read(m.work / "f.txt") == OTHER and read(disk / "f.txt") == OTHER
+    assert states(m)["work/f.txt"] == ("synced", None)
+    assert [(i.op, i.branch) for i in pending(m)] == [("write", "main")]
     switch(m, "main")
     assert read(m.work / "f.txt") == NEW and read(disk / "f.txt") == OTHER
-    assert states(m)["work/f.txt"][0] == "conflict"
+    assert states(m)["work/f.txt"] == ("conflict", "interrupted")
     res = m.cli_json("materialize")["mounts"]["work"]
     assert [s["path"] for s in res["skipped"]] == ["f.txt"] and read(disk / "f.txt") == OTHER
+    assert pending(m) == []
     res = m.cli_json("materialize", "--force", "work/f.txt")["mounts"]["work"]
     assert res["written"] == ["f.txt"] and read(disk / "f.txt") == NEW

@@ -97,6 +97,42 @@ def test_diff_and_show_against_known_content(mounted) -> None:
         assert missing.returncode == 1 and "work/new.txt is not in A" in missing.stderr
 
 
+def test_a_path_from_the_current_directory_gets_a_remedy_that_fits(mounted) -> None:
+    """Standing in MNT/work/proj, `memfs show HEAD:z.txt` names a path from the store root
+    (there is none): the remedy names the path that is meant; `memfs diff -- z.txt` says
+    the path is in neither state instead of answering "no differences"."""
+    mounted.require_real()
+    proj = mounted.work / "proj"
+    proj.mkdir()
+    (proj / "z.txt").write_text("one\n")
+    mounted.cli("status")
+    (proj / "z.txt").write_text("two\n")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(memfs_cmd(mounted.root, *args), capture_output=True, text=True,
+                              cwd=proj, timeout=60)
+
+    out = run("show", "HEAD:z.txt")
+    assert out.returncode == 1 and "memfs show HEAD:work/proj/z.txt" in out.stderr \
+        and "HEAD:./z.txt from here" in out.stderr, out.stderr
+    assert run("show", "HEAD:./z.txt").stdout == "two\n"
+    out = run("diff", "HEAD~1", "--", "z.txt")
+    assert out.returncode == 1 and "z.txt is in neither state" in out.stderr \
+        and "-- work/proj/z.txt" in out.stderr, (out.stdout, out.stderr)
+    assert "+two" in run("diff", "HEAD~1", "--", "./z.txt").stdout
+    out = run("show", "HEAD:work/nosuch")  # nothing meant from here: the listing remedy
+    assert out.returncode == 1 and "memfs show HEAD:work" in out.stderr, out.stderr
+
+
+def test_a_negative_count_is_refused(mounted) -> None:
+    """`memfs log -n -1` listed every commit (a typo read as "all")."""
+    (mounted.work / "f").write_text("1\n")
+    for args in (("log", "-n", "-1"), ("log", "--ops", "-n", "-3"), ("reflog", "-n", "-1")):
+        out = mounted.cli(*args, check=False)
+        assert out.returncode == 2 and "is negative (0 lists all)" in out.stderr, (args, out)
+        assert out.stdout == ""
+
+
 def test_diff_with_no_states_is_the_last_operation(mounted) -> None:
     mounted.require_real()
     (mounted.work / "keep.txt").write_text("k\n")
@@ -152,6 +188,35 @@ def test_checkpoints_list_refuse_a_move_and_delete(mounted) -> None:
         ("checkpoints/bare", "checkpoint create bare", None, moves[1][3]),
         ("checkpoints/cp", "checkpoint move cp", first, second["commit"]),
         ("checkpoints/cp", "checkpoint create cp", None, first)]
+
+
+def test_a_name_that_another_revision_would_shadow_is_refused(mounted) -> None:
+    """A checkpoint named like a branch, HEAD, `now` or a commit id could never be reached
+    by that name (`memfs show main` is the branch), so it is refused, and nothing changes;
+    likewise a branch named like a checkpoint and a mark named like either."""
+    mounted.require_real()
+    (mounted.work / "f").write_text("1\n")
+    mounted.cli("checkpoint", "create", "cp")
+    head = mounted.cli_json("log", "-n", "1")[0]["id"]
+    cases = [
+        (("checkpoint", "create", "main"), "a branch is named 'main'"),
+        (("checkpoint", "create", "HEAD"), "'HEAD' names a revision already"),
+        (("checkpoint", "create", "now"), "'now' names a revision already"),
+        (("checkpoint", "create", head[:8]), "reads as a commit id"),
+        (("checkpoint", "main"), "a branch is named 'main'"),
+        (("branch", "create", "cp"), "a checkpoint is named 'cp'"),
+        (("branch", "create", "HEAD"), "'HEAD' names a revision already"),
+        (("mark", "cp"), "a checkpoint is named 'cp'"),
+        (("mark", "main"), "a branch is named 'main'"),
+    ]
+    for args, why in cases:
+        out = mounted.cli(*args, check=False)
+        assert out.returncode == 1 and why in out.stderr and "pick another name" in out.stderr, \
+            (args, out.stderr)
+    assert [c["name"] for c in mounted.cli_json("checkpoint", "list")] == ["cp"]
+    assert list(mounted.cli_json("branch", "list")["branches"]) == ["main"]
+    assert mounted.cli_json("log", "-n", "1")[0]["marks"] == []
+    assert mounted.cli("show", "main").stdout == mounted.cli("show", head).stdout
 
 
 def test_reconciler_commits_are_labelled(mounted, tmp_path: Path) -> None:
@@ -230,6 +295,7 @@ def seed_commits(root: Path, n: int, days: int) -> list[str]:
     return ids
 
 
+@pytest.mark.embedded_only  # seed_commits writes the commits straight into SQLite
 def test_history_lists_every_one_of_100k_commits(mount_factory, tmp_path: Path) -> None:
     """No cap: every commit is under by-time (each day one directory, read by an indexed
     query, kept until the database changes). scripts' figures: docs/performance.md."""

@@ -315,3 +315,60 @@ def test_undo_commits_and_to_a_moment(mounted) -> None:
     bad = mounted.cli("undo", "--to", "not-a-rev-or-time", check=False)
     assert bad.returncode == 1 and "neither a revision nor a time" in bad.stderr
     assert mounted.cli_json("log", "-n", "1")[0]["id"] == log[1]["id"], "refusal moved head"
+
+
+def test_git_status_between_undos_is_not_an_operation(mounted, tmp_path: Path) -> None:
+    """A plain `git status` (optional locks on, as people run it) takes .git/index.lock and
+    drops it: nothing is left changed but .git's times. `memfs undo` right after it must
+    still take back the `git commit` before it, as a user checking `git status` between
+    two undos expects, and `log --ops` must list what undo takes."""
+    mounted.require_real()
+    w = mounted.work
+    git(mounted, w, "init", "-q")
+    (w / "a.txt").write_text("hi\n")
+    git(mounted, w, "add", "-A")
+    before = snapshot(w)
+    git(mounted, w, "commit", "-qm", "first")
+    env = {k: v for k, v in GIT_ENV.items() if k != "GIT_OPTIONAL_LOCKS"}
+    for _ in range(2):
+        subprocess.run(["git", "status", "--short"], cwd=w, env=env, check=True,
+                       capture_output=True, process_group=0)
+    mounted.cli("status")  # what git status left is committed
+    ops = head_ops(mounted, 2)
+    assert "commit -qm first" in ops[0]["label"], ops
+    assert ops[0]["quiet"] == ["git status --short"] * 2, ops[0]
+    assert "add -A" in ops[1]["label"], ops
+    shown = mounted.cli("diff", "--stat").stdout
+    assert "work/.git/COMMIT_EDITMSG" in shown, shown  # what the next undo takes back
+
+    res = mounted.cli_json("undo")
+    assert len(res["undone"]) == 1 and "commit -qm first" in res["undone"][0], res
+    assert res["quiet"] == ["git status --short"] * 2, res
+    assert not diff_snapshots(before, snapshot(w)), "git's state before the commit"
+    st = subprocess.run(["git", "status", "--porcelain"], cwd=w, env=env,
+                        capture_output=True, text=True, process_group=0)
+    assert st.stdout == "A  a.txt\n", st.stdout
+    out = mounted.cli("undo").stdout  # that git status is not what the next undo takes
+    assert "add -A" in out and "with it, after it, changing only times: `git status" in out, out
+
+
+def test_a_touch_is_an_operation_undo_takes_alone(mounted) -> None:
+    """A `touch` changes only times too, but on purpose: `memfs undo` right after it takes
+    back the touch alone (the file's old mtime), never the command before it as well, as it
+    does for git status's side effects."""
+    mounted.require_real()
+    w = mounted.work
+    job(mounted, w, "sh", "-c", "echo one > a.txt")
+    os.utime(w / "a.txt", ns=(10**18, 10**18))  # an old, known time to come back to
+    job(mounted, w, "sh", "-c", "echo two > b.txt")
+    b_time = os.stat(w / "b.txt").st_mtime_ns
+    job(mounted, w, "touch", "a.txt")
+    mounted.cli("status")  # committed
+    ops = head_ops(mounted, 1)
+    assert ops[0]["label"].startswith("touch") and ops[0]["quiet"] == [], ops
+    res = mounted.cli_json("undo")
+    assert len(res["undone"]) == 1 and res["undone"][0].startswith("touch"), res
+    assert res["quiet"] == [], res
+    assert (w / "b.txt").read_text() == "two\n", "the command before the touch stays"
+    assert os.stat(w / "b.txt").st_mtime_ns == b_time
+    assert os.stat(w / "a.txt").st_mtime_ns == 10**18, "the touch is taken back"

@@ -96,3 +96,27 @@ def test_others_names_the_operation_sharing_a_commit() -> None:
     commits = history((op("a", label="vim notes"), op("b", label="git commit")), (op("c"),))
     s = span_at(lambda i: commits[i] if i < len(commits) else None, 0)
     assert s.label == "git commit" and s.others == ["vim notes"]
+
+
+def test_operations_that_changed_only_times_go_with_the_one_before() -> None:
+    """`git status` between commands: its commits go with the operation before it; at the
+    newest end of history with nothing before it, it stands alone; legacy commits never
+    fold."""
+    commits = history((op("status2"),), (op("status1"),), (GIT,), (HOOK,), (op("add"),),
+                      (op("status0"),), None, None)
+    quiet_groups = {"status0", "status1", "status2"}
+    get = lambda i: commits[i] if i < len(commits) else None  # noqa: E731
+
+    def quiet(s) -> bool:
+        return s.op is None or s.op.group in quiet_groups  # None: must not be asked to fold
+
+    got = spans(get, 10, quiet=quiet)
+    assert [[c.id for c in s.commits] for s in got] == [
+        ["c008", "c007", "c006", "c005"], ["c004"], ["c003", "c002"]]
+    assert got[0].quiet == ("status2 leader", "status1 leader") and got[0].n_quiet == 2
+    assert got[0].label == "git-group leader" and got[0].others == []
+    assert got[1].quiet == () and got[2].quiet == ("status0 leader",)
+    alone = history((op("status1"),), (op("status0"),), None)
+    got = spans(lambda i: alone[i] if i < len(alone) else None, 5, quiet=quiet)
+    assert [([c.id for c in s.commits], s.label) for s in got] == [
+        (["c003"], "status1 leader"), (["c002"], "status0 leader")]

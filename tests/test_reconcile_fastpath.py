@@ -55,15 +55,19 @@ PATHS = ["a", "b", "d/c", "d/e", "f/g", "f/h"]
 # --- the rule-level fast path -----------------------------------------------------------------
 
 
-@given(st.one_of(st.none(), DIGESTS), DIGESTS, EVIDENCE, KINDS)
-@settings(max_examples=300, deadline=None)
-def test_decide_unchanged_is_the_rule(disk, store, p, kind):
+MODES = st.one_of(st.none(), st.sampled_from([0o644, 0o755]))
+
+
+@given(st.one_of(st.none(), DIGESTS), DIGESTS, EVIDENCE, KINDS, MODES, MODES, MODES)
+@settings(max_examples=500, deadline=None)
+def test_decide_unchanged_is_the_rule(disk, store, p, kind, dm, sm, pm):
     """Where it answers, it answers what `decide` does (no intent); it answers exactly when
-    disk, store and P are one digest."""
-    fast = decide_unchanged(disk, store, p)
+    disk, store and P are one digest and one mode."""
+    fast = decide_unchanged(disk, store, p, dm, sm, pm)
     if fast is not None:
-        assert fast == decide(Content(disk, kind), Content(store), p, NO_INTENT)
-    assert (fast is not None) == (disk is not None and disk == store == p)
+        assert fast == decide(Content(disk, kind, dm), Content(store, "text", sm), p, NO_INTENT,
+                              pm)
+    assert (fast is not None) == (disk is not None and disk == store == p and dm == sm == pm)
 
 
 # --- plan_pass over generated worlds ----------------------------------------------------------

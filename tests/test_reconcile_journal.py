@@ -21,7 +21,7 @@ from helpers.require import LIBFIU, libfiu_missing, require_tool
 from memfs.errors import MemfsError
 from memfs.store.journal import EvidenceRecord, FingerprintRow, Journal
 
-A, B = "a" * 32, "b" * 32
+A, B, C = "a" * 32, "b" * 32, "c" * 32
 FIU = LIBFIU
 
 
@@ -46,6 +46,55 @@ def test_evidence_root_and_restart(tmp_path: Path):
     assert j2.root("work") == (1, 3) and j2.evidence_under("work") == {}
     aside = sqlite3.connect(db).execute("SELECT count(*) FROM journal_evidence_aside").fetchone()
     assert aside == (4,)
+
+
+def test_a_journal_made_before_priors_gets_the_column_and_keeps_its_intents(tmp_path: Path):
+    """Existing journals keep working: an intents table without `prior` gets it at open; its
+    rows read prior None (not recorded), new adoptions carry theirs ("" absent, a digest)."""
+    db = tmp_path / "store.db"
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE journal_intents (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, mount TEXT NOT NULL, path TEXT NOT NULL,
+            op TEXT NOT NULL, branch TEXT, old TEXT, new TEXT,
+            state TEXT NOT NULL DEFAULT 'pending', created_at REAL NOT NULL, settled_at REAL);
+        INSERT INTO journal_intents (mount, path, op, branch, old, new, created_at)
+            VALUES ('work', 'a.txt', 'adopt', 'main', 'aaaa', 'bbbb', 0);
+    """)
+    old.close()
+    j = Journal(db)
+    k = Journal(db)  # a second opener finds the column there
+    (legacy,) = j.pending_intents("work")
+    assert (legacy.op, legacy.old, legacy.new, legacy.prior) == ("adopt", "aaaa", "bbbb", None)
+    j.begin_intent("work", "b.txt", "adopt", old=A, new=B, branch="main", prior=A)
+    j.begin_intent("work", "c.txt", "adopt", old=None, new=B, branch="main", prior=None)
+    assert [i.prior for i in k.pending_intents("work")] == [None, A, ""]
+    j.close()
+    k.close()
+
+
+def test_a_redo_supersedes_only_its_own_branchs_intents(tmp_path: Path):
+    """Completing main's intent abandons main's older ones for the path, never side's: only
+    side's tree can tell whether side's step happened."""
+    j = Journal(tmp_path / "store.db")
+    j.record_evidence("work", [("a.txt", A)], root=(1, 2))
+    side = j.begin_intent("work", "a.txt", "adopt", old=A, new=B, branch="side", prior=A)
+    old_main = j.begin_intent("work", "a.txt", "write", old=A, new=C, branch="main")
+    redo = j.begin_intent("work", "a.txt", "write", old=A, new=C, branch="main")
+    j.complete_intent(redo)
+    assert [i.id for i in j.pending_intents("work")] == [side]
+    assert old_main not in [i.id for i in j.pending_intents("work")]
+    j.close()
+
+
+def test_accept_root_abandons_the_old_directorys_intents(tmp_path: Path):
+    j = Journal(tmp_path / "store.db")
+    j.record_evidence("work", [("a.txt", A)], root=(1, 2))
+    j.begin_intent("work", "a.txt", "write", old=A, new=B, branch="main")
+    j.begin_intent("other", "a.txt", "write", old=A, new=B, branch="main", root=(1, 9))
+    j.accept_root("work", 1, 3)
+    assert j.pending_intents("work") == [] and len(j.pending_intents("other")) == 1
+    j.close()
 
 
 def test_intents_write_ahead(tmp_path: Path):
@@ -321,3 +370,57 @@ def test_a_snapshot_outlives_commits_to_other_tables(tmp_path: Path):
     assert after.evidence == {"a.txt": A, "b.txt": B}
     assert after.fingerprints is first.fingerprints
     j.close()
+
+
+def test_names_that_are_not_utf8_are_kept_as_their_bytes(tmp_path: Path):
+    """Every path column takes a name that is not UTF-8 (a surrogate escape in Python) as its
+    own bytes, and gives the same escape back: evidence, prefix reads, intents, fingerprints."""
+    db = tmp_path / "store.db"
+    j = Journal(db)
+    bad, under = "bad-\udce9.txt", "d\udcff/x"
+    j.record_evidence("work", [(bad, A), (under, B), ("d/ok", A)], root=(1, 2))
+    assert j.evidence("work", bad) == EvidenceRecord(A)
+    assert set(j.evidence_under("work", "d\udcff")) == {under}
+    assert set(j.evidence_under("work", "d")) == {"d/ok"}
+    i = j.begin_intent("work", bad, "write", old=A, new=B, branch="main")
+    assert [x.path for x in j.pending_intents("work", bad)] == [bad]
+    j.complete_intent(i)
+    assert j.evidence("work", bad) == EvidenceRecord(B)
+    fp = FingerprintRow(1, 2, 3, 4, 5, A, "text", 6)
+    j.put_fingerprints("work", {under: fp})
+    assert j.pass_inputs("work", "d\udcff").fingerprints == {under: fp}
+    raw = sqlite3.connect(db).execute(
+        "SELECT CAST(path AS BLOB) FROM journal_evidence WHERE path >= 'bad' AND path < 'bae'"
+    ).fetchall()
+    assert raw == [(b"bad-\xe9.txt",)]  # the name's own bytes
+    j.forget_evidence("work", [bad])
+    assert j.evidence("work", bad) is None
+    j.close()
+
+
+def test_evidence_carries_the_agreed_mode_and_old_evidence_reads_none(tmp_path: Path):
+    """P's mode: recorded with the digest (record_evidence, an intent's completion), shared in
+    pass_inputs.modes; a journal made before modes gets the column, its rows read None (the
+    rule then takes disk's mode, never writes over it)."""
+    db = tmp_path / "store.db"
+    old = sqlite3.connect(db)
+    old.executescript("""
+        CREATE TABLE journal_evidence (mount TEXT NOT NULL, path TEXT NOT NULL, digest TEXT,
+            recorded_at REAL NOT NULL, PRIMARY KEY (mount, path)) WITHOUT ROWID;
+        INSERT INTO journal_evidence VALUES ('work', 'old.txt', 'aaaa', 0);
+    """)
+    old.close()
+    j = Journal(db)
+    assert j.evidence("work", "old.txt") == EvidenceRecord("aaaa", None)
+    j.record_evidence("work", [("run.sh", A, 0o755), ("gone.txt", None, None)], root=(1, 2))
+    got = j.pass_inputs("work")
+    assert got.modes == {"run.sh": 0o755} and got.evidence["old.txt"] == "aaaa"
+    i = j.begin_intent("work", "run.sh", "write", old=A, new=B, branch="main", mode=0o644)
+    assert j.pending_intents("work")[0].mode == 0o644
+    j.complete_intent(i)
+    again = j.pass_inputs("work")  # patched in place, not re-read
+    assert again.modes == {"run.sh": 0o644} and again.evidence["run.sh"] == B
+    assert j.evidence("work", "run.sh") == EvidenceRecord(B, 0o644)
+    j.close()
+    fresh = Journal(db).pass_inputs("work")
+    assert dict(fresh.modes) == {"run.sh": 0o644}

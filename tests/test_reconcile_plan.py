@@ -139,9 +139,9 @@ def test_path_sync_takes_disk_and_lists_what_it_gave_up(world):
         Discarded("new-in-ws.txt", "workspace-draft", "deleted"),
         Discarded("ws-deleted.txt", "workspace-deleted", "restored"),
     ]
-    assert sync.take["drafted.txt"] == text(b"v1\n")
+    assert sync.take["drafted.txt"].digest == h(b"v1\n")
     assert "same.txt" not in sync.take  # agreed: kept as it is
-    assert sync.take["other-branch.txt"] == text(b"ob\n")
+    assert sync.take["other-branch.txt"].digest == h(b"ob\n")
     # A path sync is kept to its branch.
     moved = plan_sync(plan, obs, store, path="drafted.txt", branch_now="other")
     assert moved.refused and not moved.take
@@ -251,7 +251,7 @@ def test_accept_root_sets_evidence_aside_and_nothing_reads_deleted(tmp_path: Pat
     store = {"kept.txt": text(b"k\n"), "same.txt": text(b"same\n")}
     plan = plan_pass(obs, store, evidence, intent_mod.IntentTable(), branch="main")
     sync = plan_sync(plan, obs, store, branch_now="main")
-    assert sync.take == {"fresh.txt": text(b"fresh\n")}
+    assert {p: t.digest for p, t in sync.take.items()} == {"fresh.txt": h(b"fresh\n")}
     assert all(v is not ABSENT for v in sync.take.values())
     assert states(plan)["kept.txt"] == "disk-missing-provenance-unknown"
     j.record_evidence("work", sync.record.items(), root=(obs.root.dev, obs.root.ino))
@@ -333,3 +333,45 @@ def test_contracts_hold_in_any_world(w, force, apply_deletions):
     handled = ({x.path for x in mat.writes} | {x.path for x in mat.unlinks}
                | {x.path for x in mat.skipped} | set(mat.deletions_left))
     assert owed <= handled
+
+
+# --- type changes: a file on one side where the other keeps a directory -----------------------
+
+
+def test_type_changes_take_disk_only_where_the_store_gives_up_what_is_in_the_way(tmp_path: Path):
+    """Disk: `gone/` agreed and removed, a file `gone` made; `kept` made a file where the
+    store's kept/ holds a draft; `f` made a directory where the store's agreed file was; `g`
+    made a directory where the store keeps a draft file. The plan puts a file only where
+    nothing the store keeps is in the way; the others are type-changed conflicts (nothing
+    taken, recorded or owed), and materialize says why it cannot write below them."""
+    root = tmp_path / "root"
+    root.mkdir()
+    for rel, data in {"gone": b"x\n", "kept": b"k\n", "f/inner.txt": b"i\n",
+                      "g/inner.txt": b"j\n"}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    v1 = b"v1\n"
+    store = {"gone/a.txt": text(v1), "kept/d.txt": text(b"draft\n"), "f": text(v1),
+             "g": text(b"g draft\n")}
+    evidence = {"gone/a.txt": h(v1), "kept/d.txt": h(v1), "f": h(v1), "g": h(v1)}
+    obs = observe(root)
+    plan = plan_pass(obs, store, evidence, intent_mod.IntentTable(), branch="main")
+    assert states(plan) == {
+        "gone": "synced", "kept": "conflict:type-changed", "kept/d.txt": "conflict:deleted-on-disk",
+        "f/inner.txt": "synced", "g": "conflict:deleted-on-disk",
+        "g/inner.txt": "conflict:type-changed"}
+    for p in ("kept", "g/inner.txt"):
+        assert plan.decisions[p].record is None and plan.decisions[p].owes is None
+    sync = plan_sync(plan, obs, store, branch_now="main")
+    assert set(sync.take) == {"gone", "gone/a.txt", "f", "f/inner.txt"}
+    # A path sync takes disk's side under its path, saying what it gave up ...
+    path_sync = plan_sync(plan, obs, store, path="kept", branch_now="main")
+    assert path_sync.take["kept"].digest == h(b"k\n") and path_sync.take["kept/d.txt"] is ABSENT
+    assert path_sync.discarded == [Discarded("kept/d.txt", "conflict", "deleted")]
+    # ... but not below a file the store keeps outside it.
+    inner = plan_sync(plan, obs, store, path="g/inner.txt", branch_now="main")
+    assert "g/inner.txt" not in inner.take
+    mplan = plan_materialize(plan, obs, paths=["g"], force=True, mount="work")
+    (skip,) = mplan.skipped
+    assert skip.state == "conflict: type-changed" and "`memfs sync work/g`" in skip.remedy
+    assert mplan.writes == []

@@ -181,7 +181,113 @@ def test_another_branchs_push_seen_on_disk():
     other = decide(TB, ABSENT, A, w)
     assert other.state == State.NOT_IN_BRANCH and other.owes is None and other.record is None
     assert other.resolve_pending is None
-    assert decide(TA, ABSENT, A, w).resolve_pending == "not-done"
+    # Not done (or disk moved on): decided from the evidence, and left pending for its branch.
+    assert decide(TA, ABSENT, A, w).resolve_pending is None
+    moved = decide(TC, TA, A, w)
+    assert moved.action == Action.ADOPT_DISK and moved.resolve_pending is None
+    assert moved.record_conflict is None  # no interrupted conflict on a branch that never pushed
+
+
+# --- permission bits: the same rule on the mode, beside the content -------------------------
+
+X, R = 0o755, 0o644
+
+
+def _f(digest: str, mode: int) -> Content:
+    return Content(digest, "text", mode)
+
+
+MODE_CASES = [
+    # (disk, store, P, P's mode) -> (action, state, detail, mode, take_mode, record_mode)
+    ("agreed", _f(A, X), _f(A, X), A, X, Action.AGREE, State.SYNCED, None, None, False, None),
+    ("chmod on disk", _f(A, R), _f(A, X), A, X,
+     Action.ADOPT_DISK, State.SYNCED, Detail.MODE, R, True, R),
+    ("chmod in the mount", _f(A, X), _f(A, R), A, X,
+     Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.MODE, R, False, None),
+    ("the same chmod on both", _f(A, R), _f(A, R), A, X,
+     Action.AGREE, State.SYNCED, None, R, False, R),
+    ("no mode on record: disk's taken", _f(A, R), _f(A, X), A, None,
+     Action.ADOPT_DISK, State.SYNCED, Detail.MODE, R, True, R),
+    ("no mode on record, equal: recorded", _f(A, X), _f(A, X), A, None,
+     Action.AGREE, State.SYNCED, None, X, False, X),
+    ("content in the mount, mode on disk", _f(A, R), _f(B, X), A, X,
+     Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, R, True, R),
+    ("content on disk, mode in the mount", _f(B, X), _f(A, R), A, X,
+     Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, R, False, X),
+    ("content and mode on disk", _f(B, R), _f(A, X), A, X,
+     Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, R, False, R),
+    ("content and mode in the mount", _f(A, X), _f(B, R), A, X,
+     Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, R, False, None),
+    ("a new disk file keeps its mode", _f(A, X), ABSENT, NO_EVIDENCE, None,
+     Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, X, False, X),
+    ("a new workspace file is written with its mode", ABSENT, _f(A, X), NO_EVIDENCE, None,
+     Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, X, False, None),
+]
+
+
+@pytest.mark.parametrize("case", MODE_CASES, ids=[c[0] for c in MODE_CASES])
+def test_mode_cells(case):
+    _, d, s, p, pm, action, state, detail, mode, take_mode, record_mode = case
+    intent = PathIntent(origin_store=True) if d is ABSENT else NO_INTENT
+    dec = decide(d, s, p, intent, pm)
+    got = (dec.action, dec.state, dec.detail, dec.mode, dec.take_mode, dec.record_mode)
+    assert got == (action, state, detail, mode, take_mode, record_mode), dec
+    if dec.owes == "write":  # what is written: the store's mode, or the one it takes first
+        assert dec.mode == (d.mode if dec.take_mode else s.mode)
+
+
+def test_a_mode_changed_on_both_sides_is_a_conflict_until_the_modes_agree():
+    dec = decide(_f(A, 0o600), _f(A, R), A, NO_INTENT, X)
+    assert dec.state == State.CONFLICT and dec.conflict == ConflictKind.BOTH_CHANGED
+    assert {"named", "force"} <= dec.requires and dec.mode == R
+    recorded = PathIntent(conflict=dec.record_conflict)
+    assert decide(_f(A, 0o600), _f(A, R), A, recorded, X).state == State.CONFLICT  # sticky
+    converged = decide(_f(A, R), _f(A, R), A, recorded, X)
+    assert converged.state == State.SYNCED and converged.clear_conflict
+
+
+modes = st.one_of(st.none(), st.sampled_from([0o600, 0o644, 0o755]))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.sampled_from([A, B, C]), st.sampled_from([A, B, C]), st.sampled_from([A, B, C]),
+       st.sampled_from([0o600, 0o644, 0o755]), st.sampled_from([0o600, 0o644, 0o755]), modes)
+def test_mode_invariants(dc, sc, pc, dm, sm, pm):
+    """The mode is never written over a disk chmod memfs has not seen (an unforced write owes
+    the store's mode only where disk still has P's mode), and never taken over a mode the
+    workspace changed (a mode is taken only where the store still has P's mode, or none is on
+    record)."""
+    dec = decide(_f(dc, dm), _f(sc, sm), pc, NO_INTENT, pm)
+    if dec.owes == "write" and "force" not in dec.requires and dec.mode != dm:
+        assert pm == dm and dec.mode == sm, dec
+    if dec.take_mode or (dec.action == Action.ADOPT_DISK and dec.mode == dm != sm):
+        assert pm is None or pm == sm, dec
+    if dec.record_mode is not None:
+        assert dec.record_mode == dm, dec  # P's mode is what disk has, agreed
+
+
+def test_a_restored_copy_is_the_workspaces_side():
+    """An undo or restore brought back the agreed copy A while disk changed it: a conflict,
+    never disk taken over the rewind (nor a draft written over disk's change)."""
+    restored = PathIntent(restored=True)
+    gone = decide(ABSENT, TA, A, restored)
+    assert gone.state == State.CONFLICT and gone.conflict == ConflictKind.DELETED_ON_DISK
+    edited = decide(TB, TA, A, restored)
+    assert edited.conflict == ConflictKind.BOTH_CHANGED and {"named", "force"} <= edited.requires
+    assert decide(TA, TA, A, restored).state == State.SYNCED  # disk unchanged: agreed
+    assert decide(TB, TA, A).action == Action.ADOPT_DISK  # unmarked: only disk changed
+
+
+def test_not_done_adoption_is_decided_from_its_prior():
+    """Seed 002: an adoption's intent carries the prior its decision resolved. Killed after
+    the intent, another branch agreed with disk (P moved to disk's B); this branch's tree still
+    holds A: decided from the moved P it would be a draft owed to disk (a write over the edit
+    being adopted); from its prior A it is adopted, as it would have been without the crash."""
+    w = PathIntent(pending=Pending("adopt", A, B, prior=A))
+    dec = decide(TB, TA, B, w)
+    assert dec.action == Action.ADOPT_DISK and dec.resolve_pending == "not-done" and not dec.owes
+    legacy = PathIntent(pending=Pending("adopt", A, B))  # no prior recorded: P as it stands
+    assert decide(TB, TA, B, legacy).state == State.WORKSPACE_DRAFT
 
 
 # --- properties over the whole input space -------------------------------------------------
@@ -195,11 +301,12 @@ pendings = st.one_of(
     st.none(),
     st.builds(Pending, st.sampled_from(["write", "unlink", "adopt"]),
               st.one_of(st.just(ABSENT), digests), st.one_of(st.just(ABSENT), digests),
-              st.booleans()),
+              st.booleans(), st.one_of(st.none(), st.just(ABSENT), digests)),
 )
 conflicts = st.one_of(st.none(), st.builds(Conflict, st.sampled_from([k.value for k in ConflictKind]),
                                            st.one_of(st.none(), digests)))
-intents = st.builds(PathIntent, st.booleans(), st.booleans(), conflicts, pendings, st.booleans())
+intents = st.builds(PathIntent, st.booleans(), st.booleans(), conflicts, pendings, st.booleans(),
+                    st.booleans())
 
 
 def _val(side):
@@ -215,6 +322,11 @@ def test_rule_invariants(d, s, p, intent):
     pend = intent.pending
     if pend is not None and dec.resolve_pending == "done":
         effective_p = pend.new
+    if pend is not None and dec.resolve_pending == "not-done" and pend.op == "adopt" \
+            and pend.prior is not None:
+        effective_p = pend.prior  # the tree never took the step: decided from its prior
+    if pend is not None and not pend.on_this_branch:
+        assert dec.resolve_pending is None  # another branch's intent is its branch's to settle
     if pend is not None and not pend.on_this_branch and pend.op != "adopt" and dv == pend.new:
         effective_p = pend.new
         assert dec.record is None  # not completed here

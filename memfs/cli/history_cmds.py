@@ -29,9 +29,10 @@ from memfs.rootdir import resolve_root
 from memfs.store import StoreBackend as Store
 from memfs.store import history, open_store, open_store_readonly, undo
 from memfs.store.history import History, parse_when
-from memfs.store.opspan import span_at
+from memfs.store.opspan import walk
 from memfs.store.treediff import DIR, FILE, LINK, diff_trees, file_pieces, find_entry
 from memfs.store.trees import decode_dir
+from memfs.store.undo import changed_only_times
 
 NOW = "now"
 
@@ -39,7 +40,7 @@ NOW = "now"
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("log", help="commits (or operations) of the current branch, newest first")
     p.add_argument("rev", nargs="?", metavar="REV", help="start there (default: the head)")
-    p.add_argument("-n", type=int, default=20, metavar="N", help="how many (default 20; 0: all)")
+    p.add_argument("-n", type=_count, default=20, metavar="N", help="how many (default 20; 0: all)")
     p.add_argument("--branch")
     p.add_argument("--since", metavar="TIME", help="only newer than TIME (10:32, 5m, ISO ...)")
     p.add_argument("--ops", action="store_true", help="one entry per operation (what undo takes)")
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_log)
 
     p = sub.add_parser("reflog", help="moves of branch heads and checkpoints, newest first")
-    p.add_argument("-n", type=int, default=20)
+    p.add_argument("-n", type=_count, default=20, metavar="N", help="how many (default 20)")
     add_json_flag(p)
     p.set_defaults(func=cmd_reflog)
 
@@ -86,6 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("name")
     add_json_flag(p)
     p.set_defaults(func=cmd_mark)
+
+
+def _count(text: str) -> int:
+    """-n N: 0 or more (a negative count is a typo, not "all")."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative (0 lists all)")
+    return n
 
 
 def _positive(text: str) -> int:
@@ -164,7 +176,7 @@ def cmd_log(args) -> int:
         changes = args.stat or args.paths
         docs, lines = [], []
         if args.ops:
-            for s in _op_spans(hist, limit, since):
+            for s in _op_spans(store, hist, limit, since):
                 ch = diff_trees(store, _tree(store, s.target), s.commits[0].commit.tree) \
                     if changes else None
                 docs.append(span_json(s, ch))
@@ -192,15 +204,30 @@ def _commits(hist: History, limit: int | None, since: int | None):
         yield c
 
 
-def _op_spans(hist: History, limit: int | None, since: int | None):
-    i, n, runs = 0, 0, {}
-    while limit is None or n < limit:
-        s = span_at(hist.get, i, runs)
-        if s is None or (since is not None and s.commits[0].time_ns < since):
+def _op_spans(store: Store, hist: History, limit: int | None, since: int | None):
+    """Operations as successive undos take them (memfs.store.opspan.walk)."""
+    if limit is not None and limit < 1:
+        return
+    for n, s in enumerate(walk(hist.get, quiet=changed_only_times(store)), 1):
+        if since is not None and s.commits[0].time_ns < since:
             return
         yield s
-        i += len(s.commits)
-        n += 1
+        if limit is not None and n >= limit:
+            return
+
+
+def _from_cwd(args, store: Store, trees: list[str], path: str) -> str | None:
+    """A path given from the store root that is really one from the current directory inside
+    the mount: its store path, if one of `trees` holds it there (for the remedy)."""
+    if path.startswith(("./", "../", "/")):
+        return None
+    try:
+        here = _store_path(args, "./" + path)
+    except MemfsError:  # not inside the mount
+        return None
+    if here == path.strip("/") or not any(find_entry(store, t, here) for t in trees):
+        return None
+    return here
 
 
 def _tree(store: Store, cid: str | None) -> str | None:
@@ -253,6 +280,9 @@ def cmd_undo(args) -> int:
     if res.get("also"):
         lines.append("  with it, changes made at the same time by: "
                      + ", ".join(f"`{o}`" for o in res["also"]))
+    if res.get("quiet"):
+        lines.append("  with it, after it, changing only times: "
+                     + ", ".join(f"`{q}`" for q in dict.fromkeys(res["quiet"])))
     lines.append(f"  to redo: memfs restore {res['old_head'][:12]}")
     emit(args, res, "\n".join(lines))
     return 0
@@ -260,7 +290,7 @@ def cmd_undo(args) -> int:
 
 # -- diff and show ---------------------------------------------------------------------------
 def _split_spec(args) -> tuple[list[str], list[str]]:
-    """(states, paths): what argparse left after `memfs diff` (it cannot tell `-- PATH` apart),
+    """(states, paths as given): what argparse left after `memfs diff` (it cannot tell `-- PATH` apart),
     with the flags that may follow the states."""
     revs, paths, seen_dashdash = [], [], False
     items = iter(args.spec)
@@ -281,7 +311,7 @@ def _split_spec(args) -> tuple[list[str], list[str]]:
     if len(revs) > 2:
         raise MemfsError(f"memfs diff takes at most two states, not {len(revs)}: "
                          f"{' '.join(revs)}", "put paths after `--`: memfs diff A B -- PATH")
-    return revs, [_store_path(args, p) for p in paths]
+    return revs, paths
 
 
 def _state(store: Store, rev: str) -> tuple[str, str]:
@@ -291,12 +321,14 @@ def _state(store: Store, rev: str) -> tuple[str, str]:
 
 
 def cmd_diff(args) -> int:
-    revs, paths = _split_spec(args)
+    revs, given_paths = _split_spec(args)
+    paths = [_store_path(args, p) for p in given_paths]
     _commit_pending(args)
     store = _read(args)
     try:
         if not revs:  # what the last operation changed: what `memfs undo` would take back
-            s = span_at(History(store, store.head()).get, 0)
+            s = next(walk(History(store, store.head()).get, quiet=changed_only_times(store)),
+                     None)
             if s is None or s.target is None:
                 raise MemfsError("nothing to compare: the store has one commit",
                                  "make a change first")
@@ -304,6 +336,12 @@ def cmd_diff(args) -> int:
         a_id, a_tree = _state(store, revs[0])
         b_id, b_tree = _state(store, revs[1] if len(revs) > 1 else NOW)
         changes = diff_trees(store, a_tree, b_tree, paths or None)
+        for given, p in zip(given_paths, paths, strict=True):
+            if not find_entry(store, a_tree, p) and not find_entry(store, b_tree, p):
+                here = _from_cwd(args, store, [a_tree, b_tree], given)
+                raise MemfsError(f"{p} is in neither state", f"paths go from the store root: "
+                                 f"-- {here} (or -- ./{given} from here)" if here else
+                                 f"name it from the store root, e.g. -- work/{given}")
         doc = {"a": a_id, "b": b_id, "paths": paths, "changes": [c.to_json() for c in changes]}
         if args.json:
             emit(args, doc)
@@ -338,7 +376,10 @@ def cmd_show(args) -> int:
         rel = _store_path(args, path)
         e = find_entry(store, tree, rel)
         if e is None:
+            here = _from_cwd(args, store, [tree], path)
             raise MemfsError(f"{rel or '/'} is not in {rev or 'HEAD'} ({cid[:12]})",
+                             f"paths go from the store root: memfs show {rev or 'HEAD'}:{here} "
+                             f"(or {rev or 'HEAD'}:./{path} from here)" if here else
                              f"see what it holds: memfs show {rev or 'HEAD'}:"
                              f"{rel.rpartition('/')[0]}")
         if e.kind == DIR:

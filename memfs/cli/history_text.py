@@ -66,6 +66,8 @@ def span_line(s: Span) -> str:
     newest = s.commits[0]
     by = who(s.op, s.whole_group)
     also = f"; with changes of {', '.join(s.others)}" if s.others else ""
+    if s.quiet:
+        also += f"; then {', '.join(dict.fromkeys(s.quiet))}, changing only times"
     marks = "".join(f"  [mark {m}]" for m in newest.marks)
     return (f"{newest.id[:12]}  {when(newest.time_ns)}  {s.label}  "
             f"({n} commit{'s' if n != 1 else ''}{'; ' + by if by else ''}{also})") + marks
@@ -76,6 +78,7 @@ def span_json(s: Span, changes: list[Change] | None) -> dict:
         "id": s.commits[0].id, "commits": [c.id for c in s.commits], "before": s.target,
         "time": s.commits[0].time_ns / 1e9, "first_time": s.commits[-1].time_ns / 1e9,
         "label": s.label, "whole_group": s.whole_group, "others": s.others,
+        "quiet": list(s.quiet),
         "operation": s.op.to_json() if s.op else None,
         "pid": s.op.pid if s.op else None, "pgid": s.op.pgid if s.op else None,
         "uid": s.op.uid if s.op else None, "cmdline": s.label,

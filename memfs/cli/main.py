@@ -85,7 +85,19 @@ def emit(args: argparse.Namespace, payload: object, text: str | None = None) -> 
         print(json.dumps(payload, indent=2, sort_keys=True, default=str))
 
 
+def _names_as_bytes() -> None:
+    """File names are bytes; one that is not UTF-8 arrives as surrogate escapes (argv, the
+    store, the control socket). Plain output writes it back as those bytes, as ls does to a
+    pipe, instead of failing in a UTF-8 locale whose stdio refuses surrogates; --json keeps the
+    escape (backslash-udcXX, ASCII JSON), which os.fsencode turns back into the byte."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", "") == "strict":
+            reconfigure(errors="surrogateescape")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _names_as_bytes()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

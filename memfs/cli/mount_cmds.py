@@ -514,8 +514,9 @@ def _backing_lines(st: dict) -> list[str]:
         lines.append(f"journal  REFUSING: {refusing[0]['error']} — {refusing[0]['remedy']}")
     for mount, b in sorted((st.get("backing") or {}).items()):
         states = ", ".join(f"{n} {k}" for k, n in sorted(b.get("states", {}).items()))
+        u = b.get("unavailable") or {}
         where = b.get("dir", "?") if b.get("available", True) else (
-            f"{b.get('dir', '?')} UNAVAILABLE: {b.get('unavailable')}")
+            f"{b.get('dir', '?')} UNAVAILABLE: {u.get('error', '?')} — {u.get('remedy', '')}")
         o = b.get("owed") or {}
         owes = (f"; disk owes {o.get('changes', 0)} change(s), {o.get('workspace_deletions', 0)}"
                 f" deletion(s), {o.get('conflicts', 0)} conflict(s)") if o else ""

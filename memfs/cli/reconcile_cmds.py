@@ -16,6 +16,7 @@ from pathlib import Path
 
 from memfs.cli.main import add_json_flag, emit
 from memfs.control import NoDaemon, call
+from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 
 
@@ -123,19 +124,25 @@ def attach_before_mount(root: Path, name: str, directory: str) -> dict:
 
 
 def _store_path(root: Path, path: str | None) -> str | None:
-    """MOUNT[/PATH] as given, or a path through the running mount's mountpoint."""
-    if path is None:
-        return None
+    """MOUNT[/PATH] as given, or a path through the running mount's mountpoint, taken by its
+    spelling after the mountpoint: not normalized, so an alias ('//', '.', '..') reaches the
+    daemon's one parser (backing_paths.parse_store_path) and is refused there as it would be
+    in MOUNT/PATH form."""
+    if path is None or not path.startswith("/"):
+        return path
     try:
         holder = json.loads((root / "daemon.lock").read_text() or "{}")
     except (OSError, ValueError):
         holder = {}
-    mnt = holder.get("mountpoint")
-    if mnt and os.path.isabs(path):
-        rel = os.path.relpath(os.path.abspath(path), mnt)
-        if not rel.startswith(".."):
-            return rel
-    return path
+    mnt = str(holder.get("mountpoint") or "").rstrip("/")
+    if mnt and path.startswith(mnt + "/"):
+        return path[len(mnt) + 1:]
+    where = ("it is the mountpoint itself, not a mount in it" if mnt and path.rstrip("/") == mnt
+             else f"it is not under the mountpoint {mnt}" if mnt else
+             "no memfs mount is running, so no absolute path names a store path")
+    raise MemfsError(f"{path}: {where}",
+                     "name it as MOUNT/PATH (e.g. work/src/a.txt)"
+                     + (f", or as a path under {mnt}" if mnt else ""))
 
 
 def cmd_attach(args) -> int:
@@ -248,11 +255,14 @@ def cmd_ls(args) -> int:
             continue
         for e in m["entries"]:
             kind = f" ({e['conflict']})" if e["conflict"] else ""
+            if "size" in e:
+                kind = f" ({e['size']} bytes, {e['mime']})"
             lines.append(f"{e['state']:<32} {m['mount']}/{e['path']}{kind}")
         for r in m["regions"]:
             lines.append(f"{'incomplete':<32} {m['mount']}/{r['path']}/ ({r['reason']})")
     emit(args, res, "\n".join(lines) or "(nothing)")
-    return 0
+    # As sync and materialize: a mount that could not be observed is a failure to list it.
+    return 1 if any(not m["available"] for m in res["mounts"]) else 0
 
 
 def _summary(r: dict) -> str:

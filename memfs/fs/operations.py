@@ -614,7 +614,9 @@ class MemfsOperations(pyfuse3.Operations):
     async def getxattr(self, inode, name, ctx):
         node = self._node(inode)
         if name in STATE_XATTRS and isinstance(node, Node) and self.ws.backing is not None:
-            state = self.ws.backing.state_of(node)
+            state, ran = await self.ws.backing.state_now(node)  # observes the path first
+            if ran:
+                trio.lowlevel.spawn_system_task(self._drain_quietly)
             value = None if state is None else state[name == STATE_XATTRS[1]]
             if value is None:
                 raise pyfuse3.FUSEError(errno.ENODATA)
@@ -628,11 +630,9 @@ class MemfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if not isinstance(node, Node):
             return []
-        names = list(node.xattrs)
-        state = self.ws.backing.state_of(node) if self.ws.backing is not None else None
-        if state is not None:
-            names += [STATE_XATTRS[0]] + ([STATE_XATTRS[1]] if state[1] else [])
-        return names
+        # The state xattrs are answered by name only, never listed: `cp -a` and `rsync -X`
+        # copy every listed xattr, and would stamp a user's own files with memfs's states.
+        return list(node.xattrs)
 
     @_guard
     async def removexattr(self, inode, name, ctx):

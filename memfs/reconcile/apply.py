@@ -13,7 +13,7 @@ the one-way imports (reconcile never imports the workspace or the FUSE layer).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -21,12 +21,13 @@ from memfs.errors import MemfsError
 from memfs.reconcile.contained import Refused, RootId, crash_point
 from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
 from memfs.reconcile.plan import MaterializePlan
-from memfs.reconcile.rule import ABSENT, Decision, _Absent
+from memfs.reconcile.rule import ABSENT, Decision, Pending, _Absent
 
 
 class JournalLike(Protocol):
     def begin_intent(self, mount: str, path: str, op: str, *, old: str | None, new: str | None,
-                     branch: str | None = None, root: tuple[int, int] | None = None) -> int: ...
+                     branch: str | None = None, root: tuple[int, int] | None = None,
+                     mode: int | None = None) -> int: ...
     def complete_intent(self, intent_id: int) -> None: ...
     def abandon_intent(self, intent_id: int) -> None: ...
     def pending_intents(self, mount: str, path: str | None = None) -> list: ...  # type: ignore[type-arg]
@@ -39,15 +40,17 @@ def _col(v: str | _Absent) -> str | None:
 def push_write(
     journal: JournalLike, mount: str, root_path: str | os.PathLike[str], root: RootId, rel: str,
     data: bytes | Iterable[bytes], *, new_digest: str, expected: str | _Absent,
-    force: bool = False, branch: str | None = None,
+    force: bool = False, branch: str | None = None, mode: int | None = None,
 ) -> Written:
     """Intent, effect, completion. A refusal that touched nothing abandons the intent (P stays as
-    it was); a failure after the rename leaves it pending, so the path stays owed."""
+    it was); a failure after the rename leaves it pending, so the path stays owed. `mode`: the
+    permission bits written, recorded in P with the digest on completion."""
     iid = journal.begin_intent(mount, rel, "write", old=_col(expected), new=new_digest,
-                               branch=branch, root=(root.dev, root.ino))
+                               branch=branch, root=(root.dev, root.ino), mode=mode)
     crash_point("apply:after-intent")
     try:
-        written = write_file(root_path, rel, data, root=root, expected=expected, force=force)
+        written = write_file(root_path, rel, data, root=root, expected=expected, force=force,
+                             mode=mode)
     except EffectFailed:
         raise
     except Refused as exc:
@@ -99,16 +102,25 @@ def adopt(
     journal.complete_intent(iid)
 
 
-def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision]) -> dict[str, str]:
+def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision],
+           decided: Mapping[str, Pending] | None = None) -> dict[str, str]:
     """Apply the rule's resolution of pending intents: done (an adoption that landed) completes;
     not-done and interrupted abandon (an interrupted path's conflict goes into branch intent by
-    the caller, from decision.record_conflict). Returns path -> resolution."""
+    the caller, from decision.record_conflict). `decided`: the pending intents the decisions
+    were made with (PassPlan.pending); exactly those are settled (another branch's intent of
+    the same path is not this decision's to settle). Without it, each path's newest intent.
+    Returns path -> resolution."""
     settled: dict[str, str] = {}
-    pending = {i.path: i for i in journal.pending_intents(mount)}
+    intents = journal.pending_intents(mount)
+    pending = {i.id: i for i in intents}
+    ids = {i.path: i.id for i in intents} if decided is None else \
+        {p: pend.id for p, pend in decided.items()}
     for path, dec in decisions.items():
-        if dec.resolve_pending is None or path not in pending:
+        if dec.resolve_pending is None or path not in ids:
             continue
-        intent = pending[path]
+        intent = pending.get(ids[path])
+        if intent is None:
+            continue  # settled meanwhile (a change through the mount settles adoptions)
         try:
             if dec.resolve_pending == "done":
                 journal.complete_intent(intent.id)
@@ -155,13 +167,13 @@ def run_materialize(
                    for s in mplan.skipped]
     if mplan.refused:
         return out
-    for w in mplan.writes:
+    def write(w) -> None:
         if not _still(still_selected, out, w.path):
-            continue
+            return
         data, digest = content(w.path)
         try:
             push_write(journal, mount, root_path, root, w.path, data, new_digest=digest,
-                       expected=w.expected, force=w.force, branch=branch)
+                       expected=w.expected, force=w.force, branch=branch, mode=w.mode)
             out.written.append(w.path)
         except EffectFailed as exc:
             out.failed.append({"path": w.path, "reason": exc.reason, "message": exc.message,
@@ -169,6 +181,12 @@ def run_materialize(
         except Refused as exc:
             out.skipped.append({"path": w.path, "state": "refused", "reason": exc.message,
                                 "remedy": exc.remedy})
+
+    # Writes before unlinks (a move in the workspace: the new name is on disk before the old
+    # goes), except a write below a file this plan unlinks, which can only go after it.
+    for w in mplan.writes:
+        if not w.after_unlinks:
+            write(w)
     for u in mplan.unlinks:
         if not _still(still_selected, out, u.path):
             continue
@@ -182,6 +200,9 @@ def run_materialize(
         except Refused as exc:
             out.skipped.append({"path": u.path, "state": "refused", "reason": exc.message,
                                 "remedy": exc.remedy})
+    for w in mplan.writes:
+        if w.after_unlinks:
+            write(w)
     return out
 
 

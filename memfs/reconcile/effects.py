@@ -54,7 +54,7 @@ from memfs.reconcile.contained import (
     root_unchanged,
     still_linked,
 )
-from memfs.reconcile.rule import ABSENT, _Absent
+from memfs.reconcile.rule import ABSENT, MODE_BITS, _Absent
 
 HARD_LINK_REMEDY = (
     "force does not override this; to write this path alone, give it a copy of its own first "
@@ -145,12 +145,14 @@ def write_file(
     root: RootId,
     expected: str | _Absent,
     force: bool = False,
-    mode: int = 0o644,
+    mode: int | None = None,
 ) -> Written:
     """Write `data` at `rel` under the backing root, contained and checked (module docstring).
 
     expected: the digest the decision saw on disk, or ABSENT if it saw no file. force skips the
-    freshness check only. Returns once data and every directory up to the root are fsynced.
+    freshness check only. `mode`: the permission bits the file gets (rule.MODE_BITS; None:
+    the existing file's, or 0o644 for a new one); set-id and sticky bits are never written.
+    Returns once data and every directory up to the root are fsynced.
     Raises Refused (touched=False: disk unchanged at the path), EffectFailed (touched=True:
     written but not known durable) or RootUnavailable.
     """
@@ -185,7 +187,8 @@ def write_file(
                 raise Refused(f"{rel}: not written: a file with other hard links, which writing "
                               "it would change too", HARD_LINK_REMEDY, reason="hard-link")
             _check_fresh(fd, expected, force, rel)
-            mode = stat.S_IMODE(first.st_mode)
+            if mode is None:
+                mode = stat.S_IMODE(first.st_mode) & MODE_BITS
         crash_point("effect:checked")
         if not _where_ok(chain, root_s, rid):
             raise Refused(f"{rel}: a parent directory or the root moved while it was checked",
@@ -205,7 +208,7 @@ def write_file(
             view = memoryview(chunk)
             while view:
                 view = view[os.write(tmp_fd, view):]
-        os.fchmod(tmp_fd, mode)
+        os.fchmod(tmp_fd, (0o644 if mode is None else mode) & MODE_BITS)
         if first is not None and os.geteuid() == 0:
             os.fchown(tmp_fd, first.st_uid, first.st_gid)
         try:
@@ -329,8 +332,19 @@ def unlink_file(
         os.close(root_fd)
 
 
-def sweep_scratch(root_path: str | os.PathLike[str], *, root: RootId) -> list[str]:
-    """Remove scratch files a crashed write left (call when no effect runs, e.g. at attach)."""
+def is_scratch(name: str) -> bool:
+    """Is this one of write_file's scratch names (TEMP_PREFIX and 16 hex digits)? Only those
+    are swept: a user's own `.memfs-tmp-notes` is not ours to remove."""
+    tail = name[len(TEMP_PREFIX):]
+    return (name.startswith(TEMP_PREFIX) and len(tail) == 16
+            and all(c in "0123456789abcdef" for c in tail))
+
+
+def sweep_scratch(root_path: str | os.PathLike[str], *, root: RootId | None,
+                  skip: frozenset[str] = frozenset({".git"})) -> list[str]:
+    """Remove scratch files a crashed write left (call when no effect runs on this root: the
+    first pass of a mount in a process, under the mount's lock). Directories named in `skip`
+    (the VCS directories no write enters) are not walked."""
     removed: list[str] = []
     root_fd, _ = open_root(root_path, root)
     try:
@@ -341,10 +355,10 @@ def sweep_scratch(root_path: str | os.PathLike[str], *, root: RootId) -> list[st
                 for name in os.listdir(dfd):
                     st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
                     child = f"{rel}/{name}" if rel else name
-                    if name.startswith(TEMP_PREFIX) and stat.S_ISREG(st.st_mode):
+                    if is_scratch(name) and stat.S_ISREG(st.st_mode):
                         os.unlink(name, dir_fd=dfd)
                         removed.append(child)
-                    elif stat.S_ISDIR(st.st_mode) and name not in (".git",):
+                    elif stat.S_ISDIR(st.st_mode) and name not in skip:
                         try:
                             stack.append((os.open(name, FILE_FLAGS | os.O_DIRECTORY,
                                                   dir_fd=dfd), child))

@@ -55,7 +55,7 @@ class IntentTable:
 
 
 def _empty(i: PathIntent) -> bool:
-    return not (i.tombstone or i.origin_store or i.conflict or i.damaged)
+    return not (i.tombstone or i.origin_store or i.conflict or i.damaged or i.restored)
 
 
 def encode(table: IntentTable | Mapping[str, PathIntent]) -> bytes:

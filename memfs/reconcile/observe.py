@@ -13,9 +13,10 @@ equal by value to the one recorded when the bytes were hashed vouches for them o
 Elsewhere every observation rehashes.
 
 Absence is proven only by a complete listing of a directory that was still at its path once
-listed. Unreadable, symlinked, ignored, special (FIFO, socket, device), swapped, changing and
-capped regions are reported as incomplete regions with their reason and prove nothing. A FIFO is
-never opened. A missing or replaced root raises RootUnavailable: no observation at all.
+listed. Unreadable, symlinked, ignored, swapped, changing and capped regions are reported as
+incomplete regions with their reason and prove nothing. A FIFO, socket or device is a disk-only
+fact from its lstat alone (never opened: a FIFO would block), and so is an untracked file with
+other hard links (its head read for its type, never hashed nor taken in). A missing or replaced root raises RootUnavailable: no observation at all.
 
 VCS directories (.git, .hg, .svn, .jj, _darcs, .bzr, CVS) are ignored by default — reported as
 incomplete regions (reason "vcs"), never taken in nor written — so a repository is only ever
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import functools
 import os
 import posixpath
 import stat
@@ -58,7 +60,7 @@ from memfs.reconcile.contained import (
 )
 from memfs.reconcile.lstat import LStat, unpack
 from memfs.reconcile.lstat import records as lstat_records
-from memfs.reconcile.rule import ABSENT, Content, Disk, DiskUnknown, Kind
+from memfs.reconcile.rule import ABSENT, MODE_BITS, Content, Disk, DiskUnknown, Kind
 
 VCS_DIRS = frozenset({".git", ".hg", ".svn", ".jj", "_darcs", ".bzr", "CVS"})
 DEFAULT_MAX_FILE_SIZE = 64 * 1024 * 1024
@@ -113,7 +115,7 @@ class Fingerprint(NamedTuple):
 
 _new = tuple.__new__
 _OCTET = "application/octet-stream"
-_MIME_OF_KIND = {"text": "text/plain"}  # a cached fact keeps its kind, not its sniffed MIME
+_MIME_OF_KIND = {"text": "text/plain"}  # other kinds: the MIME sniffed when hashed (cached)
 
 
 def _no_cache(path: str) -> None:
@@ -132,6 +134,7 @@ class CachedHash(Protocol):
     digest: str
     kind: str
     hashed_at_ns: int
+    mime: str | None  # sniffed when hashed (None: not recorded)
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class HashRecord:
     digest: str
     kind: str
     hashed_at_ns: int
+    mime: str | None = None
 
 
 class FileFact(NamedTuple):
@@ -156,6 +160,7 @@ class FileFact(NamedTuple):
     kind: Kind
     mime: str
     rehashed: bool  # False when a trusted fingerprint vouched for the cached digest
+    mode: int | None = None  # permission bits (rule.MODE_BITS) as lstat gave them
 
 
 @dataclass(frozen=True)
@@ -180,18 +185,20 @@ class Observation:
         """The rule's D for a path: content, ABSENT only where absence is proven, or unknown."""
         fact = self.files.get(path)
         if fact is not None:
-            return Content(fact.digest, fact.kind)
+            return _content(fact.digest, fact.kind, fact.mode)
         for r in self.regions:
             if r.path == "" or path == r.path or path.startswith(r.path + "/"):
                 return DiskUnknown(r.reason)
         if not _under(path, self.scope):
             return DiskUnknown("outside the observed scope")
+        if path in self.listed:
+            return ABSENT  # a directory, listed completely: no file there
         parts = path.split("/")
         for i in range(len(parts) - 1, -1, -1):
             ancestor = "/".join(parts[:i])
-            if ancestor in self.listed:
-                # The nearest completely listed ancestor lacks the next component, or holds a
-                # file where a directory would be: proven absent.
+            if ancestor in self.listed or ancestor in self.files:
+                # The nearest completely listed ancestor lacks the next component, or a file
+                # stands where a directory would be: proven absent.
                 return ABSENT
         return DiskUnknown("not observed")
 
@@ -210,6 +217,16 @@ def _under(path: str, scope: str) -> bool:
     return scope == "" or path == scope or path.startswith(scope + "/")
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _content(digest: str | None, kind: Kind, mode: int | None) -> Content:
+    """D for a fact, one object per (digest, kind, mode)."""
+    return Content(digest, kind, mode)
+
+
+_SPECIAL_MIME = {stat.S_IFIFO: "inode/fifo", stat.S_IFSOCK: "inode/socket",
+                 stat.S_IFCHR: "inode/chardevice", stat.S_IFBLK: "inode/blockdevice"}
+
+
 @dataclass
 class DirMemo:
     """One directory as the last walk saw it, kept only when every entry's outcome followed
@@ -224,7 +241,7 @@ class DirMemo:
     records: bytes
     facts: list[tuple[str, FileFact]]
     rows: list[tuple[str, CachedHash]]  # the cache row that vouched for each fact
-    regions: list[Region]  # after the ignored ones: symlinks (following off), special files
+    regions: list[Region]  # after the ignored ones: symlinks (following off)
     subdirs: list[tuple[str, str, LStat]]
     cache: object = None  # the cache mapping the rows were last found equal in
 
@@ -438,7 +455,9 @@ class _Walk:
                         fact = files[child] = _new(FileFact, (
                             child, st.st_size,
                             _new(Fingerprint, (st.st_size, mtime, ctime, st.st_ino, st.st_dev)),
-                            cached.digest, kind, _MIME_OF_KIND.get(kind, _OCTET), False))
+                            cached.digest, kind,
+                            _MIME_OF_KIND.get(kind) or cached.mime or _OCTET, False,
+                            mode & MODE_BITS))
                         facts.append((child, fact))
                         rows.append((child, cached))
                         continue
@@ -450,7 +469,8 @@ class _Walk:
                 keep = keep and not self.follow_symlinks
                 self.symlink(chain, name, child)
             else:
-                self.region(child, "special file (FIFO, socket or device): not read")
+                child = intern(child)
+                facts.append((child, self.special(child, st)))  # from the record alone
         return keep
 
     def vouches(self, fp: Fingerprint, cached: CachedHash | None) -> bool:
@@ -501,15 +521,27 @@ class _Walk:
         finally:
             close_chain(sub)
 
+    def special(self, rel: str, st: os.stat_result | LStat) -> FileFact:
+        """A FIFO, socket or device: disk-only, never opened (a FIFO would block), never taken
+        in nor written; no digest, so it never compares equal and never reads as agreed."""
+        mime = _SPECIAL_MIME.get(stat.S_IFMT(st.st_mode), "inode/x-special")
+        fp = Fingerprint(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        fact = self.obs.files[rel] = FileFact(rel, 0, fp, None, "special", mime, False,
+                                              st.st_mode & MODE_BITS)
+        return fact
+
     def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result | LStat) -> None:
         # tuple.__new__ skips the NamedTuple's Python-level __new__: this runs once per file.
         fp = _new(Fingerprint, (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino,
                                 st.st_dev))
+        mode = st.st_mode & MODE_BITS
         cached = self.cache.get(rel)
         if cached is not None and self.vouches(fp, cached):
             kind: Kind = cached.kind  # type: ignore[assignment]
             self.obs.files[rel] = _new(FileFact, (rel, fp.size, fp, cached.digest, kind,
-                                                  _MIME_OF_KIND.get(kind, _OCTET), False))
+                                                  _MIME_OF_KIND.get(kind) or
+                                                  getattr(cached, "mime", None) or _OCTET,
+                                                  False, mode))
             return
         try:
             fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
@@ -525,12 +557,16 @@ class _Walk:
                 self.region(rel, "swapped")
                 return
             oversize = first.st_size > self.max_file_size
-            if oversize and not self.tracked(rel):
+            # A file with other hard links, untracked: disk-only, as an oversize one (taken in,
+            # it would be one copy of several names; the names are disk's to keep together).
+            linked = first.st_nlink > 1
+            if (oversize or linked) and not self.tracked(rel):
                 head = os.pread(fd, HEAD, 0)
                 self.obs.bytes_read += len(head)
                 _, mime = sniff(head)
                 self.obs.files[rel] = FileFact(rel, first.st_size, Fingerprint.of(first), None,
-                                               "oversize", mime, True)
+                                               "hardlink" if linked else "oversize", mime,
+                                               True, first.st_mode & MODE_BITS)
                 return
             started = self.clock()
             h = xxhash.xxh3_128()
@@ -559,10 +595,11 @@ class _Walk:
             kind = "oversize"
         fp = Fingerprint.of(last)
         digest = sys.intern(h.hexdigest())
-        self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True)
+        self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True,
+                                       last.st_mode & MODE_BITS)
         if all(_INT64_MIN <= v <= _INT64_MAX for v in fp):
             self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino,
-                                              fp.dev, digest, kind, started)
+                                              fp.dev, digest, kind, started, mime)
         # else: a time past 2262 or an inode number of 2**63 and up does not fit the journal's
         # integers; such a file is hashed on every pass instead of vouched for.
 
@@ -696,7 +733,7 @@ def _observe_scope(w: _Walk, chain: list[DirLink], parts: list[str]) -> None:
     elif stat.S_ISLNK(st.st_mode):
         w.symlink(chain, name, rel)
     else:
-        w.region(rel, "special file (FIFO, socket or device): not read")
+        w.special(rel, st)
 
 
 def _prove_parent_missing(w: _Walk, root_fd: int, parts: list[str]) -> None:

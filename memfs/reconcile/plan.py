@@ -33,6 +33,7 @@ from memfs.reconcile.rule import (
     _Absent,
     decide,
     decide_unchanged,
+    type_clash,
 )
 
 EvidenceMap = Mapping[str, "str | _Absent"]  # a missing key is NO_EVIDENCE
@@ -63,14 +64,22 @@ def _under(path: str, scope: str) -> bool:
 
 
 def pending_from_journal(intents: Iterable[object], branch: str | None) -> dict[str, Pending]:
-    """Journal intents (memfs.store.journal.Intent) as the rule's Pending, newest per path."""
+    """Journal intents (memfs.store.journal.Intent, in id order) as the rule's Pending: per
+    path the newest of this branch's, else the newest of another branch's (which this branch
+    only reads, never settles)."""
     out: dict[str, Pending] = {}
     for it in intents:
         op = it.op  # type: ignore[attr-defined]
         old = ABSENT if it.old is None else it.old  # type: ignore[attr-defined]
         new = ABSENT if it.new is None else it.new  # type: ignore[attr-defined]
         on_branch = it.branch in (None, branch)  # type: ignore[attr-defined]
-        out[it.path] = Pending(op, old, new, on_branch)  # type: ignore[attr-defined]
+        raw = getattr(it, "prior", None)
+        prior = None if raw is None else ABSENT if raw == "" else raw
+        have = out.get(it.path)  # type: ignore[attr-defined]
+        if have is not None and have.on_this_branch and not on_branch:
+            continue
+        out[it.path] = Pending(op, old, new, on_branch, prior,  # type: ignore[attr-defined]
+                               it.id)  # type: ignore[attr-defined]
     return out
 
 
@@ -84,6 +93,7 @@ class PassPlan:
     branch: str | None
     decisions: dict[str, Decision] = field(default_factory=dict)
     regions: list[object] = field(default_factory=list)
+    pending: Mapping[str, Pending] = field(default_factory=dict)  # what it was decided with
 
     def listing(self) -> dict[str, tuple[str, str | None]]:
         """path -> (state, conflict kind) for every path that lists (absent-on-both excluded),
@@ -125,14 +135,17 @@ def plan_pass(
     pending: Mapping[str, Pending] | None = None,
     *,
     branch: str | None = None,
+    modes: Mapping[str, int] | None = None,
 ) -> PassPlan:
     """Decide every path the observation's scope covers: store entries, evidence, intent, pending
-    intents and files disk holds. Paths in incomplete regions come out unverified.
+    intents and files disk holds. Paths in incomplete regions come out unverified. `modes`:
+    the permission bits P agreed on, per path (missing: none on record).
 
     The unchanged case (a file disk holds whose digest the store and P share, with no branch or
     pending intent) takes `decide_unchanged`, the rule's own answer for it without building
     the sides: on a quiet tree that is nearly every path."""
     pending = pending or {}
+    modes = modes or {}
     scope = observation.scope
     files = observation.files
     if scope:
@@ -146,7 +159,7 @@ def plan_pass(
         paths.update(intent)
         paths.update(pending)
     paths.update(files)
-    plan = PassPlan(branch, regions=list(observation.regions))
+    plan = PassPlan(branch, regions=list(observation.regions), pending=pending)
     decisions = plan.decisions
     # A damaged table answers "unverified" for paths it has no entry for: no fast path then.
     marked = None if intent.damaged else intent.entries
@@ -155,7 +168,8 @@ def plan_pass(
             fact = files.get(path)
             s = store_view.get(path)
             if fact is not None and s is not None:
-                fast = decide_unchanged(fact.digest, s.digest, evidence.get(path, NO_EVIDENCE))
+                fast = decide_unchanged(fact.digest, s.digest, evidence.get(path, NO_EVIDENCE),
+                                        getattr(fact, "mode", None), s.mode, modes.get(path))
                 if fast is not None:
                     decisions[path] = fast
                     continue
@@ -164,10 +178,76 @@ def plan_pass(
             pi = intent.get(path)
             if path in pending:
                 pi = PathIntent(pi.tombstone, pi.origin_store, pi.conflict, pending[path],
-                                pi.damaged)
+                                pi.damaged, pi.restored)
         decisions[path] = decide(observation.disk(path), store_view.get(path, ABSENT),
-                                 evidence.get(path, NO_EVIDENCE), pi)
+                                 evidence.get(path, NO_EVIDENCE), pi, modes.get(path))
+    for path, dec in _clashes(decisions, store_view, observation).items():
+        decisions[path] = dec
     return plan
+
+
+# --- type changes: a file where the other side keeps a directory ------------------------------
+
+
+def _removes(dec: Decision) -> bool:
+    """Does applying this decision take the store's file away (disk's deletion, or a binary
+    or oversize disk copy the store drops to show disk-only)?"""
+    if dec.action != Action.ADOPT_DISK:
+        return False
+    return dec.state == State.DISK_ONLY or dec.detail == Detail.REMOVE
+
+
+def _puts(dec: Decision) -> bool:
+    """Does applying this decision put a file into the tree (taken in, or shown disk-only)?"""
+    return dec.action == Action.ADOPT_DISK and dec.detail in (Detail.INGEST, Detail.DISK_ONLY)
+
+
+def _blocked(puts: Iterable[str], kept: Callable[[str], bool], keys: Sequence[str],
+             ) -> dict[str, str | None]:
+    """The paths of `puts` the tree cannot take: a kept store file at an ancestor (-> that
+    ancestor: disk made a directory of a file) or below it (-> None: disk made a file of a
+    directory). `keys`: every store path, sorted; `kept(p)`: the store keeps its file at p."""
+    import bisect
+
+    out: dict[str, str | None] = {}
+    for t in puts:
+        parts = t.split("/")
+        above = next((a for a in ("/".join(parts[:i]) for i in range(1, len(parts)))
+                      if kept(a)), None)
+        if above is not None:
+            out[t] = above
+            continue
+        prefix = t + "/"
+        i = bisect.bisect_left(keys, prefix)
+        while i < len(keys) and keys[i].startswith(prefix):
+            if kept(keys[i]):
+                out[t] = None
+                break
+            i += 1
+    return out
+
+
+def _clashes(decisions: Mapping[str, Decision], store_view: Mapping[str, Content],
+             observation: Observed) -> dict[str, Decision]:
+    """The type changes the rule's per-file decisions cannot see: a file disk holds (to be
+    taken in or shown disk-only) where the store keeps a directory with content it does not
+    give up, or below a file the store keeps. Each becomes a type-changed conflict (truthful in
+    the listing; nothing taken, recorded or owed there) instead of an adoption the tree could
+    never apply (it used to list as synced and be skipped at every pass). Cheap when nothing is
+    put: a quiet pass puts nothing."""
+    puts = [p for p, d in decisions.items() if d is not SYNCED_UNCHANGED and _puts(d)]
+    if not puts:
+        return {}
+    keys = sorted(store_view)
+
+    def kept(p: str) -> bool:
+        if p not in store_view:
+            return False
+        dec = decisions.get(p)
+        return dec is None or not _removes(dec)
+
+    return {t: type_clash(above or t, disk_dir=above is not None)
+            for t, above in _blocked(puts, kept, keys).items()}
 
 
 # --- sync ------------------------------------------------------------------------------------
@@ -187,7 +267,9 @@ class SyncPlan:
     conflicts of the paths taken."""
 
     take: dict[str, Content | _Absent] = field(default_factory=dict)
+    take_modes: dict[str, int] = field(default_factory=dict)  # the store keeps its content
     record: dict[str, str | _Absent] = field(default_factory=dict)
+    record_modes: dict[str, int] = field(default_factory=dict)  # P's mode with `record`
     clear_intent: list[str] = field(default_factory=list)
     record_conflicts: dict[str, object] = field(default_factory=dict)
     resolve_pending: dict[str, str] = field(default_factory=dict)
@@ -233,13 +315,20 @@ def plan_sync(
             out.resolve_pending[p] = dec.resolve_pending
         named = path is not None and _under(p, path)
         if not named or dec.action in (Action.AGREE, Action.NOTHING, Action.ADOPT_DISK):
-            if dec.action == Action.ADOPT_DISK:
+            if dec.take_mode and dec.mode is not None:
+                out.take_modes[p] = dec.mode  # disk's mode, the store's content
+            if dec.action == Action.ADOPT_DISK and dec.detail != Detail.MODE:
                 d = observation.disk(p)
-                out.take[p], _ = _take_for(d)
+                take, _ = _take_for(d)
+                if isinstance(take, Content) and dec.mode is not None and take.mode != dec.mode:
+                    take = Content(take.digest, take.kind, dec.mode)  # the store keeps its mode
+                out.take[p] = take
                 if dec.clear_tombstone:
                     out.clear_intent.append(p)
             if dec.record is not None:
                 out.record[p] = dec.record
+                if dec.record_mode is not None:
+                    out.record_modes[p] = dec.record_mode
             if dec.clear_conflict:
                 out.clear_intent.append(p)
             if dec.record_conflict is not None:
@@ -252,16 +341,45 @@ def plan_sync(
             continue
         s = store_view.get(p, ABSENT)
         take, record = _take_for(d)
-        if dec.state == State.NOT_IN_BRANCH:
-            out.take[p] = take
+        if dec.state == State.NOT_IN_BRANCH or dec.detail == Detail.TYPE_CLASH:
+            out.take[p] = take  # (a type change: what it gives up is listed for the paths
+            # the store keeps under or above it, also under this path or still blocking)
         elif s != take or dec.state in (State.WORKSPACE_DELETED, State.CONFLICT):
             op: Literal["modified", "deleted", "restored"] = (
                 "restored" if s is ABSENT else "deleted" if take is ABSENT else "modified")
             out.discarded.append(Discarded(p, str(dec.state), op))
             out.take[p] = take
         out.record[p] = record
+        if isinstance(take, Content) and take.mode is not None:
+            out.record_modes[p] = take.mode
         out.clear_intent.append(p)
+    if path is not None:
+        _still_blocked(out, plan, observation, store_view)
     return out
+
+
+def _still_blocked(out: SyncPlan, plan: PassPlan, observation: Observed,
+                   store_view: Mapping[str, Content]) -> None:
+    """A path sync takes disk under its path; a type change whose blocking entry lies outside
+    that path (the store keeps a file above it) still cannot be taken: drop it from the take.
+    What a sync puts: text taken in, and (taken as ABSENT while disk holds a file) disk-only."""
+    puts = [p for p, t in out.take.items()
+            if isinstance(t, Content) or isinstance(observation.disk(p), Content)]
+    if not puts:
+        return
+
+    def kept(p: str) -> bool:
+        if p not in store_view or out.take.get(p) is ABSENT:
+            return False
+        dec = plan.decisions.get(p)
+        return dec is None or not _removes(dec)
+
+    for t in _blocked(puts, kept, sorted(store_view)):
+        out.take.pop(t, None)
+        out.record.pop(t, None)
+        out.record_modes.pop(t, None)
+        if t in out.clear_intent:
+            out.clear_intent.remove(t)
 
 
 # --- materialize ---------------------------------------------------------------------------
@@ -272,6 +390,8 @@ class Write:
     path: str
     expected: str | _Absent  # disk as the decision saw it
     force: bool  # skip the effect's freshness check (a named, forced path only)
+    after_unlinks: bool = False  # below a disk file this plan unlinks (a file made a directory)
+    mode: int | None = None  # the permission bits to write (None: keep disk's, or 0o644)
 
 
 @dataclass(frozen=True)
@@ -311,6 +431,7 @@ def plan_materialize(
     apply_deletions: bool = False,
     pinned_branch: str | None = None,
     mount: str = "",
+    unwritable: Mapping[str, str] | None = None,
 ) -> MaterializePlan:
     """Materialize's contract over one pass (decided on the branch it selects, in the same turn).
 
@@ -318,15 +439,21 @@ def plan_materialize(
     evidence and never writes a pre-evidence entry disk lacks; force counts only for named
     paths; nothing is deleted without apply_deletions; every refusal is listed with its remedy.
     A mount pinned to another branch is refused unless forced. `mount` prefixes the paths
-    the remedies name, so each is a command that works as written.
+    the remedies name, so each is a command that works as written. `unwritable`: paths of the
+    store that no write can put on disk as they are (a hard link, a FIFO, a device), with why:
+    each is listed in `skipped` (forced or not) and nothing is written there.
     """
     out = MaterializePlan()
     if pinned_branch is not None and plan.branch != pinned_branch and not force:
         out.refused = (f"disk holds branch {pinned_branch!r} (last materialized); "
                        f"{plan.branch!r} diverges from it")
         return out
+    unwritable = unwritable or {}
+    for p, why in sorted(unwritable.items()):
+        if not paths or _named(p, paths):
+            out.skipped.append(Skipped(p, "not-writable", why, _NOT_WRITABLE_REMEDY))
     for p, dec in sorted(plan.decisions.items()):
-        if dec is SYNCED_UNCHANGED or (paths and not _named(p, paths)):
+        if dec is SYNCED_UNCHANGED or (paths and not _named(p, paths)) or p in unwritable:
             continue  # disk owes nothing where it agrees
         named = _named(p, paths)
         if dec.state == State.UNVERIFIED:
@@ -351,15 +478,58 @@ def plan_materialize(
         d = observation.disk(p)
         if isinstance(d, DiskUnknown):  # pragma: no cover - the rule already said unverified
             continue
+        if dec.owes == "write":
+            unlinked = {u.path for u in out.unlinks}  # ancestors sort first: decided already
+            clash = _write_clash(p, observation, mount, unlinked)
+            if clash == "after-unlinks":
+                out.writes.append(Write(p, ABSENT, False, after_unlinks=True, mode=dec.mode))
+                continue
+            if clash is not None:
+                out.skipped.append(Skipped(p, "conflict: type-changed", *clash))
+                continue
         expected: str | _Absent = ABSENT if d is ABSENT else (d.digest or "")
         effect_force = "force" in need or (named and force)
         if dec.owes == "write":
-            out.writes.append(Write(p, expected, effect_force))
+            out.writes.append(Write(p, expected, effect_force, mode=dec.mode))
         elif d is not ABSENT:
             out.unlinks.append(Unlink(p, expected, effect_force))  # type: ignore[arg-type]
         elif dec.detail == Detail.PENDING_WRITE_SEEN:
             out.unlinks.append(Unlink(p, "", False))  # already gone: completes with barriers
     return out
+
+
+_NOT_WRITABLE_REMEDY = ("it stays in the workspace (kept with its links or type); to put its "
+                        "content on disk, copy it to a plain file in the mount and materialize "
+                        "that")
+
+
+def _write_clash(rel: str, observation: Observed, mount: str, unlinked: set[str],
+                 ) -> tuple[str, str] | str | None:
+    """(reason, remedy) when disk's structure cannot take a file at rel: disk holds a file
+    at an ancestor (the workspace made a directory there), or a directory at rel (with files
+    in it: an empty one is refused by the effect itself, saying so). Neither is forced over:
+    writing would first have to remove what disk holds, which no materialize does unasked.
+    "after-unlinks": the ancestor file is one this plan unlinks (--apply-deletions of the
+    workspace's own type change): the write goes after the unlinks."""
+    parts = rel.split("/")
+    for i in range(1, len(parts)):
+        above = "/".join(parts[:i])
+        if above in unlinked:
+            return "after-unlinks"
+        if above in observation.files:
+            where = f"{mount}/{above}" if mount else above
+            return (f"disk holds a file at {above!r}, where the workspace has a directory",
+                    f"`memfs sync {where}` takes disk's file (the workspace's {above}/ is "
+                    "discarded); if the workspace deleted that file, `memfs materialize "
+                    f"--apply-deletions {where}` removes it first; or move it away on disk "
+                    "and materialize again")
+    listed = getattr(observation, "listed", ())
+    if rel in listed:
+        where = f"{mount}/{rel}" if mount else rel
+        return (f"disk holds a directory at {rel!r}, where the workspace has a file",
+                f"`memfs sync {where}` takes disk's directory (the workspace's file is "
+                "discarded), or move that directory away on disk and materialize again")
+    return None
 
 
 def _skip(rel: str, dec: Decision, missing: set[str], mount: str = "") -> Skipped:
@@ -395,6 +565,7 @@ def count_owed(
     evidence: EvidenceMap,
     intent: IntentTable,
     pending: Mapping[str, Pending] | None = None,
+    modes: Mapping[str, int] | None = None,
 ) -> OwedCounts:
     """What disk owes by the evidence alone (no disk read): drafts (store differs from P, P
     known; or a workspace-created file), pending writes, workspace deletions disk has not
@@ -426,6 +597,8 @@ def count_owed(
             changes += int(pi.origin_store)
         elif p != s.digest:
             changes += 1
+        elif modes and s.mode is not None and modes.get(path, s.mode) != s.mode:
+            changes += 1  # the workspace changed its mode only
     return OwedCounts(changes, deletions, conflicts)
 
 

@@ -12,6 +12,13 @@ can then be tested over its whole input space. It reads no clock and no disk: ob
     P known, all differ    conflict, sticky until a path sync, a forced materialize or convergence
     P unknown              tombstone, then store origin, then legacy mismatch; else a new disk
                            file is ingested (text) or listed disk-only (binary, oversize)
+
+Permission bits (`mode`, 0o777) are decided by the same rule, on their own, wherever both sides
+hold the file (`_decide_mode`): equal, agreed; P's mode on disk, the workspace changed it (a
+draft, written with the file); P's mode in the store, disk changed it (taken in); all three
+differ, a conflict. A P with no mode on record (evidence older than modes) takes disk's mode,
+never writes over it. Content and mode changed on different sides merge (disk's content with
+the workspace's mode, or the reverse); both sides changing the mode is a conflict.
 """
 
 from __future__ import annotations
@@ -59,26 +66,30 @@ class _NoEvidence:
 ABSENT = _Absent()
 NO_EVIDENCE = _NoEvidence()
 
-Kind = Literal["text", "binary", "oversize"]
+Kind = Literal["text", "binary", "oversize", "hardlink", "special"]
+MODE_BITS = 0o777  # the permission bits the reconciler carries (docs/reconciliation.md: why)
 
 
 @dataclass(frozen=True)
 class Content:
     """File content by its xxh3-128 digest. `digest=None` is an untracked oversize file seen only
-    by a bounded head read: it never compares equal to anything, so it can never read as agreed."""
+    by a bounded head read: it never compares equal to anything, so it can never read as agreed.
+    `mode`: the file's permission bits (MODE_BITS), None where not known (not compared)."""
 
     digest: str | None
     kind: Kind = "text"
+    mode: int | None = None
 
     def same(self, other: object) -> bool:
         return isinstance(other, Content) and self.digest is not None and self.digest == other.digest
 
 
 @functools.lru_cache(maxsize=1 << 18)
-def text_content(digest: str | None) -> Content:
-    """Content(digest, "text"), one object per digest: a pass states the store side of every
-    file each time, and building a frozen dataclass per file per pass costs more than the rule."""
-    return Content(digest, "text")
+def text_content(digest: str | None, mode: int | None = None) -> Content:
+    """Content(digest, "text", mode), one object per (digest, mode): a pass states the store side
+    of every file each time, and building a frozen dataclass per file per pass costs more than
+    the rule."""
+    return Content(digest, "text", mode)
 
 
 @dataclass(frozen=True)
@@ -108,13 +119,18 @@ class Pending:
     (taking disk into this branch's tree). `old`/`new` are the side's expected values before and
     after, as evidence values (digest or ABSENT). An adoption planned on another branch is left
     for that branch (`on_this_branch=False`); another branch's disk effect that shows on disk
-    decides this branch's state as if disk agreed with it, and is neither completed nor replayed
-    here."""
+    decides this branch's state as if disk agreed with it, and any other branch's intent is
+    neither completed, abandoned nor replayed here: only its own branch's tree can tell."""
 
     op: Literal["write", "unlink", "adopt"]
     old: _Absent | str
     new: _Absent | str
     on_this_branch: bool = True
+    # An adoption's prior: the evidence its decision resolved (None: not recorded, an intent
+    # older than the journal's column). Not done, it is decided again from there, since P may
+    # have moved since with another branch's agreement while this branch's tree stood still.
+    prior: _Absent | str | None = None
+    id: int = 0  # the journal's intent id (0 in tables of cases): what settling resolves
 
 
 @dataclass(frozen=True)
@@ -123,6 +139,9 @@ class PathIntent:
 
     tombstone: the workspace deleted the path on purpose. origin_store: the workspace created it.
     damaged: the branch's intent could not be verified, so nothing about this path is known.
+    restored: an undo or restore just changed this file (not kept in the branch: the pass after
+    the rewind decides it once): the rewound content is the workspace's side, so a disk change
+    since the agreement is a conflict with it, never taken over it silently.
     """
 
     tombstone: bool = False
@@ -130,6 +149,7 @@ class PathIntent:
     conflict: Conflict | None = None
     pending: Pending | None = None
     damaged: bool = False
+    restored: bool = False
 
 
 NO_INTENT = PathIntent()
@@ -165,6 +185,8 @@ class Detail(enum.StrEnum):
     REMOVE = "remove"
     DISK_ONLY = "disk-only"
     PENDING_WRITE_SEEN = "pending-write-seen"  # disk shows our write; only a barriered push completes it
+    MODE = "mode"  # the content agrees; only the permission bits differ
+    TYPE_CLASH = "type-clash"  # a file one side holds where the other keeps a directory, or under a file
 
 
 class ConflictKind(enum.StrEnum):
@@ -174,6 +196,7 @@ class ConflictKind(enum.StrEnum):
     UNKNOWN_PROVENANCE = "unknown-provenance"
     STORE_ORIGIN_COLLISION = "store-origin-collision"
     INTERRUPTED = "interrupted"
+    TYPE_CHANGED = "type-changed"  # a file on one side where the other keeps a directory
 
 
 Requirement = Literal["named", "force", "apply_deletions"]
@@ -206,23 +229,51 @@ class Decision:
     clear_tombstone: bool = False
     disk_changed_since_conflict: bool = False
     reason: str = ""
+    # Permission bits: `mode` is what the file is to have on both sides once the decision is
+    # carried out (a take gives the store node this mode; a write gives disk's file this mode);
+    # `take_mode`: the store keeps its content and takes this mode from disk; `record_mode`:
+    # the mode to record in P with `record` (which then holds P's content value).
+    mode: int | None = None
+    take_mode: bool = False
+    record_mode: int | None = None
 
 
 SYNCED_UNCHANGED = Decision(Action.AGREE, State.SYNCED, reason="disk and store agree")
 """The decision for the unchanged case, shared: a pass over a quiet tree makes one per file."""
 
 
-def decide_unchanged(disk: str | None, store: str | None, p: Evidence) -> Decision | None:
-    """The rule's decision when disk, store and P are one digest, or None: run `decide`.
+def decide_unchanged(disk: str | None, store: str | None, p: Evidence,
+                     dm: int | None = None, sm: int | None = None,
+                     pm: int | None = None) -> Decision | None:
+    """The rule's decision when disk, store and P are one digest and one mode, or None: run
+    `decide`.
 
     Valid only for a path with no branch intent (tombstone, origin, conflict, damage) and no
     pending intent: the caller checks that. With those absent, D = S goes straight to agreement,
     and P = D means nothing to record; so this is exactly `decide` for those inputs (a property
     test holds it to that), without the work of building the sides. `disk`/`store` are digests
-    (None: no comparable content)."""
-    if disk is not None and disk == store and p == disk:
+    (None: no comparable content); `dm`/`sm`/`pm` the modes of disk, store and P."""
+    if disk is not None and disk == store and p == disk and dm == sm and pm == dm:
         return SYNCED_UNCHANGED
     return None
+
+
+def type_clash(where: str, *, disk_dir: bool) -> Decision:
+    """The decision for a file disk holds that the store cannot take in, because the store
+    keeps (a draft, a conflict, a file disk never had) a directory at that path (`disk_dir`
+    False: disk replaced a directory by a file) or a file at `where`, an ancestor of it (True:
+    disk replaced a file by a directory). Decided from the structure at each pass, not
+    recorded: it ends as soon as one side gives way (a path sync takes disk's side; removing
+    the workspace's entries, or moving disk's away, lets the rule decide each file again).
+    Nothing is recorded or owed at the path itself: the store holds no file there."""
+    if disk_dir:
+        reason = (f"disk holds a directory at {where!r} where the workspace keeps a file; "
+                  f"a sync of {where!r} takes disk's side")
+    else:
+        reason = ("disk holds a file where the workspace keeps a directory with changes; "
+                  "a sync of this path takes disk's file")
+    return Decision(Action.CONFLICT, State.CONFLICT, Detail.TYPE_CLASH,
+                    conflict=ConflictKind.TYPE_CHANGED, reason=reason)
 
 
 def _value(side: Disk | Store) -> _Absent | str | None:
@@ -266,11 +317,90 @@ def _conflict(kind: ConflictKind, d: Disk, s: Store, reason: str) -> Decision:
         requires=frozenset({"named", "force"}),
         record_conflict=Conflict(str(kind), _disk_record(d)),
         reason=reason,
+        mode=_mode(s),
     )
 
 
-def decide(d: Disk, s: Store, p: Evidence, intent: PathIntent = NO_INTENT) -> Decision:
-    """Decide one path. See the module docstring for the table; docs/reconciliation.md for why."""
+def _mode(side: Disk | Store) -> int | None:
+    return side.mode if isinstance(side, Content) else None
+
+
+def decide(d: Disk, s: Store, p: Evidence, intent: PathIntent = NO_INTENT,
+           pm: int | None = None) -> Decision:
+    """Decide one path (`pm`: the mode P agreed on, None if none is on record). See the module
+    docstring for the table; docs/reconciliation.md for why."""
+    dec = _decide_content(d, s, p, intent)
+    if dec.resolve_pending is not None or dec.action in (Action.UNVERIFIED, Action.NOTHING,
+                                                          Action.INTERRUPTED):
+        return dec  # a write-ahead intent settles first; the next pass decides the mode
+    return _decide_mode(dec, d, s, p, pm)
+
+
+def _decide_mode_only(dm: int, sm: int, pm: int | None) -> str:
+    """The rule on the permission bits alone: agree, draft (the workspace changed them), adopt
+    (disk did) or conflict. No mode on record: disk's is taken, never written over."""
+    if dm == sm:
+        return "agree"
+    if pm is None or pm == sm:
+        return "adopt"
+    if pm == dm:
+        return "draft"
+    return "conflict"
+
+
+def _decide_mode(dec: Decision, d: Disk, s: Store, p: Evidence, pm: int | None) -> Decision:
+    """The content decision with the permission bits decided by the same rule (see the module
+    docstring). Where one side has no file, the mode goes with the content: a take gets disk's,
+    a write the store's."""
+    dm, sm = _mode(d), _mode(s)
+    if dec.action == Action.CONFLICT:
+        return dec  # resolved as a whole (a recorded one converges only when the modes agree)
+    if dm is None or sm is None:
+        if dec.action == Action.ADOPT_DISK and dec.state != State.DISK_ONLY and dm is not None:
+            return replace(dec, mode=dm, record_mode=dm)  # a new file: disk's mode
+        if dec.owes == "write":
+            return replace(dec, mode=sm)  # disk has no file: the store's mode is written
+        return dec
+    if dec.action == Action.ADOPT_DISK and dec.state == State.DISK_ONLY:
+        return dec  # the store drops its copy: no mode to keep
+    m = _decide_mode_only(dm, sm, pm)
+    if m == "conflict":
+        return Decision(
+            Action.CONFLICT, State.CONFLICT, conflict=ConflictKind.BOTH_CHANGED, owes="write",
+            requires=frozenset({"named", "force"}),
+            record_conflict=Conflict(str(ConflictKind.BOTH_CHANGED), _disk_record(d)),
+            mode=sm, reason=f"disk and the workspace both changed its mode ({pm:o} -> disk "
+                            f"{dm:o}, workspace {sm:o})")
+    pv = dec.record if dec.record is not None else (
+        p if p is not NO_EVIDENCE else _value(d))
+    if dec.action == Action.ADOPT_DISK:
+        # Disk's content taken; its mode too, unless only the workspace changed the mode
+        # (then the store keeps its mode, which is owed to disk at the next pass).
+        return replace(dec, mode=sm if m == "draft" else dm, record_mode=dm)
+    if dec.action == Action.AGREE:
+        if m == "agree":
+            if pm == dm and dec.record is None:
+                return dec  # nothing to carry (SYNCED_UNCHANGED stays the shared object)
+            return replace(dec, record=pv, mode=dm, record_mode=dm)
+        if m == "draft":
+            return Decision(Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.MODE, owes="write",
+                            record=dec.record, record_mode=pm if dec.record is not None else None,
+                            mode=sm, clear_conflict=dec.clear_conflict,
+                            reason="the workspace changed its mode only")
+        return Decision(Action.ADOPT_DISK, State.SYNCED, Detail.MODE, take_mode=True, mode=dm,
+                        record=pv, record_mode=dm, clear_conflict=dec.clear_conflict,
+                        reason="disk changed its mode only")
+    if dec.owes == "write":  # a content draft where disk holds a file
+        if m == "adopt":
+            # Disk changed the mode, the workspace the content: the store takes disk's mode
+            # (recorded as agreed) and its draft is written with it.
+            return replace(dec, mode=dm, take_mode=True, record=pv, record_mode=dm)
+        return replace(dec, mode=sm)
+    return dec
+
+
+def _decide_content(d: Disk, s: Store, p: Evidence, intent: PathIntent) -> Decision:
+    """The rule on content (the module docstring's table)."""
     if intent.damaged:
         return Decision(Action.UNVERIFIED, State.UNVERIFIED,
                         reason="branch intent is damaged; a path sync replaces it")
@@ -284,7 +414,7 @@ def decide(d: Disk, s: Store, p: Evidence, intent: PathIntent = NO_INTENT) -> De
     dv, sv = _value(d), _value(s)
 
     if intent.conflict is not None:
-        if _eq(dv, sv):
+        if _eq(dv, sv) and _mode(d) == _mode(s):
             return _agree(d, p, clear_conflict=True, reason="conflict converged")
         recorded = ABSENT if intent.conflict.disk is None else intent.conflict.disk
         kind = ConflictKind(intent.conflict.kind)
@@ -293,6 +423,7 @@ def decide(d: Disk, s: Store, p: Evidence, intent: PathIntent = NO_INTENT) -> De
             owes="unlink" if s is ABSENT else "write", requires=frozenset({"named", "force"}),
             disk_changed_since_conflict=not _eq(dv, recorded),
             reason="recorded conflict stays until a path sync, a forced materialize or convergence",
+            mode=_mode(s),
         )
 
     if _eq(dv, sv):
@@ -328,6 +459,12 @@ def _decide_known(d: Disk, s: Store, p: _Absent | str, intent: PathIntent) -> De
         return Decision(Action.KEEP_STORE, State.WORKSPACE_DRAFT, Detail.DRAFT, owes="write",
                         reason="changed in the workspace only")
     if _eq(sv, p):  # only disk changed
+        if intent.restored:
+            # The workspace went back to the agreed copy on purpose (undo, restore) while
+            # disk changed it: both sides acted, so neither is taken over the other.
+            return _conflict(_conflict_kind(d, s), d, s,
+                             "an undo or restore brought this copy back; disk changed it since "
+                             "they last agreed")
         return _adopt(d, p, intent)
     return _conflict(_conflict_kind(d, s), d, s, "disk, store and evidence all differ")
 
@@ -384,16 +521,23 @@ def _settle_pending(
     old value means it never happened; anything else is an interrupted conflict.
     """
     side = _value(d) if pending.op in ("write", "unlink") else _value(s)
-    rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict)
-    if _eq(side, pending.new) and not pending.on_this_branch:
-        # Another branch's push shows on disk: decide as if disk agreed with it, but neither
-        # complete it (its own branch does, with barriers) nor replay it here.
-        return _with(decide(d, s, pending.new, rest), record=None)
+    rest = PathIntent(intent.tombstone, intent.origin_store, intent.conflict,
+                      restored=intent.restored)
+    if not pending.on_this_branch:
+        if _eq(side, pending.new):
+            # Another branch's push shows on disk: decide as if disk agreed with it, but
+            # neither complete it (its own branch does, with barriers) nor replay it here.
+            return _with(_decide_content(d, s, pending.new, rest), record=None)
+        # Not (or not yet) done, or disk moved on: for this branch that is disk as it is,
+        # decided from the evidence; the intent stays pending for its own branch, which alone
+        # can say whether it was interrupted (recording it here would put a conflict on a
+        # branch that never pushed anything).
+        return _decide_content(d, s, p, rest)
     if _eq(side, pending.new):
         if pending.op == "adopt":
             # The adoption landed; completing its intent records P := new, and the rest of
             # the decision is made from there.
-            return _with(decide(d, s, pending.new, rest), resolve_pending="done")
+            return _with(_decide_content(d, s, pending.new, rest), resolve_pending="done")
         # What is owed follows the store as it is now, not the interrupted step: the workspace
         # may have removed the written file or made the unlinked one again since.
         if s is ABSENT and pending.op == "write" and not intent.tombstone:
@@ -409,7 +553,14 @@ def _settle_pending(
     if _eq(side, pending.old):
         # Not done: decide from the evidence as it stands. (Not from `old`: a forced write's old
         # is a disk copy the evidence never agreed with, and must not become agreed by a crash.)
-        return _with(decide(d, s, p, rest), resolve_pending="not-done")
+        # An adoption is decided from the prior it resolved: its tree never took the step, and
+        # whatever moved P since (another branch agreeing with disk while this one was not
+        # selected) says nothing about this tree. Decided from a moved P, the old copy would
+        # read as a draft, and materialize would write it over the disk edit being adopted.
+        # (An intent written before priors were recorded has none: P as it stands, as before.)
+        if pending.op == "adopt" and pending.prior is not None:
+            return _with(_decide_content(d, s, pending.prior, rest), resolve_pending="not-done")
+        return _with(_decide_content(d, s, p, rest), resolve_pending="not-done")
     return Decision(
         Action.INTERRUPTED, State.CONFLICT, conflict=ConflictKind.INTERRUPTED,
         owes="unlink" if s is ABSENT else "write", requires=frozenset({"named", "force"}),

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
 from memfs.store.backend import StoreBackend as Store
-from memfs.store.store import Commit, StoreError, _check_ref_name
+from memfs.store.store import Commit, StoreError, _check_ref_name, check_new_name
 
 CHECKPOINT_REF = "checkpoints/"  # reflog rows of checkpoint moves name the ref this way
 PAGE = 256  # commits read per query when walking history
@@ -60,6 +60,9 @@ class OpRecord:
     top_self: bool = False  # made by the group's top process itself
     top_shell: bool = False  # the group's top process is a shell (sh, bash, ...)
     pids: tuple[ProcRef, ...] = ()
+    # It set a time on purpose (touch, utimes): a change of times only is then what it did,
+    # not a side effect of reading (git status's index refresh), and undo takes it alone.
+    set_times: bool = False
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -155,6 +158,7 @@ def add_mark(store: Store, name: str, commit_id: str, branch: str, label: str) -
     _check_ref_name(name)
     now = time.time_ns()
     with store.transaction() as tx:
+        check_new_name(tx, name, "mark")
         tx.add_mark(name, commit_id, branch, now, label)
     return Mark(name, commit_id, branch, now)
 
@@ -179,6 +183,8 @@ def create_checkpoint(store: Store, name: str, commit_id: str, branch: str, *,
     with store.transaction() as tx:
         row = tx.checkpoint_row(name)
         old = row[1] if row else None
+        if old is None:
+            check_new_name(tx, name, "checkpoint")
         if old is not None and old != commit_id and not force:
             raise StoreError(f"checkpoint {name!r} already names {old[:12]}",
                              f"pick another name, `memfs checkpoint delete {name}` first, or "

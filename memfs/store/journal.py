@@ -5,7 +5,8 @@ branch is switched or a change undone, so neither may P. Branch-local intent (to
 origin, conflicts) is elsewhere (memfs.reconcile.intent) and rewinds with the branch.
 
 The journal lives in the store's SQLite file (`<root>/store.db`, WAL, synchronous=FULL) in
-tables prefixed `journal_`, through its own connection.
+tables prefixed `journal_`, through its own connection. Paths are names, and Linux names are
+bytes: a path column holds the name's own bytes, valid UTF-8 or not (see _db and _text).
 
 The failed-append rule (seed 002): if SQLite reports an I/O error (or a full disk, or
 corruption) inside a write, what reached the file is no longer known to this connection's view:
@@ -28,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from sys import intern
 from types import MappingProxyType
@@ -59,6 +60,7 @@ CREATE TABLE IF NOT EXISTS journal_evidence (
     path TEXT NOT NULL,
     digest TEXT,               -- NULL: disk and store agreed the path holds nothing
     recorded_at REAL NOT NULL,
+    mode INTEGER,              -- the permission bits agreed on (NULL: not recorded)
     PRIMARY KEY (mount, path)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal_evidence_aside (
@@ -77,6 +79,8 @@ CREATE TABLE IF NOT EXISTS journal_intents (
     branch TEXT,
     old TEXT,                  -- expected value before ('' = absent)
     new TEXT,                  -- value after ('' = absent)
+    prior TEXT,                -- adopt: the P its decision resolved ('' = absent, NULL = unrecorded)
+    mode INTEGER,              -- the permission bits the step sets (NULL: not recorded)
     state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'abandoned')),
     created_at REAL NOT NULL,
     settled_at REAL
@@ -94,6 +98,7 @@ CREATE TABLE IF NOT EXISTS journal_fingerprints (
     digest TEXT NOT NULL,
     kind TEXT NOT NULL,
     hashed_at_ns INTEGER NOT NULL,
+    mime TEXT,                 -- sniffed from the head when hashed (NULL: not recorded)
     PRIMARY KEY (mount, path)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS journal_pins (
@@ -115,7 +120,16 @@ INSERT OR IGNORE INTO journal_changes VALUES (0, 0);
     for table in ("journal_evidence", "journal_fingerprints")
     for what in ("INSERT", "UPDATE", "DELETE"))
 
-_ABSENT_COL = ""  # how an absent old/new value is stored in journal_intents
+# Columns added after the first release: a journal made before them gets them at open
+# (ALTER TABLE ... ADD COLUMN; their rows read NULL, "not recorded", which each reader handles).
+ADDED_COLUMNS = (
+    ("journal_intents", "prior", "TEXT"),
+    ("journal_fingerprints", "mime", "TEXT"),
+    ("journal_evidence", "mode", "INTEGER"),
+    ("journal_intents", "mode", "INTEGER"),
+)
+
+_ABSENT_COL = ""  # how an absent old/new/prior value is stored in journal_intents
 FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"  # tests: a file whose existence fails the next write
 REOPEN_REMEDY = ("run `memfs sync --reopen` (it reopens the journal's view of the store in the "
                  "running daemon, then observes again; restarting memfs does the same) before any "
@@ -128,9 +142,12 @@ class JournalNeedsReopen(MemfsError):
 
 @dataclass(frozen=True)
 class EvidenceRecord:
-    """P for one path: `digest` is what disk and store last agreed on, None if on absence."""
+    """P for one path: `digest` is what disk and store last agreed on, None if on absence;
+    `mode` the permission bits they agreed on, None if not recorded (evidence older than
+    modes, or an absence)."""
 
     digest: str | None
+    mode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,10 @@ class Intent:
     old: str | None  # None: absent
     new: str | None
     state: str
+    # adopt: the evidence its decision resolved: None when not recorded (an intent written
+    # before the column existed), "" when P was agreed absence, else the digest.
+    prior: str | None = None
+    mode: int | None = None  # the permission bits the step sets (None: not recorded)
 
 
 class FingerprintRow(NamedTuple):
@@ -156,6 +177,7 @@ class FingerprintRow(NamedTuple):
     digest: str
     kind: str
     hashed_at_ns: int
+    mime: str | None = None  # None: not recorded (a row older than the column)
 
 
 def _fault_point() -> None:
@@ -181,15 +203,18 @@ class PassInputs:
     pending intent of the mount (a pending intent is resolved wherever it is observed).
     `evidence` and `fingerprints` are read-only: while the journal is unchanged they are the
     same objects from pass to pass, which lets a pass tell at once that they did not change
-    (observe.DirMemo, Backing._plan)."""
+    (observe.DirMemo, Backing._plan). `modes`: path -> the permission bits P agreed on, for
+    the paths whose evidence has one (the same sharing)."""
 
     root: tuple[int, int] | None
     evidence: Mapping[str, str | None]
     pending: list[Intent]
     fingerprints: Mapping[str, FingerprintRow]
+    modes: Mapping[str, int] = field(default_factory=lambda: _NO_MODES)
 
 
 _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
+_NO_MODES: Mapping[str, int] = MappingProxyType({})
 _new = tuple.__new__
 
 
@@ -200,6 +225,48 @@ def _change_count(c: sqlite3.Connection) -> int:
 
 def _under(path: str, prefix: str) -> bool:
     return prefix == "" or path == prefix or path.startswith(prefix + "/")
+
+
+def _db(path: str) -> str | bytes:
+    """A path as a parameter (bound as CAST(? AS TEXT)): a name that is not UTF-8 (a
+    surrogate escape, as the walk and the store keep it) goes in as its bytes, so the column
+    holds the name's own bytes; everything else as the text it is (existing journals: the same
+    bytes either way)."""
+    if path.isascii():
+        return path
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return path.encode("utf-8", "surrogateescape")
+    return path
+
+
+def _text(raw: bytes) -> str:
+    """The connection's text_factory: a column holding a name that is not UTF-8 reads back as
+    its surrogate escape (the default factory refuses the whole query over one such row)."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Bring a journal made by an older memfs up to ADDED_COLUMNS, under the write lock (two
+    processes opening one old journal at once add each column once)."""
+    def missing() -> list[tuple[str, str, str]]:
+        have: dict[str, set[str]] = {}
+        for table, _, _ in ADDED_COLUMNS:
+            if table not in have:
+                have[table] = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        return [c for c in ADDED_COLUMNS if c[1] not in have[c[0]]]
+
+    if not missing():
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for table, col, decl in missing():
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {col} {decl}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def _is_poison(exc: BaseException) -> bool:
@@ -222,9 +289,9 @@ class Journal:
         self._busy_ms = busy_timeout_ms
         self._lock = threading.RLock()
         self._failure: BaseException | None = None
-        # (mount, prefix) -> (change count, evidence, fingerprints): see pass_inputs.
-        self._memo: dict[tuple[str, str], tuple[int, Mapping, Mapping]] = {}
-        self._stale: dict[tuple[str, str], tuple[int, Mapping, Mapping]] = {}  # see _write
+        # (mount, prefix) -> (change count, evidence, fingerprints, modes): see pass_inputs.
+        self._memo: dict[tuple[str, str], tuple[int, Mapping, Mapping, Mapping]] = {}
+        self._stale: dict[tuple[str, str], tuple[int, Mapping, Mapping, Mapping]] = {}
         self._count_before = -1  # the change count when this write began
         self._conn = self._connect()
 
@@ -232,10 +299,12 @@ class Journal:
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.db_path, isolation_level=None, check_same_thread=False)
+        conn.text_factory = _text  # names are bytes (see _db)
         conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.executescript(SCHEMA)
+        _add_columns(conn)
         return conn
 
     def reopen(self) -> None:
@@ -320,18 +389,28 @@ class Journal:
 
     def _patch_memo(self, c: sqlite3.Connection, mount: str,
                     evidence: Mapping[str, str | None] | None = None,
-                    fingerprints: Mapping[str, FingerprintRow | None] | None = None) -> None:
+                    fingerprints: Mapping[str, FingerprintRow | None] | None = None,
+                    modes: Mapping[str, int | None] | None = None) -> None:
         """Inside a write: bring the mount's remembered snapshots up to date with what this
         write changed (paths -> new value; None drops a fingerprint), instead of reading 100k
         rows again at the next pass. Only a snapshot that was current when the write began
         (its count is the count then, and the write holds the file's write lock) is patched;
         it is served only from the count after this write, and forgotten if it rolls back."""
         after = _change_count(c)
-        for key, (count, ev, fps) in self._stale.items():
+        for key, (count, ev, fps, mds) in self._stale.items():
             if key[0] != mount or count != self._count_before:
                 continue
             prefix = key[1]
-            new_ev, new_fps = ev, fps
+            new_ev, new_fps, new_mds = ev, fps, mds
+            md_items = [(p, v) for p, v in (modes or {}).items() if _under(p, prefix)]
+            if md_items:
+                d = dict(mds)
+                for p, v in md_items:
+                    if v is None:
+                        d.pop(p, None)
+                    else:
+                        d[intern(p)] = v
+                new_mds = MappingProxyType(d)
             ev_items = [(p, v) for p, v in (evidence or {}).items() if _under(p, prefix)]
             fp_items = [(p, v) for p, v in (fingerprints or {}).items() if _under(p, prefix)]
             if ev_items:
@@ -346,9 +425,10 @@ class Journal:
                     else:
                         d[intern(p)] = _new(FingerprintRow, (
                             row.size, row.mtime_ns, row.ctime_ns, row.ino, row.dev,
-                            intern(row.digest), row.kind, row.hashed_at_ns))
+                            intern(row.digest), row.kind, row.hashed_at_ns,
+                            getattr(row, "mime", None)))
                 new_fps = MappingProxyType(d)
-            self._memo[key] = (after, new_ev, new_fps)
+            self._memo[key] = (after, new_ev, new_fps, new_mds)
 
     # -- root identity -----------------------------------------------------------------------
 
@@ -359,7 +439,8 @@ class Journal:
         return (row[0], row[1]) if row else None
 
     def accept_root(self, mount: str, dev: int, ino: int) -> int:
-        """Take a replaced root on purpose: set its evidence aside so nothing reads as deleted.
+        """Take a replaced root on purpose: set its evidence aside so nothing reads as deleted,
+        and abandon the old directory's pending intents.
 
         Returns how many evidence records were set aside.
         """
@@ -374,6 +455,10 @@ class Journal:
             n = c.execute("DELETE FROM journal_evidence WHERE mount=?", (mount,)).rowcount
             c.execute("DELETE FROM journal_fingerprints WHERE mount=?", (mount,))
             c.execute("DELETE FROM journal_pins WHERE mount=?", (mount,))
+            # Pending intents were about the old directory: on this one their old and new
+            # values mean nothing (one matching neither would read as an interrupted push).
+            c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? "
+                      "WHERE mount=? AND state='pending'", (now, mount))
             c.execute(
                 "INSERT OR REPLACE INTO journal_roots (mount, dev, ino, recorded_at)"
                 " VALUES (?, ?, ?, ?)", (mount, dev, ino, now))
@@ -417,82 +502,95 @@ class Journal:
     def evidence(self, mount: str, path: str) -> EvidenceRecord | None:
         """P for a path: None when there is no evidence at all (P unknown)."""
         row = self._read(lambda c: c.execute(
-            "SELECT digest FROM journal_evidence WHERE mount=? AND path=?",
-            (mount, path)).fetchone())
-        return EvidenceRecord(row[0]) if row else None
+            "SELECT digest, mode FROM journal_evidence WHERE mount=? AND path=CAST(? AS TEXT)",
+            (mount, _db(path))).fetchone())
+        return EvidenceRecord(row[0], row[1]) if row else None
 
     def evidence_under(self, mount: str, prefix: str = "") -> dict[str, EvidenceRecord]:
         """Every P of a mount at or below `prefix` ('' for the whole mount)."""
-        return self._read(lambda c: {p: EvidenceRecord(d)
-                                     for p, d in self._evidence_rows(c, mount, prefix)})
+        return self._read(lambda c: {p: EvidenceRecord(d, m)
+                                     for p, d, m in self._evidence_rows(c, mount, prefix)})
 
     @staticmethod
     def _evidence_rows(c: sqlite3.Connection, mount: str, prefix: str) -> sqlite3.Cursor:
         if not prefix:
-            return c.execute("SELECT path, digest FROM journal_evidence WHERE mount=?", (mount,))
+            return c.execute("SELECT path, digest, mode FROM journal_evidence WHERE mount=?",
+                             (mount,))
         return c.execute(
-            "SELECT path, digest FROM journal_evidence WHERE mount=? AND "
-            "(path=? OR (path >= ? AND path < ?))",
-            (mount, prefix, prefix + "/", prefix + "0"))  # '0' sorts right after '/'
+            "SELECT path, digest, mode FROM journal_evidence WHERE mount=? AND "
+            "(path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) AND path < CAST(? AS TEXT)))",
+            (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))  # '0' follows '/'
 
     def record_evidence(
-        self, mount: str, items: Iterable[tuple[str, str | None]], *,
+        self, mount: str, items: Iterable[tuple[str, str | None] | tuple[str, str | None,
+                                                                          int | None]], *,
         root: tuple[int, int] | None = None,
     ) -> None:
-        """Record P := value for each (path, digest-or-None); the root identity goes with the
-        first evidence of a mount, and a different root is refused."""
+        """Record P := value for each (path, digest-or-None[, mode-or-None]); the root identity
+        goes with the first evidence of a mount, and a different root is refused."""
         now = time.time()
         with self._write() as c:
             self._ensure_root(c, mount, root)
-            items = list(items)
+            rows = [(it[0], it[1], it[2] if len(it) > 2 else None) for it in items]
             c.executemany(
-                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
-                " VALUES (?, ?, ?, ?)", [(mount, p, d, now) for p, d in items])
-            self._patch_memo(c, mount, evidence=dict(items))
+                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at, mode)"
+                " VALUES (?, CAST(? AS TEXT), ?, ?, ?)",
+                [(mount, _db(p), d, now, m) for p, d, m in rows])
+            self._patch_memo(c, mount, evidence={p: d for p, d, _ in rows},
+                             modes={p: m for p, _, m in rows})
 
     def forget_evidence(self, mount: str, paths: Iterable[str]) -> None:
         """Drop P (the write-ahead rule's exception: a drop forgets first, with no intent)."""
         with self._write() as c:
-            c.executemany("DELETE FROM journal_evidence WHERE mount=? AND path=?",
-                          [(mount, p) for p in paths])
+            c.executemany("DELETE FROM journal_evidence WHERE mount=? AND path=CAST(? AS TEXT)",
+                          [(mount, _db(p)) for p in paths])
 
     # -- write-ahead intents -----------------------------------------------------------------
 
     def begin_intent(
         self, mount: str, path: str, op: Literal["write", "unlink", "adopt"], *,
         old: str | None, new: str | None, branch: str | None = None,
-        root: tuple[int, int] | None = None,
+        root: tuple[int, int] | None = None, prior: str | None | bool = False,
+        mode: int | None = None,
     ) -> int:
-        """Durably record an intent before its effect; `old`/`new` None mean absent."""
+        """Durably record an intent before its effect; `old`/`new` None mean absent. `prior`
+        (adoptions): the evidence the decision resolved, None for agreed absence (False: not
+        given). `mode`: the permission bits the step sets, recorded in P on completion."""
         with self._write() as c:
             self._ensure_root(c, mount, root)
             cur = c.execute(
-                "INSERT INTO journal_intents (mount, path, op, branch, old, new, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (mount, path, op, branch, _ABSENT_COL if old is None else old,
-                 _ABSENT_COL if new is None else new, time.time()))
+                "INSERT INTO journal_intents (mount, path, op, branch, old, new, prior, "
+                "created_at, mode) VALUES (?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?)",
+                (mount, _db(path), op, branch, _ABSENT_COL if old is None else old,
+                 _ABSENT_COL if new is None else new,
+                 None if prior is False else _ABSENT_COL if prior is None else prior,
+                 time.time(), mode))
             return int(cur.lastrowid or 0)
 
     def complete_intent(self, intent_id: int) -> None:
         """Mark an intent done and record its new value as P, in one transaction. Call only once
         the effect is durable (data and every directory up to the root fsynced)."""
         with self._write() as c:
-            row = c.execute("SELECT mount, path, new, state FROM journal_intents WHERE id=?",
-                            (intent_id,)).fetchone()
+            row = c.execute("SELECT mount, path, new, state, branch, mode FROM journal_intents "
+                            "WHERE id=?", (intent_id,)).fetchone()
             if row is None or row[3] != "pending":
                 raise MemfsError(f"intent {intent_id} is not pending", "observe the path again")
             mount, path, new = row[0], row[1], row[2]
             c.execute("UPDATE journal_intents SET state='done', settled_at=? WHERE id=?",
                       (time.time(), intent_id))
-            # A redo supersedes the interrupted intents of the same path it completes.
+            # A redo supersedes the interrupted intents of the same path it completes, on its
+            # own branch: another branch's pending push or adoption stays for that branch to
+            # resolve (its tree is the only side that can tell whether it happened).
             c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? WHERE mount=? "
-                      "AND path=? AND state='pending' AND id<?",
-                      (time.time(), mount, path, intent_id))
+                      "AND path=CAST(? AS TEXT) AND state='pending' AND id<? AND branch IS ?",
+                      (time.time(), mount, _db(path), intent_id, row[4]))
             digest = None if new == _ABSENT_COL else new
+            mode = None if digest is None else row[5]
             c.execute(
-                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at)"
-                " VALUES (?, ?, ?, ?)", (mount, path, digest, time.time()))
-            self._patch_memo(c, mount, evidence={path: digest})
+                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at, mode)"
+                " VALUES (?, CAST(? AS TEXT), ?, ?, ?)",
+                (mount, _db(path), digest, time.time(), mode))
+            self._patch_memo(c, mount, evidence={path: digest}, modes={path: mode})
 
     def abandon_intent(self, intent_id: int) -> None:
         """The effect did not happen (refused untouched, or observed not done); P is unchanged."""
@@ -505,14 +603,14 @@ class Journal:
 
     @staticmethod
     def _pending(c: sqlite3.Connection, mount: str, path: str | None) -> list[Intent]:
-        sql = ("SELECT id, mount, path, op, branch, old, new, state FROM journal_intents "
-               "WHERE state='pending' AND mount=?")
-        args: tuple[str, ...] = (mount,)
+        sql = ("SELECT id, mount, path, op, branch, old, new, state, prior, mode "
+               "FROM journal_intents WHERE state='pending' AND mount=?")
+        args: tuple[str | bytes, ...] = (mount,)
         if path is not None:
-            sql += " AND path=?"
-            args += (path,)
-        return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7])
-                for r in c.execute(sql + " ORDER BY id", args)]
+            sql += " AND path=CAST(? AS TEXT)"
+            args += (_db(path),)
+        return [Intent(r[0], r[1], r[2], r[3], r[4], r[5] or None, r[6] or None, r[7], r[8],
+                       r[9]) for r in c.execute(sql + " ORDER BY id", args)]
 
     # -- fingerprint cache -------------------------------------------------------------------
 
@@ -524,17 +622,19 @@ class Journal:
     @staticmethod
     def _fingerprint_rows(c: sqlite3.Connection, mount: str, prefix: str,
                           ) -> dict[str, FingerprintRow]:
-        cols = "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns " \
+        cols = "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns, " \
+               "mime " \
                "FROM journal_fingerprints WHERE mount=?"
         if not prefix:
             rows = c.execute(cols, (mount,))
         else:
-            rows = c.execute(cols + " AND (path=? OR (path >= ? AND path < ?))",
-                             (mount, prefix, prefix + "/", prefix + "0"))
+            rows = c.execute(cols + " AND (path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) "
+                             "AND path < CAST(? AS TEXT)))",
+                             (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))
         # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file. Paths and
         # digests interned: see pass_inputs.
         return {intern(r[0]): _new(FingerprintRow, (r[1], r[2], r[3], r[4], r[5], intern(r[6]),
-                                                    r[7], r[8])) for r in rows}
+                                                    r[7], r[8], r[9])) for r in rows}
 
     # -- one pass's reads --------------------------------------------------------------------
 
@@ -557,31 +657,40 @@ class Journal:
                 version = _change_count(c)
                 hit = self._memo.get((mount, prefix))
                 if hit is not None and hit[0] == version:
-                    _, evidence, fps = hit
+                    _, evidence, fps, modes = hit
                 else:
                     # Read after the version: a commit in between only makes the memo miss.
-                    evidence = MappingProxyType({
-                        intern(p): d if d is None else intern(d)
-                        for p, d in self._evidence_rows(c, mount, prefix)})
+                    ev: dict[str, str | None] = {}
+                    md: dict[str, int] = {}
+                    for p, d, m in self._evidence_rows(c, mount, prefix):
+                        p = intern(p)
+                        ev[p] = d if d is None else intern(d)
+                        if m is not None:
+                            md[p] = m
+                    evidence, modes = MappingProxyType(ev), MappingProxyType(md)
                     fps = MappingProxyType(self._fingerprint_rows(c, mount, prefix))
                     if len(self._memo) >= _MEMO_KEYS:
                         self._memo.clear()
-                    self._memo[(mount, prefix)] = (version, evidence, fps)
+                    self._memo[(mount, prefix)] = (version, evidence, fps, modes)
                 row = c.execute("SELECT dev, ino FROM journal_roots WHERE mount=?",
                                 (mount,)).fetchone()
                 pending = self._pending(c, mount, None)
             finally:
                 c.execute("COMMIT")
-            return PassInputs((row[0], row[1]) if row else None, evidence, pending, fps)
+            return PassInputs((row[0], row[1]) if row else None, evidence, pending, fps, modes)
         return self._read(q)
 
     def put_fingerprints(self, mount: str, rows: dict[str, FingerprintRow | None]) -> None:
         """Store (or with None, drop) cached fingerprints."""
         with self._write() as c:
-            c.executemany("DELETE FROM journal_fingerprints WHERE mount=? AND path=?",
-                          [(mount, p) for p, r in rows.items() if r is None])
+            c.executemany("DELETE FROM journal_fingerprints WHERE mount=? AND "
+                          "path=CAST(? AS TEXT)",
+                          [(mount, _db(p)) for p, r in rows.items() if r is None])
             c.executemany(
-                "INSERT OR REPLACE INTO journal_fingerprints VALUES (?,?,?,?,?,?,?,?,?,?)",
-                [(mount, p, r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
-                  r.hashed_at_ns) for p, r in rows.items() if r is not None])
+                "INSERT OR REPLACE INTO journal_fingerprints (mount, path, size, mtime_ns, "
+                "ctime_ns, ino, dev, digest, kind, hashed_at_ns, mime) VALUES "
+                "(?,CAST(? AS TEXT),?,?,?,?,?,?,?,?,?)",
+                [(mount, _db(p), r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
+                  r.hashed_at_ns, getattr(r, "mime", None)) for p, r in rows.items()
+                 if r is not None])
             self._patch_memo(c, mount, fingerprints=rows)

@@ -13,16 +13,21 @@ The rule (docs/guarantees.md, "What an operation is"):
 - A commit made before operations were recorded is an operation of its own. A commit that
   also holds another operation's changes (two commands writing at once) is taken whole:
   undo cannot split a commit.
+- An operation that changed only times (no path, byte, mode or owner: `git status` takes
+  .git/index.lock and drops it, or rewrites the index with the same bytes) is no undo of its
+  own: it is taken with the operation before it, so `memfs undo` after a `git status`
+  still takes back the command before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 from memfs.store.history import LoggedCommit, OpRecord
 
 Get = Callable[[int], LoggedCommit | None]
+Quiet = Callable[["Span"], bool]  # did this operation change only times?
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class Span:
     commits: tuple[LoggedCommit, ...]
     op: OpRecord | None  # None: a commit made before operations were recorded
     whole_group: bool  # the unit was the process group (not one command in it)
+    quiet: tuple[str, ...] = ()  # later operations that changed only times, taken with it
+    n_quiet: int = 0  # how many of `commits` (the newest) are theirs
 
     @property
     def label(self) -> str:
@@ -50,11 +57,16 @@ class Span:
     def others(self) -> list[str]:
         """Labels of other operations whose changes share these commits (taken with them)."""
         seen: dict[str, None] = {}
-        for c in self.commits:
+        for c in self.commits[self.n_quiet:]:
             for o in c.ops or ():
                 if not self._mine(o):
                     seen.setdefault(o.label)
         return list(seen)
+
+    @property
+    def set_times(self) -> bool:
+        """Did this operation set a time on purpose (touch) in any of its commits?"""
+        return any(o.set_times and self._mine(o) for c in self.commits for o in c.ops or ())
 
     def _mine(self, o: OpRecord) -> bool:
         if self.op is None:
@@ -101,25 +113,52 @@ def _run(get: Get, start: int, op: OpRecord) -> tuple[int, bool]:
     return i, whole
 
 
-def spans(get: Get, count: int, start: int = 0) -> list[Span]:
-    """Up to `count` operations from commit `start` back, newest first. A commit with no
-    parent (the store's first) is never part of one: there is nothing before it."""
-    out: list[Span] = []
+def walk(get: Get, start: int = 0, quiet: Quiet | None = None) -> Iterator[Span]:
+    """Operations from commit `start` back, newest first, as successive undos take them:
+    with `quiet`, each run of operations that changed only times is taken with the operation
+    before it (none before it but the store's first commit: each stands alone). A commit
+    made before operations were recorded is never quiet."""
     runs: dict[str, tuple[int, bool]] = {}
     i = start
-    while len(out) < count:
-        s = span_at(get, i, runs)
-        if s is None:
-            break
+    held: list[Span] = []  # quiet operations waiting for the one before them
+    while (s := span_at(get, i, runs)) is not None:
+        i += len(s.commits)
+        if quiet is not None and s.op is not None and s.commits[-1].parent is not None \
+                and quiet(s):
+            held.append(s)
+            continue
+        if held and s.commits[0].parent is None:  # only the store's first: nothing to undo
+            yield from held
+        elif held:
+            s = _with_quiet(s, held)
+        yield s
+        held = []
+    yield from held
+
+
+def _with_quiet(s: Span, held: list[Span]) -> Span:
+    commits = tuple(c for h in held for c in h.commits)
+    return replace(s, commits=commits + s.commits, quiet=tuple(h.label for h in held),
+                   n_quiet=len(commits))
+
+
+def spans(get: Get, count: int, start: int = 0, quiet: Quiet | None = None) -> list[Span]:
+    """Up to `count` operations from commit `start` back, newest first (walk's). A commit
+    with no parent (the store's first) is never part of one: there is nothing before it."""
+    out: list[Span] = []
+    if count < 1:
+        return out
+    for s in walk(get, start, quiet):
         if s.commits[-1].parent is None:
             s = _without_root(s)
             if s is None:
                 break
         out.append(s)
-        i += len(s.commits)
+        if len(out) >= count:
+            break
     return out
 
 
 def _without_root(s: Span) -> Span | None:
     kept = tuple(c for c in s.commits if c.parent is not None)
-    return Span(kept, s.op, s.whole_group) if kept else None
+    return replace(s, commits=kept, n_quiet=min(s.n_quiet, len(kept))) if kept else None

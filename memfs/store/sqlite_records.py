@@ -129,6 +129,12 @@ class SqliteTxRecords:
     def put_ops(self, commit_id: str, data: str) -> None:
         self.conn.execute("INSERT OR REPLACE INTO commit_ops VALUES (?, ?)", (commit_id, data))
 
+    def ref_exists(self, table: str, name: str) -> bool:
+        """A branch (table "branches") or checkpoint ("checkpoints") of that name."""
+        assert table in ("branches", "checkpoints")
+        return self.conn.execute(f"SELECT 1 FROM {table} WHERE name = ?",
+                                 (name,)).fetchone() is not None
+
     def add_mark(self, name: str, commit_id: str, branch: str, time_ns: int, label: str) -> None:
         self.conn.execute("INSERT INTO marks (name, commit_id, branch, time_ns, label) "
                           "VALUES (?, ?, ?, ?, ?)", (name, commit_id, branch, time_ns, label))

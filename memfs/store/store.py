@@ -107,6 +107,7 @@ class Transaction(SqliteTxRecords):
         inodes: str | None = None,
     ) -> Commit:
         """`inodes`: the object id of the tree's inode table, when it has hard links."""
+        message = printable(message)
         now = time.time_ns()
         seq = self.conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM commits").fetchone()[0]
         body = json.dumps([parent, tree, branch, now, message, seq] + ([inodes] if inodes else []))
@@ -315,6 +316,7 @@ class Store(SqliteRecords, SingleHost):
         with self.transaction() as tx:
             if tx.conn.execute("SELECT 1 FROM branches WHERE name = ?", (name,)).fetchone():
                 raise StoreError(f"branch {name!r} already exists", "pick another name")
+            check_new_name(tx, name, "branch")
             tx.conn.execute("INSERT INTO branches VALUES (?, ?)", (name, cid))
         return cid
 
@@ -422,6 +424,12 @@ class Store(SqliteRecords, SingleHost):
         return os.statvfs(self.root)
 
 
+def printable(text: str) -> str:
+    """Text SQLite can hold: a name that is not UTF-8 (a surrogate-escaped byte, say in an
+    attach message naming the directory) is kept as a visible `\\xff` escape."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _no_store(root: Path) -> StoreError:
     return StoreError(f"no memfs store at {root}",
                       "`memfs init` creates it there; if the store is elsewhere, give --root DIR "
@@ -440,6 +448,26 @@ def _check_ref_name(name: str) -> None:
             f"invalid name {name!r}",
             "use letters, digits, '-', '_' (no '/', '~', leading '.', or control characters)",
         )
+
+
+RESERVED = ("HEAD", "now")  # revisions every command reads already
+HEX = frozenset("0123456789abcdef")
+
+
+def check_new_name(tx, name: str, kind: str) -> None:
+    """A new branch, checkpoint or mark must be reachable by its name: refuse one that a
+    revision read first would shadow (Store.resolve: HEAD, branches, checkpoints, commit
+    ids, then marks). `tx`: the transaction that then creates it (either backend's)."""
+    _check_ref_name(name)
+    again = "pick another name"
+    if name in RESERVED:
+        raise StoreError(f"{name!r} names a revision already", again)
+    if kind != "mark" and len(name) >= 6 and set(name) <= HEX:
+        raise StoreError(f"{name!r} reads as a commit id", again + " (not 6+ hex digits)")
+    for other, table in (("branch", "branches"), ("checkpoint", "checkpoints")):
+        if kind != other and tx.ref_exists(table, name):
+            raise StoreError(f"a {other} is named {name!r}: a {kind} of that name could never "
+                             f"be reached by it", again)
 
 
 def open_readonly_probe(root: Path) -> sqlite3.Connection:

@@ -51,6 +51,14 @@ def diff_trees(store: Store, old: str | None, new: str | None,
     return sorted(_pair_renames(store, raw), key=lambda c: (c.path, c.status))
 
 
+def only_times(store: Store, old: str | None, new: str | None) -> bool:
+    """Do trees `old` and `new` differ in times at most (the same paths, bytes, modes,
+    owners and xattrs)? Stops at the first other difference: a big change costs no more
+    than a small one."""
+    return all(c.status == CHANGED and c.detail == "times"
+               for c in _diff_dir(store, old, new, "", None))
+
+
 def _entries(store: Store, tree: str | None) -> dict[str, Entry]:
     if not tree:
         return {}

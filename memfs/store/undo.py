@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 from memfs.store.backend import StoreBackend as Store
 from memfs.store.history import History, find_point
-from memfs.store.opspan import spans
+from memfs.store.opspan import Quiet, Span, spans
 from memfs.store.store import StoreError
+from memfs.store.treediff import only_times
 
 NOTHING = "there is nothing before the store's first commit"
 
@@ -25,17 +26,30 @@ class UndoPlan:
     what: list[str] = field(default_factory=list)  # the operations undone, newest first
     others: list[str] = field(default_factory=list)  # other operations sharing those commits
     reason: str = ""  # for the reflog
+    quiet: list[str] = field(default_factory=list)  # taken along: they changed only times
 
     def to_json(self) -> dict:
         return {"head": self.target, "old_head": self.old_head, "commits": self.commits,
-                "undone": self.what, "also": self.others, "reason": self.reason}
+                "undone": self.what, "also": self.others, "quiet": self.quiet,
+                "reason": self.reason}
+
+
+def changed_only_times(store: Store) -> Quiet:
+    """opspan's test for an operation that changed times at most (`git status`) without
+    setting one on purpose (a `touch` is a change the user asked for)."""
+    def quiet(s: Span) -> bool:
+        if s.set_times:
+            return False
+        before = store.commit(s.target).tree if s.target else None
+        return only_times(store, before, s.commits[0].commit.tree)
+    return quiet
 
 
 def plan_operations(store: Store, head: str, count: int = 1) -> UndoPlan:
     if count < 1:
         raise StoreError("undo takes a positive number of operations", "e.g. memfs undo 2")
     hist = History(store, head)
-    got = spans(hist.get, count)
+    got = spans(hist.get, count, quiet=changed_only_times(store))
     if not got:
         raise StoreError("nothing to undo: " + NOTHING, "make a change first")
     if len(got) < count:
@@ -47,8 +61,9 @@ def plan_operations(store: Store, head: str, count: int = 1) -> UndoPlan:
     store.commit(target)  # a commit no longer kept is refused here, before the head moves
     what = [s.label for s in got]
     others = [o for s in got for o in s.others if o not in what]
+    quiet = [q for s in got for q in s.quiet]
     label = what[0] if count == 1 else f"{count} operations"
-    return UndoPlan(target, head, n, what, others, f"undo {label} ({n} commit{_s(n)})")
+    return UndoPlan(target, head, n, what, others, f"undo {label} ({n} commit{_s(n)})", quiet)
 
 
 def plan_commits(store: Store, head: str, count: int) -> UndoPlan:

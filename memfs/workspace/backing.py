@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -72,19 +72,22 @@ from memfs.reconcile.plan import (
     plan_pass,
     plan_sync,
 )
-from memfs.reconcile.rule import ABSENT, Conflict, Content, PathIntent
+from memfs.reconcile.rule import ABSENT, MODE_BITS, Conflict, Content, PathIntent, State
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.journal import Intent, Journal
-from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
+from memfs.store.trees import DIR, FILE, LINK, name_to_bytes, name_to_str
 from memfs.workspace.attribution import labelled
+from memfs.workspace.backing_paths import parse_store_path
 from memfs.workspace.backing_tasks import (
     AGENT_WATCH,
     DEFAULT_SCAN_DEADLINE,
+    ROOT_POLL,
     SCAN_DELAY_ENV,  # noqa: F401 - the tests' shim, named where the rest of backing is
     WATCH_REMEDY,
     DaemonTasks,
 )
-from memfs.workspace.nodes import FileData, Node, WorkspaceError
+from memfs.workspace.backing_tree import TreeEdit
+from memfs.workspace.nodes import Node, WorkspaceError
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -97,9 +100,11 @@ ACCESS_INTERVAL = 1.0  # an on-access pass observes a scope at most once a secon
 # coordinator); fs-events relies on its events; off only on sync.
 ACCESS_WATCH = ("on-access",)
 EVENTS_KEPT = 1000  # the in-memory event ring `memfs events` reads
+EVENT_PATHS = 100  # paths an event lists (its counts say how many there were)
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"  # test shim: seconds a push sleeps before each effect
 PIN_REMEDY = ("switch back to {pinned!r} and materialize there, or `memfs materialize --force` "
               "to write {branch!r} over it (the mount is then pinned to {branch!r})")
+_KIND_NAMES = {"p": "FIFO", "s": "socket", "c": "character device", "b": "block device"}
 GATHER_TRIES = 3
 BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
 BATCH_FILES = 4096
@@ -133,7 +138,7 @@ class Binding:
                    bool(doc.get("follow_symlinks", False)),
                    int(doc.get("max_file_size", DEFAULT_MAX_FILE_SIZE)),
                    tuple(doc.get("ignore") or ()),
-                   float(doc.get("scan_deadline") or DEFAULT_SCAN_DEADLINE),
+                   float(doc.get("scan_deadline", DEFAULT_SCAN_DEADLINE)),
                    bool(doc.get("auto_materialize", False)))
 
 
@@ -142,6 +147,7 @@ class MountState:
     """What the last passes found for one mount: the listing states, regions, availability."""
 
     states: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    disk_only: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, MIME)
     regions: dict[str, str] = field(default_factory=dict)
     unavailable: tuple[str, str] | None = None  # (what happened, remedy)
     last_pass: float | None = None
@@ -170,6 +176,7 @@ class _PlanInputs:
     evidence: dict
     table: IntentTable
     pending: dict
+    modes: Mapping[str, int]
 
     def same(self, other: _PlanInputs) -> bool:
         return (self.scope == other.scope and self.path_sync == other.path_sync
@@ -177,15 +184,30 @@ class _PlanInputs:
                 and (self.table is other.table or self.table == other.table)
                 and self.pending == other.pending and self.obs.same_disk(other.obs)
                 and (self.view is other.view or self.view == other.view)
-                and (self.evidence is other.evidence or self.evidence == other.evidence))
+                and (self.evidence is other.evidence or self.evidence == other.evidence)
+                and (self.modes is other.modes or self.modes == other.modes))
+
+
+def _given(args: dict, key: str, kind: type, default: object):
+    """args[key] as `kind`, the default only when it is absent: 0 is a value (`--scan-deadline
+    0` used to become 20 s, `--max-file-size 0` 64 MiB, silently); attach checks the range."""
+    value = args.get(key)
+    return default if value is None else kind(value)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def split_path(path: str) -> tuple[str, str]:
-    """'mount/a/b' -> ('mount', 'a/b'); surrounding slashes ignored."""
-    parts = [p for p in path.strip("/").split("/") if p]
-    if not parts:
-        raise MemfsError("no mount named in the path", "name it as MOUNT[/PATH], e.g. work/src")
-    return parts[0], "/".join(parts[1:])
+    """'mount/a/b' -> ('mount', 'a/b'), by the one spelling every command takes
+    (backing_paths.parse_store_path: aliases such as '//', '.', '..' are refused)."""
+    p = parse_store_path(path)
+    return p.mount, p.rel
 
 
 def ref_chunks(store, ref: str, size: int) -> Iterator[bytes]:
@@ -228,10 +250,12 @@ def read_contained(root_dir: str, expected: RootId | None, rel: str,
 
 
 def _batches(take: dict, obs: Observation) -> list[list[str]]:
-    """The paths a pass takes, cut so that one batch reads at most BATCH_BYTES of disk."""
+    """The paths a pass takes, cut so that one batch reads at most BATCH_BYTES of disk;
+    removals first, so a file disk made where a directory was (or the reverse) goes in once
+    what stood in its way is gone (backing_tree)."""
     out: list[list[str]] = [[]]
     size = 0
-    for path in sorted(take):
+    for path in sorted(take, key=lambda p: (isinstance(take[p], Content), p)):
         fact = obs.files.get(path)
         n = fact.size if fact is not None and isinstance(take[path], Content) else 0
         if out[-1] and (size + n > BATCH_BYTES or len(out[-1]) >= BATCH_FILES):
@@ -267,6 +291,12 @@ class Backing(DaemonTasks):
         self._facts_seen: dict[str, tuple[int, bool, int]] = {}  # (at ns, trusted fs, dev)
         self._seen_paths: dict[tuple[str, str], tuple[Fingerprint, int, bool, int]] = {}
         self._locks: dict[str, trio.Lock] = {}
+        self._swept: set[str] = set()  # mounts whose scratch files this process removed
+        # Undo/restore: the files the rewind changed, per mount, until a pass decides each
+        # (in memory only: the pass right after the rewind decides them); see tree_replaced.
+        self._restored: dict[str, set[str]] = {}
+        self._refs_before: dict[str, dict[str, str | None]] | None = None
+        self._tree_branch = ws.branch  # the branch the tree showed last (switch vs rewind)
         self.conflict_dir = Path(self.store.root) / "conflicts"
         # After-batch scans: one coordinator per daemon (made by run_watchers, which owns its
         # background scans); None on a daemon-less workspace, where a batch runs one scan.
@@ -339,13 +369,62 @@ class Backing(DaemonTasks):
             self.ws._touch(self.ws.root)  # the next group commit keeps the new intent
 
     def tree_replaced(self) -> None:
-        """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it."""
+        """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it.
+        After an undo or restore (the branch is the one `before_tree_replace` saw), every
+        file the rewind changed is marked restored until a pass decides it (see `_restored`)."""
+        before, self._refs_before = self._refs_before, None
+        was, self._tree_branch = self._tree_branch, self.ws.branch
         self.epoch += 1
         self._load_intents()
         self._load_pending_adopts()
         self.overlay = {k: n for k, n in self.overlay.items() if n.parent is not None}
         for st in self.mounts.values():
             st.observed.clear()
+        if before is None or was != self.ws.branch:
+            self._restored.clear()  # another branch: its own rule, not a rewind of this one
+            return
+        for mount, old in before.items():
+            now = self._file_refs(mount)
+            marks = self._restored.setdefault(mount, set())
+            marks.update(p for p, ref in now.items() if ref is None or old.get(p) != ref)
+
+    def before_tree_replace(self) -> None:
+        """Workspace._replace_tree calls this first (on the loop, the tree committed): the
+        refs of every backed file, to tell afterwards which files an undo or restore changed."""
+        self._refs_before = {m: self._file_refs(m) for m in self.bindings}
+
+    def _file_refs(self, mount: str) -> dict[str, str | None]:
+        """path -> committed ref of each file of the mount (None: a draft, changed for sure)."""
+        nodes, _ = self._store_nodes(mount)
+        return {p: (None if n.dirty else n.ref) for p, n in nodes.items()}
+
+    async def before_rewind(self) -> None:
+        """Workspace.restore calls this before it rewinds: disk's changes so far are taken in
+        (or recorded as conflicts) against the tree they happened to, so what the restore
+        brings back is decided against them and not by when a pass happened to run (`rm -rf`
+        on disk, then a restore: the restored files come back as drafts owed to disk, instead
+        of being taken as deleted by the next pass). Not for undo: its steps count from the
+        head the user saw, and a commit of this pass would become the step undone. `off`
+        mounts are left alone (observed only on sync)."""
+        for mount, b in list(self.bindings.items()):
+            if b.watch == "off" or self.stopped:
+                continue
+            try:
+                await self.run_pass(mount)
+            except MemfsError as exc:
+                log.warning("pass before the rewind of %s failed: %s", mount, exc)
+
+    def _pass_table(self, mount: str, scope: str) -> IntentTable:
+        """The branch intent a pass decides with: the mount's, plus the files an undo or
+        restore changed and no pass has decided since, marked restored (a damaged table is
+        left as it is: every path there is unverified anyway)."""
+        table = self.intents.get(mount, IntentTable())
+        marks = self._restored.get(mount)
+        if not marks or table.damaged:
+            return table
+        for p in sorted(p for p in marks if _under(p, scope)):
+            table = table.with_entry(p, replace(table.get(p), restored=True))
+        return table
 
     # -- settling before a change (seed 002) ----------------------------------------------
     def _load_pending_adopts(self) -> None:
@@ -441,6 +520,29 @@ class Backing(DaemonTasks):
         mount, rel = self._backed(node.path())
         if mount is None or not rel:
             return None
+        return self._state_at(mount, rel)
+
+    async def state_now(self, node: Node) -> tuple[tuple[str, str | None] | None, bool]:
+        """(state, whether a pass ran) of a node as a listing of its one path would show it
+        now: a file's path is observed first, in every watch mode, as `memfs ls --states PATH`
+        does (the xattrs are a listing's question). Without this the xattrs gave the last
+        listing's answer: `synced` for a draft made since, `workspace-draft` for a draft disk
+        has since changed too. A directory gives the last listing's answer (observing it would
+        walk its subtree)."""
+        if node.kind != FILE or not self._live(node) or self.stopped:
+            return self.state_of(node), False
+        mount, rel = self._backed(node.path())
+        if mount is None or not rel:
+            return None, False
+        try:
+            await self.run_pass(mount, rel)
+        except Exception as exc:  # noqa: BLE001 - the answer says unverified instead
+            log.warning("state pass of %s/%s failed: %s", mount, rel, exc)
+            self._state(mount).last_error = str(exc)
+            return ("unverified", None), False
+        return self._state_at(mount, rel), True
+
+    def _state_at(self, mount: str, rel: str) -> tuple[str, str | None] | None:
         st = self.mounts.get(mount)
         if st is None:
             return None
@@ -457,7 +559,8 @@ class Backing(DaemonTasks):
         got = self.journal.pass_inputs(mount)  # remembered while the journal is unchanged
         evidence = self._evidence(mount, "", got.evidence)
         pending = pending_from_journal(got.pending, self.ws.branch)
-        c = count_owed(view, evidence, self.intents.get(mount, IntentTable()), pending)
+        c = count_owed(view, evidence, self.intents.get(mount, IntentTable()), pending,
+                       got.modes)
         return {"changes": c.pending_changes, "workspace_deletions": c.pending_workspace_deletions,
                 "conflicts": c.conflicts}
 
@@ -513,11 +616,20 @@ class Backing(DaemonTasks):
             "available": st.unavailable is None,
             "unavailable": None if st.unavailable is None else
             {"error": st.unavailable[0], "remedy": st.unavailable[1]},
-            "entries": [{"path": p, "state": s, "conflict": c}
+            "entries": [self._entry(st, p, s, c)
                         for p, (s, c) in sorted(st.states.items()) if _under(p, scope)],
             "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())
                         if _under(p, scope) or _under(scope, p)],
         }
+
+    @staticmethod
+    def _entry(st: MountState, path: str, state: str, conflict: str | None) -> dict:
+        """One listing entry; a disk-only file carries its size and MIME type (seed 002)."""
+        entry: dict = {"path": path, "state": state, "conflict": conflict}
+        info = st.disk_only.get(path) if state == "disk-only" else None
+        if info is not None:
+            entry["size"], entry["mime"] = info
+        return entry
 
     def conflict_files(self) -> dict[str, Path | None]:
         """'mount/path' -> the file holding the conflict's recorded disk side (None: absent)."""
@@ -538,6 +650,12 @@ class Backing(DaemonTasks):
         mount = binding.mount
         if not mount or "/" in mount or mount.startswith("."):
             raise MemfsError(f"invalid mount name {mount!r}", "name a top-level directory")
+        if not _utf8(mount):
+            # Names below a mount may be any bytes; the mount's own name keys the journal,
+            # the bindings and every MOUNT/PATH a command takes, so it is kept to text.
+            raise MemfsError(f"mount name {mount.encode('utf-8', 'surrogateescape')!r} is not "
+                             "UTF-8", "name the mount in UTF-8 (the directory it binds, and "
+                             "every name below, may be any bytes)")
         # Every look at the directory runs in a thread: a path into our own mount would
         # otherwise block the loop that has to answer it.
         await trio.to_thread.run_sync(self._check_dir, binding.dir)
@@ -548,6 +666,10 @@ class Backing(DaemonTasks):
         if binding.watch not in WATCH_MODES:
             raise MemfsError(f"unknown watch mode {binding.watch!r}",
                              f"use one of {', '.join(WATCH_MODES)}")
+        if binding.max_file_size < 0:
+            raise MemfsError(f"max file size {binding.max_file_size} is negative",
+                             "give --max-file-size a number of bytes, 0 or more (0: every "
+                             "non-empty file is disk-only)")
         if not binding.scan_deadline > 0:
             raise MemfsError(f"scan deadline {binding.scan_deadline:g} s is not positive",
                              "give --scan-deadline a number of seconds above 0")
@@ -556,7 +678,7 @@ class Backing(DaemonTasks):
         if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
             # Attaching names the directory on purpose: evidence of another one is set aside.
             await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
-            self.pins.pop(mount, None)
+            self._root_accepted(mount)
         await self.ws.boundary()  # what attach changes is an operation of its own
         kids = self.ws.children(self.ws.root)
         if name_to_bytes(mount) not in kids:
@@ -594,11 +716,10 @@ class Backing(DaemonTasks):
         if mount not in self.bindings:
             raise MemfsError(f"mount {mount!r} is not bound", "see `memfs status`")
         async with self._lock(mount):
-            entries: list[tuple[int, bytes]] = []
-            inodes: list[int] = []
+            edit = TreeEdit(self.ws, self.overlay, mount, self._mount_node(mount))
             for m, rel in list(self.overlay):
                 if m == mount:
-                    self._drop_overlay(m, rel, entries, inodes)
+                    edit.drop_overlay(rel)
             self.store.set_binding(mount, None)
             await trio.to_thread.run_sync(self.journal.clear_pin, mount)
             self.pins.pop(mount, None)
@@ -607,7 +728,8 @@ class Backing(DaemonTasks):
             self.intents.pop(mount, None)
             for memo in (self._facts, self._facts_seen, self._walk_memos, self._plans):
                 memo.pop(mount, None)
-            self.ws.invalidate(entries, inodes)
+            self._swept.discard(mount)
+            self.ws.invalidate(edit.entries, edit.inodes)
         return {"mount": mount, "detached": True}
 
     # -- the control plane ---------------------------------------------------------------
@@ -621,9 +743,9 @@ class Backing(DaemonTasks):
             return await self.attach(Binding(
                 args["mount"], args["dir"], args.get("watch") or "on-access",
                 bool(args.get("follow_symlinks")),
-                int(args.get("max_file_size") or DEFAULT_MAX_FILE_SIZE),
+                _given(args, "max_file_size", int, DEFAULT_MAX_FILE_SIZE),
                 tuple(args.get("ignore") or ()),
-                float(args.get("scan_deadline") or DEFAULT_SCAN_DEADLINE),
+                _given(args, "scan_deadline", float, DEFAULT_SCAN_DEADLINE),
                 bool(args.get("auto_materialize"))))
         if op == "backing_after_batch":
             return await self.after_batch(args.get("agent"))
@@ -647,6 +769,11 @@ class Backing(DaemonTasks):
         """`memfs sync [PATH]`: without a path every bound mount, never discarding a draft; a
         path (MOUNT[/REL]) takes disk under it and lists what it `discarded`. `reopen` first
         reopens the journal (after a failed write), so the passes decide from the file."""
+        if accept_root and path is not None:
+            raise MemfsError(
+                f"--accept-root takes a mount's whole root, not a path ({path!r})",
+                "run `memfs sync --accept-root` without a path to take the replaced directory; "
+                "`memfs sync PATH` takes disk at a path once the root is available")
         reopened = await self.reopen() if reopen else None
         out = {}
         if path is None:
@@ -684,6 +811,11 @@ class Backing(DaemonTasks):
         self.record_event("journal-reopened", was_refusing=was)
         return {"was_refusing": was}
 
+    def _root_accepted(self, mount: str) -> None:
+        """Journal.accept_root cleared the pin and abandoned the pending intents: forget ours."""
+        self.pins.pop(mount, None)
+        self.pending_adopts = {k: i for k, i in self.pending_adopts.items() if k[0] != mount}
+
     def _read_pins(self) -> dict[str, str]:
         return {m: p for m in self.bindings if (p := self.journal.pin(m)) is not None}
 
@@ -692,8 +824,8 @@ class Backing(DaemonTasks):
         mounts = [split_path(path)] if path else [(m, "") for m in sorted(self.bindings)]
         out = []
         for mount, rel in mounts:
-            await self.run_pass(mount, rel)
-            out.append(self.listing(mount, rel))
+            res = await self.run_pass(mount, rel)
+            out.append({**self.listing(mount, rel), "bytes_read": res.get("bytes_read", 0)})
         return {"mounts": out}
 
     # -- passes ------------------------------------------------------------------------
@@ -744,10 +876,15 @@ class Backing(DaemonTasks):
         now = time.monotonic()
         if len(st.observed) > 4096:
             st.observed = {k: t for k, t in st.observed.items() if now - t < ACCESS_INTERVAL}
-        for scope, at in st.observed.items():
-            if now - at < ACCESS_INTERVAL and (scope == rel if missing else _under(rel, scope)):
-                return False
         target = node if name is None else self.ws.children(node).get(name)
+        # A disk-only file is disk's alone and may change at any moment: a listing's window
+        # over its directory does not cover it (reading one that grew within a second of a
+        # listing gave its old length), only its own path's last observation does (which
+        # keeps the kernel's one retry of an open answered ESTALE from observing again).
+        own = missing or (target is not None and target.id in self.ws.disk_only)
+        for scope, at in st.observed.items():
+            if now - at < ACCESS_INTERVAL and (scope == rel if own else _under(rel, scope)):
+                return False
         if target is not None and target.kind == FILE and \
                 await trio.to_thread.run_sync(self._as_seen, b, rel):
             st.observed[rel] = time.monotonic()
@@ -822,6 +959,8 @@ class Backing(DaemonTasks):
         b = self.bindings[mount]
         st = self._state(mount)
         st.observed[scope] = time.monotonic()
+        if mount not in self._swept:
+            await self._sweep(b)
         if accept_root:
             try:
                 rst = os.stat(b.dir)
@@ -835,16 +974,16 @@ class Backing(DaemonTasks):
                 # and turn every draft into an unknown-provenance conflict.
                 aside = await trio.to_thread.run_sync(self.journal.accept_root, mount,
                                                       rst.st_dev, rst.st_ino)
-                self.pins.pop(mount, None)
+                self._root_accepted(mount)
                 log.info("mount %s: root accepted, %d evidence records set aside", mount, aside)
         gathered = await self._gather_on_one_branch(b, st, scope)
         if isinstance(gathered, dict):
             return gathered
-        epoch, branch, obs, evidence, pend = gathered
+        epoch, branch, obs, evidence, pend, modes = gathered
         # On the loop from here to the plan: one branch, one tree.
         nodes, _ = self._store_nodes(mount, scope)
         view = self._store_view(nodes)
-        table = self.intents.get(mount, IntentTable())
+        table = self._pass_table(mount, scope)
         if path_sync and table.damaged:
             # A path sync names the paths whose intent it replaces: with disk taken there,
             # nothing is left for the damaged intent to protect.
@@ -855,13 +994,12 @@ class Backing(DaemonTasks):
         pending = pending_from_journal(pend, branch)
         plan, sp = self._plan(mount, _PlanInputs(
             scope, path_sync, branch, asked_on if asked_on is not None else branch, obs, view,
-            evidence, table, pending))
+            evidence, table, pending, modes))
         if sp.refused:
             return {"mount": mount, "refused": sp.refused}
-        versions = {p: nodes[p].ver for p in sp.take if p in nodes}
+        versions = {p: nodes[p].ver for p in (*sp.take, *sp.take_modes) if p in nodes}
         await trio.to_thread.run_sync(self._prepare, b, obs, sp, plan)
-        entries: list[tuple[int, bytes]] = []
-        inodes: list[int] = []
+        edit = TreeEdit(self.ws, self.overlay, mount, None)
         applied: list[str] = []
         skipped: list[str] = []
         intent_ids: dict[str, int] = {}
@@ -871,13 +1009,14 @@ class Backing(DaemonTasks):
         batches = _batches(sp.take, obs)
         for batch in batches:
             contents, ids = await trio.to_thread.run_sync(self._fetch, b, obs, batch, sp.take,
-                                                          evidence, view, branch)
+                                                          evidence, view, branch,
+                                                          sp.record_modes)
             intent_ids.update(ids)
             # No await from this check to the end of the batch's tree change.
             changed = self.epoch != epoch or self.ws.branch != branch
             if changed:
                 break
-            mnode = self._mount_node(mount)
+            edit.mnode = self._mount_node(mount)
             for path in batch:
                 take = sp.take[path]
                 if self._node_at(mount, path) is not nodes.get(path) or (
@@ -890,28 +1029,32 @@ class Backing(DaemonTasks):
                     if data is None:
                         skipped.append(path)
                         continue
-                    fact = obs.files[path]
-                    if self._put_file(mnode, path, data, fact.fingerprint.mtime_ns,
-                                      entries, inodes):
+                    if edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
+                                     take.mode):
                         applied.append(path)
                     else:
                         skipped.append(path)
                 else:
-                    self._remove_file(mnode, path, entries, inodes)
+                    edit.remove_file(path, obs)
                     applied.append(path)
             if len(batches) > 1:
                 await self.ws.sync()  # a large take never holds more than a batch in memory
         if changed:
             skipped += [p for p in sp.take if p not in applied and p not in skipped]
         else:
-            mnode = self._mount_node(mount)
+            edit.mnode = self._mount_node(mount)
+            skipped += self._apply_modes(mount, sp, nodes, versions, edit)
             self._apply_intent(mount, sp, set(skipped))
-            self._apply_overlay(mount, scope, obs, plan, mnode, entries, inodes, set(skipped))
+            # Disk-only: the plan's, and (a path sync) binary files it took over a type change.
+            want = plan.disk_only | {p for p, t in sp.take.items() if t is ABSENT and
+                                     (f := obs.files.get(p)) is not None and f.kind != "text"}
+            edit.apply_overlay(scope, obs, want, set(skipped))
             self._apply_states(st, scope, obs, plan, sp, set(skipped))
             for path, c in sorted(sp.record_conflicts.items()):
                 if path not in skipped:
                     self.record_event("conflict-recorded", mount=mount, path=path,
                                       kind=str(getattr(c, "kind", c)))
+        entries, inodes = edit.entries, edit.inodes
         self.ws.invalidate(entries, inodes)
         # Evidence only once the tree it agrees with is durable. A pass that changed nothing
         # and vouches for nothing new (the steady state of on-access) does not wait for
@@ -926,19 +1069,97 @@ class Backing(DaemonTasks):
         for key in [k for k, i in self.pending_adopts.items() if k[0] == mount and
                     i.id not in still]:
             del self.pending_adopts[key]  # settled by this pass
+        marks = self._restored.get(mount)
+        if marks and not changed:  # decided now: the rule recorded what it had to
+            marks.difference_update(p for p, d in plan.decisions.items()
+                                    if d.state != State.UNVERIFIED)
+        taken = sorted(p for p in applied if isinstance(sp.take.get(p), Content))
+        removed = sorted(p for p in applied if sp.take.get(p) is ABSENT and p in nodes)
+        if taken or removed:  # a disk change taken into the tree is never silent
+            self.record_event("adopted", mount=mount, branch=branch,
+                              taken=taken[:EVENT_PATHS], removed=removed[:EVENT_PATHS],
+                              counts={"taken": len(taken), "removed": len(removed)})
         st.last_pass = time.time()
         st.last_error = None
         return {
             "mount": mount, "scope": scope, "branch": branch,
-            "taken": sorted(p for p in applied if isinstance(sp.take.get(p), Content)),
-            "removed": sorted(p for p in applied if sp.take.get(p) is ABSENT and p in nodes),
+            "taken": taken,
+            "removed": removed,
             "skipped": sorted(skipped),
             "conflicts": sorted(sp.record_conflicts),
             "discarded": [{"path": d.path, "was": d.was, "op": d.op} for d in sp.discarded],
             "unverified": sorted(sp.unverified),
             "regions": [{"path": r.path, "reason": r.reason} for r in obs.regions],
             "incomplete": "the tree was replaced while the pass applied" if changed else None,
+            "bytes_read": obs.bytes_read,  # file bytes the observation read (hashes, heads)
         }
+
+    async def _sweep(self, b: Binding) -> None:
+        """Remove the scratch files a write killed mid-way left in the backing directory: at
+        the first pass of the mount in this process (the daemon's start, an attach, a
+        daemon-less command), under the mount's lock, so no effect of ours is running there.
+        A root that is unavailable is swept at the first pass that finds it back."""
+        from memfs.reconcile.effects import sweep_scratch
+        from memfs.reconcile.observe import VCS_DIRS
+
+        recorded = await trio.to_thread.run_sync(self.journal.root, b.mount)
+        try:
+            removed = await trio.to_thread.run_sync(
+                lambda: sweep_scratch(b.dir, root=RootId(*recorded) if recorded else None,
+                                      skip=VCS_DIRS))
+        except (RootUnavailable, OSError):
+            return
+        self._swept.add(b.mount)
+        if removed:
+            log.info("mount %s: removed %d scratch file(s) a killed write left: %s", b.mount,
+                     len(removed), removed)
+            self.record_event("scratch-removed", mount=b.mount, paths=removed)
+
+    def _apply_modes(self, mount: str, sp: SyncPlan, nodes: Mapping[str, Node],
+                     versions: dict[str, int], edit: TreeEdit) -> list[str]:
+        """Disk's permission bits taken where the store keeps its content (a chmod on disk):
+        the node's mode changes in place (no new inode; its attributes are invalidated), if
+        it is still the node decided on, unchanged since. Returns the paths skipped."""
+        skipped = []
+        for path, mode in sorted(sp.take_modes.items()):
+            node = self._node_at(mount, path)
+            if node is None or node is not nodes.get(path) or node.ver != versions.get(path):
+                skipped.append(path)  # changed in the workspace since: decided again next
+                continue
+            if node.mode & MODE_BITS != mode:
+                self.ws.setattr(node, mode=(node.mode & ~MODE_BITS) | mode)
+                edit.inodes.append(node.id)
+        return skipped
+
+    def _unwritable(self, nodes: Mapping[str, Node], mount: str) -> dict[str, str]:
+        """Store entries no write can put on disk as they are, with why (materialize lists them,
+        forced or not): a file with other hard links (disk would get separate copies, never
+        the link), a FIFO, socket or device (no effect makes special files on disk)."""
+        out = {}
+        for path, node in nodes.items():
+            links = getattr(node, "nlink", 1) or 1
+            if links > 1:
+                out[path] = (f"a hard link ({links} names share this file in the workspace): "
+                             "written to disk it would be separate copies, so it is not written")
+        for path, kind in self._store_specials(mount).items():
+            out[path] = (f"a {_KIND_NAMES.get(kind, 'special file')} in the workspace: no "
+                         "materialize makes special files on disk")
+        return out
+
+    def _store_specials(self, mount: str) -> dict[str, str]:
+        """path -> kind of the mount's entries that are neither file, directory nor symlink."""
+        top = self._mount_node(mount)
+        out: dict[str, str] = {}
+        stack: list[tuple[Node, str]] = [(top, "")] if top is not None else []
+        while stack:
+            d, prefix = stack.pop()
+            for name, child in self.ws.children(d).items():
+                rel = prefix + name_to_str(name)
+                if child.kind == DIR:
+                    stack.append((child, rel + "/"))
+                elif child.kind not in (FILE, LINK):
+                    out[rel] = child.kind
+        return out
 
     def _plan(self, mount: str, given: _PlanInputs) -> tuple[PassPlan, SyncPlan]:
         """plan_pass and plan_sync (which refuses a path sync when the branch it gathered on
@@ -950,7 +1171,7 @@ class Backing(DaemonTasks):
         if last is not None and last[0].same(given):
             return last[1], last[2]
         plan = plan_pass(given.obs, given.view, given.evidence, given.table, given.pending,
-                         branch=given.branch)
+                         branch=given.branch, modes=given.modes)
         sp = plan_sync(plan, given.obs, given.view,
                        path=given.scope if given.path_sync else None,
                        branch_now=given.branch_now)
@@ -961,7 +1182,7 @@ class Backing(DaemonTasks):
         return plan, sp
 
     async def _gather_on_one_branch(self, b: Binding, st: MountState, scope: str):
-        """(epoch, branch, observation, evidence, pending) gathered while one branch and one
+        """(epoch, branch, observation, evidence, pending, P's modes) gathered while one branch and one
         tree stayed selected, or a dict saying why there is nothing to decide on."""
         for _ in range(GATHER_TRIES):
             # A change settling a pending adoption while the thread reads (settle_before_change
@@ -970,20 +1191,20 @@ class Backing(DaemonTasks):
             epoch, branch, settles = self.epoch, self.ws.branch, self.settles
             nodes, refs = self._store_nodes(b.mount, scope)
             try:
-                obs, evidence, pend = await trio.to_thread.run_sync(self._gather, b, scope,
+                obs, evidence, pend, modes = await trio.to_thread.run_sync(self._gather, b, scope,
                                                                     nodes, refs)
             except RootUnavailable as exc:
+                remedy = _root_remedy(exc)
                 if st.unavailable is None:  # once per outage, not once per pass
                     self.record_event("root-unavailable", mount=b.mount, error=exc.message,
-                                      remedy=ACCEPT_ROOT_REMEDY)
-                st.unavailable = (exc.message, ACCEPT_ROOT_REMEDY)
+                                      remedy=remedy)
+                st.unavailable = (exc.message, remedy)
                 st.last_pass = time.time()
-                return {"mount": b.mount, "unavailable": exc.message,
-                        "remedy": ACCEPT_ROOT_REMEDY}
+                return {"mount": b.mount, "unavailable": exc.message, "remedy": remedy}
             if epoch == self.epoch and branch == self.ws.branch and settles == self.settles:
                 st.unavailable = None
                 st.incomplete = None
-                return epoch, branch, obs, evidence, pend
+                return epoch, branch, obs, evidence, pend, modes
         st.incomplete = "the branch kept changing while the pass gathered"
         return {"mount": b.mount, "incomplete": st.incomplete}
 
@@ -1019,17 +1240,17 @@ class Backing(DaemonTasks):
         gathered = await self._gather_on_one_branch(b, st, "")
         if isinstance(gathered, dict):
             return gathered
-        epoch, branch, obs, evidence, pend = gathered
+        epoch, branch, obs, evidence, pend, modes = gathered
         # The pin guard runs here, in the turn that selects the paths: no await from the
         # gathered branch to the plan.
         pinned = self.pins.get(mount)
         nodes, _ = self._store_nodes(mount)
         view = self._store_view(nodes)
-        plan = plan_pass(obs, view, evidence, self.intents.get(mount, IntentTable()),
-                         pending_from_journal(pend, branch), branch=branch)
+        plan = plan_pass(obs, view, evidence, self._pass_table(mount, ""),
+                         pending_from_journal(pend, branch), branch=branch, modes=modes)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
                                  apply_deletions=apply_deletions, pinned_branch=pinned,
-                                 mount=mount)
+                                 mount=mount, unwritable=self._unwritable(nodes, mount))
         # The bytes to write, taken now on the loop: a committed file by its immutable ref
         # (streamed in the thread), a dirty one by its live bytes.
         sources: dict[str, tuple[object, str]] = {}
@@ -1070,7 +1291,7 @@ class Backing(DaemonTasks):
             return self.ws.branch == branch and self.epoch == epoch
 
         def run():
-            settle(self.journal, mount, plan.decisions)
+            settle(self.journal, mount, plan.decisions, plan.pending)
             result = run_materialize(self.journal, mount, b.dir,
                                      RootId(obs.root.dev, obs.root.ino), mplan, content,
                                      branch=branch, still_selected=still_selected)
@@ -1111,8 +1332,11 @@ class Backing(DaemonTasks):
         evidence = self._evidence(b.mount, scope, got.evidence)
         pend = got.pending
         seen_at = time.time_ns()
+        # Tracked: what needs a comparison (a store file, or P a digest). A disk-only file's P
+        # is agreed absence: it is classified by its head alone, never hashed (a 4 GiB file
+        # was read whole at every listing after the first).
         obs = observe(b.dir, expected_root=expected, scope=scope, cache=got.fingerprints,
-                      tracked=lambda p: p in nodes or p in evidence,
+                      tracked=lambda p: p in nodes or isinstance(evidence.get(p), str),
                       max_file_size=b.max_file_size, ignore=b.ignore,
                       follow_symlinks=b.follow_symlinks,
                       memo=self._walk_memos.setdefault(b.mount, WalkMemo()))
@@ -1128,7 +1352,7 @@ class Backing(DaemonTasks):
         for key in refs:
             if key not in self._digests:
                 self._digests[key] = sys.intern(ref_digest(self.store, *key))
-        return obs, evidence, pend
+        return obs, evidence, pend, got.modes
 
     def _evidence(self, mount: str, scope: str, rows: Mapping[str, str | None]) -> dict:
         """P as the rule reads it (agreed absence as ABSENT), converted once per journal
@@ -1150,7 +1374,7 @@ class Backing(DaemonTasks):
         from memfs.reconcile.apply import settle
 
         if plan.settling:
-            settle(self.journal, b.mount, plan.settling)
+            settle(self.journal, b.mount, plan.settling, plan.pending)
         root = RootId(obs.root.dev, obs.root.ino)
         for path, c in sp.record_conflicts.items():
             digest = getattr(c, "disk", None)
@@ -1159,17 +1383,16 @@ class Backing(DaemonTasks):
                 if fact is not None and fact.size <= b.max_file_size:
                     data = read_contained(b.dir, root, path, digest)
                     if data is not None:
-                        self.conflict_dir.mkdir(exist_ok=True)
-                        tmp = self.conflict_dir / f".{digest}.tmp"
-                        tmp.write_bytes(data)
-                        os.replace(tmp, self.conflict_dir / digest)
+                        _keep_conflict_copy(self.conflict_dir, digest, data)
 
     def _fetch(self, b: Binding, obs: Observation, batch: list[str], take: dict,
                evidence: dict, view: dict[str, Content], branch: str,
+               record_modes: Mapping[str, int] | None = None,
                ) -> tuple[dict[str, bytes], dict[str, int]]:
         """Read the disk bytes a batch takes (checked against the decided digest) and write
         the adoptions ahead."""
         root = RootId(obs.root.dev, obs.root.ino)
+        record_modes = record_modes or {}
         contents: dict[str, bytes] = {}
         for path in batch:
             if isinstance(take[path], Content):
@@ -1184,9 +1407,12 @@ class Backing(DaemonTasks):
                 continue
             old = view.get(path, ABSENT)
             new = take[path].digest if isinstance(take[path], Content) else None
+            prior = evidence[path]  # what the decision resolved: a not-done redo starts there
             ids[path] = self.journal.begin_intent(
                 b.mount, path, "adopt", old=old.digest if isinstance(old, Content) else None,
-                new=new, branch=branch, root=(root.dev, root.ino))
+                new=new, branch=branch, root=(root.dev, root.ino),
+                prior=None if prior is ABSENT else prior,
+                mode=record_modes.get(path))  # P's mode on completion: disk's, agreed
             crash_point("backing:after-adopt-intent")  # intent durable, tree not yet changed
         return contents, ids
 
@@ -1198,8 +1424,8 @@ class Backing(DaemonTasks):
                 self.journal.abandon_intent(iid)
             else:
                 self.journal.complete_intent(iid)
-        items = [(p, None if v is ABSENT else v) for p, v in sp.record.items()
-                 if p not in skipped and p not in intent_ids]
+        items = [(p, None if v is ABSENT else v, sp.record_modes.get(p))
+                 for p, v in sp.record.items() if p not in skipped and p not in intent_ids]
         if items or self.journal.root(mount) is None:  # the root goes with the first evidence
             self.journal.record_evidence(mount, items, root=(obs.root.dev, obs.root.ino))
         if obs.hashed:
@@ -1317,113 +1543,14 @@ class Backing(DaemonTasks):
             # The committed, already-hashed case inline: nearly every file of a quiet tree.
             digest = None if n.dirty or n.ref is None or n.data is None else \
                 digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
-            out[p] = text_content(digest if digest is not None else self._digest_now(n))
+            out[p] = text_content(digest if digest is not None else self._digest_now(n),
+                                  n.mode & MODE_BITS)
         if memo is not None and memo[1] is nodes and memo[0] == self._store_key(memo[0][0],
                                                                                 memo[0][1]):
             memo[3] = out  # shared from here on: nobody writes a view
         return out
 
-    # -- applying to the live tree (on the loop, no await) -----------------------------
-    def _parent(self, mnode: Node | None, rel: str, create: bool,
-                entries: list[tuple[int, bytes]]) -> Node | None:
-        d = mnode
-        for part in rel.split("/")[:-1]:
-            if d is None:
-                return None
-            name = name_to_bytes(part)
-            child = self.ws.children(d).get(name)
-            if child is None:
-                if not create:
-                    return None
-                child = self.ws.create(d, name, DIR, 0o755, os.getuid(), os.getgid())
-                entries.append((d.id, name))
-            elif child.kind != DIR or child.id in self.ws.disk_only:
-                return None
-            d = child
-        return d
-
-    def _put_file(self, mnode: Node | None, rel: str, data: bytes, mtime_ns: int,
-                  entries: list[tuple[int, bytes]], inodes: list[int]) -> bool:
-        """Put disk's bytes at rel as a new node (a new inode: no cache shows the old)."""
-        parent = self._parent(mnode, rel, True, entries)
-        if parent is None:
-            return False
-        name = name_to_bytes(rel.rsplit("/", 1)[-1])
-        old = self.ws.children(parent).get(name)
-        mode, uid, gid = 0o644, os.getuid(), os.getgid()
-        if old is not None:
-            if old.kind != FILE:
-                return False
-            mode, uid, gid = old.mode, old.uid, old.gid
-            self.ws.unlink(parent, name)
-            inodes.append(old.id)
-        node = self.ws.create(parent, name, FILE, mode, uid, gid)
-        if data:
-            self.ws.write(node, 0, data)
-        node.mtime_ns = node.atime_ns = mtime_ns
-        entries.append((parent.id, name))
-        inodes.append(parent.id)
-        return True
-
-    def _remove_file(self, mnode: Node | None, rel: str, entries: list[tuple[int, bytes]],
-                     inodes: list[int]) -> None:
-        parent = self._parent(mnode, rel, False, entries)
-        if parent is None:
-            return
-        name = name_to_bytes(rel.rsplit("/", 1)[-1])
-        old = self.ws.children(parent).get(name)
-        if old is None or old.kind != FILE or old.id in self.ws.disk_only:
-            return
-        self.ws.unlink(parent, name)
-        entries.append((parent.id, name))
-        inodes.extend((old.id, parent.id))
-
-    def _drop_overlay(self, mount: str, rel: str, entries: list[tuple[int, bytes]],
-                      inodes: list[int]) -> None:
-        node = self.overlay.pop((mount, rel), None)
-        if node is None or node.parent is None:
-            return
-        parent = node.parent
-        try:
-            self.ws.unlink(parent, node.name)
-        except WorkspaceError:
-            return
-        entries.append((parent.id, node.name))
-        inodes.extend((node.id, parent.id))
-
-    def _apply_overlay(self, mount: str, scope: str, obs: Observation, plan,
-                       mnode: Node | None, entries: list[tuple[int, bytes]], inodes: list[int],
-                       skipped: set[str]) -> None:
-        """Disk-only files as read-only nodes with their real size; gone ones removed."""
-        want = {p for p in plan.disk_only if p in obs.files and p not in skipped}
-        for (m, rel), node in list(self.overlay.items()):
-            if m != mount or not _under(rel, scope) or rel in skipped:
-                continue
-            fact = obs.files.get(rel)
-            stale = fact is None or node.size() != fact.size or \
-                node.mtime_ns != fact.fingerprint.mtime_ns
-            if rel not in want and isinstance(obs.disk(rel), Content | type(ABSENT)) or (
-                    rel in want and stale):
-                self._drop_overlay(m, rel, entries, inodes)
-        for rel in sorted(want):
-            if (mount, rel) in self.overlay:
-                continue
-            parent = self._parent(mnode, rel, True, entries)
-            if parent is None:
-                continue
-            name = name_to_bytes(rel.rsplit("/", 1)[-1])
-            if name in self.ws.children(parent):
-                continue  # the store holds something there (a draft): it shows instead
-            fact = obs.files[rel]
-            node = self.ws.create(parent, name, FILE, 0o444, os.getuid(), os.getgid())
-            node.data = FileData(fact.size)
-            node.readonly = True
-            node.mtime_ns = node.atime_ns = fact.fingerprint.mtime_ns
-            self.ws.disk_only[node.id] = (mount, rel)
-            self.overlay[(mount, rel)] = node
-            entries.append((parent.id, name))
-            inodes.append(parent.id)
-
+    # -- applying to the live tree (on the loop, no await; see backing_tree.TreeEdit) --
     def _apply_intent(self, mount: str, sp: SyncPlan, skipped: set[str]) -> None:
         table = self.intents.get(mount, IntentTable())
         for path in sp.clear_intent:
@@ -1446,11 +1573,18 @@ class Backing(DaemonTasks):
         st.applied = applied
         for p in [p for p in st.states if _under(p, scope)]:
             del st.states[p]
+        for p in [p for p in st.disk_only if _under(p, scope)]:
+            del st.disk_only[p]
         for p in [p for p in st.regions if _under(p, scope)]:
             del st.regions[p]
         listing = plan.listing()
         for path, take in sp.take.items():
-            if path in skipped or path not in listing:
+            if path in skipped:
+                # Not taken (changed in the workspace since, open for writing, disk changed
+                # since): the next pass decides it; until then it is not known synced.
+                listing[path] = ("unverified", None)
+                continue
+            if path not in listing:
                 continue
             fact = obs.files.get(path)
             if take is ABSENT and fact is None:
@@ -1460,6 +1594,9 @@ class Backing(DaemonTasks):
             else:
                 listing[path] = ("synced", None)
         st.states.update(listing)
+        for path, (state, _) in listing.items():
+            if state == "disk-only" and (fact := obs.files.get(path)) is not None:
+                st.disk_only[path] = (fact.size, fact.mime)
         for r in obs.regions:
             st.regions[r.path] = r.reason
 
@@ -1472,6 +1609,37 @@ class Backing(DaemonTasks):
         root = self.journal.root(mount)
         return await trio.to_thread.run_sync(_pread_contained, b.dir,
                                              RootId(*root) if root else None, rel, off, size)
+
+
+def _root_remedy(exc: RootUnavailable) -> str:
+    """What to do about an unavailable root, for the case it is: a root that is another
+    directory can be taken on purpose; a missing one can only come back."""
+    if exc.reason == "replaced":
+        return ACCEPT_ROOT_REMEDY
+    return ("bring the directory (or the drive holding it) back; a running memfs notices "
+            f"within {ROOT_POLL:g} s")
+
+
+def _keep_conflict_copy(directory: Path, digest: str, data: bytes) -> None:
+    """A conflict's disk side under <root>/conflicts/<digest>, durably: the file and its
+    directory fsynced before the name appears for good (it is the only copy of disk's bytes
+    once a path sync or a forced materialize replaces them)."""
+    directory.mkdir(exist_ok=True)
+    tmp = directory / f".{digest}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, directory / digest)
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def _ctime_trusted(root_dir: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
@@ -31,6 +32,7 @@ AGENT_WATCH = "on-agent-action"
 DEFAULT_SCAN_DEADLINE = 20.0  # seconds an after-batch call waits for its scan
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"  # fault-injection shim: seconds each scan sleeps first
 AUTO_RETRY = 2.0  # seconds before an auto round that found the root away is tried again
+ROOT_POLL = 2.0  # how often an unavailable root is looked at again
 WATCH_POLL = 0.5  # how often the watcher supervisor looks at the bindings
 WATCH_COALESCE = 0.05  # events arriving together make one pass
 WATCH_RETRY = 5.0  # seconds before a watcher the kernel refused is tried again
@@ -59,6 +61,7 @@ class DaemonTasks:
                     async with trio.open_nursery() as watchers:
                         watchers.start_soon(self._auto_materialize_loop, after_change)
                         watchers.start_soon(self._supervise_watchers, after_change)
+                        watchers.start_soon(self._watch_roots, after_change)
                 self._watchers_done.set()
                 await trio.sleep_forever()
             finally:
@@ -77,6 +80,41 @@ class DaemonTasks:
                     if b is None or b.watch != "fs-events":
                         running.pop(mount).cancel()
                 await trio.sleep(WATCH_POLL)
+
+    async def _watch_roots(self, after_change: Callable[[], Awaitable[None]]) -> None:
+        """An unavailable root is looked at every ROOT_POLL s: once the directory disk agreed
+        with is back at its path, the mount is available again (status said UNAVAILABLE until
+        an access happened to run a pass) and a `root-available` event says so; an fs-events
+        mount, whose watcher saw nothing while it was away, is observed at once. A replaced
+        root stays unavailable until `memfs sync --accept-root`."""
+        while True:
+            await trio.sleep(ROOT_POLL)
+            for mount, b in list(self.bindings.items()):
+                st = self.mounts.get(mount)
+                if st is None or st.unavailable is None:
+                    continue
+                if not await trio.to_thread.run_sync(self._root_back, b):
+                    continue
+                st.unavailable = None
+                self.record_event("root-available", mount=mount, dir=b.dir)
+                if b.watch == "fs-events":
+                    try:
+                        await self.run_pass(mount)
+                        await after_change()
+                    except MemfsError as exc:
+                        log.warning("pass after the root of %s came back failed: %s", mount,
+                                    exc)
+
+    def _root_back(self, b: Binding) -> bool:
+        """Is the directory disk last agreed with at b.dir again (any directory, before the
+        first evidence recorded one)?"""
+        try:
+            st = os.stat(b.dir)
+            recorded = self.journal.root(b.mount)
+        except (OSError, MemfsError):
+            return False
+        return stat.S_ISDIR(st.st_mode) and (
+            recorded is None or tuple(recorded) == (st.st_dev, st.st_ino))
 
     # -- clean stop ----------------------------------------------------------------------
     @contextlib.contextmanager

@@ -20,7 +20,7 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -610,6 +610,15 @@ class Workspace(HistoryOps):
             saw_kernel_time(mtime_ns)
         node.ctime_ns = now_ns()
         self._touch(node)
+        if atime_ns is not None or mtime_ns is not None:
+            self._note_set_times()
+
+    def _note_set_times(self) -> None:
+        """The operation that just changed the tree set a time on purpose (utimes: touch, tar,
+        cp -p): its own times-only change is no side effect to fold away (memfs.store.undo)."""
+        entry = self._group.get(self._last_op) if self._last_op else None
+        if entry is not None and not entry[0].set_times:
+            self._group[entry[0].key] = (replace(entry[0], set_times=True), entry[1])
 
     def set_xattr(self, node: Node, name: bytes, value: bytes) -> None:
         self._writable(node)
@@ -815,6 +824,8 @@ class Workspace(HistoryOps):
         for key, (op, procs) in self._group.items():
             if key in merged:
                 merged[key][1].update(procs)
+                if op.set_times and not merged[key][0].set_times:
+                    merged[key] = (op, merged[key][1])
                 merged[key] = merged.pop(key)
             else:
                 merged[key] = (op, procs)
@@ -861,9 +872,18 @@ class Workspace(HistoryOps):
 
     async def restore(self, rev: str) -> str:
         """Move the branch head to `rev` (the old head stays in the reflog)."""
+        resolved = None
+        if self.backing is not None:
+            # `rev` as it reads now; then disk's changes so far, against this tree (the
+            # restore rewinds past whatever that pass commits).
+            async with self._commit_lock:
+                await self._settle_locked("before restore")
+                resolved = (self.branch, history.resolve(self.store, rev))
+            await self.backing.before_rewind()
         async with self._commit_lock:
             await self._settle_locked("before restore")
-            target = history.resolve(self.store, rev)
+            same = resolved is not None and resolved[0] == self.branch
+            target = resolved[1] if same else history.resolve(self.store, rev)  # type: ignore[index]
             self.store.reset_head(self.branch, target, f"restore {rev}")
             self._replace_tree(target)
             return target
@@ -890,6 +910,8 @@ class Workspace(HistoryOps):
 
     def _replace_tree(self, commit_id: str) -> None:
         """Show another commit's tree, keeping inode numbers for paths that survive."""
+        if self.backing is not None:
+            self.backing.before_tree_replace()  # which backed files the new tree changes
         self.head = commit_id
         tree = self.store.commit(commit_id).tree
         entries: list[tuple[int, bytes]] = []

@@ -50,6 +50,12 @@ def libfiu_missing() -> str | None:
     return "libfiu is not installed (Debian packages libfiu0 and fiu-utils)"
 
 
+def strace_missing() -> str | None:
+    if shutil.which("strace"):
+        return None
+    return "strace is missing (Debian package strace; scripts/_setup.sh installs it)"
+
+
 def cc_missing() -> str | None:
     if shutil.which("cc") or shutil.which("gcc"):
         return None

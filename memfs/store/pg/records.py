@@ -91,6 +91,11 @@ class PgTxRecords:
         self.conn.execute("INSERT INTO commit_ops VALUES (%s, %s) ON CONFLICT (commit_id) "
                           "DO UPDATE SET data = excluded.data", (commit_id, data))
 
+    def ref_exists(self, table: str, name: str) -> bool:
+        assert table in ("branches", "checkpoints")
+        return self.conn.execute(f"SELECT 1 FROM {table} WHERE name = %s",
+                                 (name,)).fetchone() is not None
+
     def add_mark(self, name: str, commit_id: str, branch: str, time_ns: int, label: str) -> None:
         self.conn.execute("INSERT INTO marks (name, commit_id, branch, time_ns, label) "
                           "VALUES (%s, %s, %s, %s, %s)", (name, commit_id, branch, time_ns, label))

@@ -43,6 +43,7 @@ from memfs.store.store import (
     StoreError,
     _check_ref_name,
     _commit_from_row,
+    check_new_name,
 )
 from memfs.store.trees import DIR, FILE, HARD, Entry, decode_inodes, decode_manifest
 
@@ -371,6 +372,9 @@ class PgStore(PgRecords):
         _check_ref_name(name)
         cid = self.resolve(at) if at else self.head()
         with self.transaction() as tx:
+            if tx.ref_exists("branches", name):
+                raise StoreError(f"branch {name!r} already exists", "pick another name")
+            check_new_name(tx, name, "branch")
             made = tx.conn.execute("INSERT INTO branches VALUES (%s, %s) ON CONFLICT (name) DO "
                                    "NOTHING RETURNING 1", (name, cid)).fetchone()
             if not made:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from memfs.store.chunks import chunk_digest
 from memfs.store.pg.lease import Fenced
 from memfs.store.pg.records import PgTxRecords
-from memfs.store.store import Commit, StoreError
+from memfs.store.store import Commit, StoreError, printable
 from memfs.store.trees import object_id
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ class PgTx(PgTxRecords):
         self, parent: str | None, tree: str, branch: str, message: str, processes: list[dict],
         inodes: str | None = None,
     ) -> Commit:
+        message = printable(message)
         self.flush_objects()
         parent = self.lock_head(branch, parent)
         now = time.time_ns()

@@ -1,0 +1,52 @@
+"""How a command names a path of a backed mount: MOUNT[/PATH], one canonical spelling.
+
+Why strict: a path sync discards the workspace's changes under the path it names, and
+materialize --force overwrites disk there, so two spellings of one path must never mean two
+things, and a spelling one command refuses must not be taken by another (issue 15: `sync
+work//a.txt` took disk over a draft while materialize's own check refused '//', and
+`materialize --force work/./a.txt` named nothing and answered "nothing owed"). Every request
+that names a path goes through `parse_store_path` on the daemon's side (the CLI, the control
+socket and a daemon-less run all reach it), so each spelling is refused or taken the same way
+by every command. Pure; no thread state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memfs.errors import MemfsError
+
+
+@dataclass(frozen=True)
+class StorePath:
+    """A mount and a path relative to it ('' for the whole mount)."""
+
+    mount: str
+    rel: str
+
+
+def parse_store_path(text: str) -> StorePath:
+    """'work/src/a.txt' -> StorePath('work', 'src/a.txt').
+
+    One trailing '/' is allowed (`work/src/`, as a shell completes a directory). Refused: an
+    empty path, a leading '/', empty components ('//'), '.', '..' and NUL, anywhere. Names
+    are taken as they are otherwise, bytes that are not UTF-8 included (they arrive as
+    surrogate escapes, the form the store keeps them in)."""
+    if not text or text == "/":
+        raise MemfsError("no mount named in the path", "name it as MOUNT[/PATH], e.g. work/src")
+    body = text[:-1] if text.endswith("/") else text
+    parts = body.split("/")
+    bad = [p for p in parts if p in ("", ".", "..") or "\0" in p]
+    if bad:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        why = ("it starts with '/'" if text.startswith("/") else
+               "it has an empty component ('//')" if "" in bad else
+               f"it has a {bad[0]!r} component" if "\0" not in bad[0] else "it holds a NUL")
+        raise MemfsError(
+            f"{shown!r} is not a plain MOUNT/PATH: {why}",
+            "name it relative to the store, one '/' between names, without '.' or '..' (e.g. "
+            "work/src/a.txt), or give the absolute path through the mountpoint")
+    return StorePath(parts[0], "/".join(parts[1:]))
+
+
+__all__ = ["StorePath", "parse_store_path"]

@@ -1,0 +1,191 @@
+"""Permission bits through a backing directory (issue 12, item 5), through a real mount.
+
+The reconciler carries each file's permission bits (0o777) in both directions by the same
+three-way rule as content, with the mode disk last agreed on kept in the evidence: take-in
+keeps disk's mode, materialize writes the store's, a chmod on disk is a disk change, a chmod
+in the mount a draft, and a mode changed on both sides a conflict. Hard links, FIFOs and
+sockets found on disk stay disk-only; a hard link made in the mount is listed by materialize
+as not writable, with the reason.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from test_backing_mount import sh, states, xattr
+
+SCRIPT = b"#!/bin/sh\necho hello from $(basename \"$0\")\n"
+
+
+def mode(p: Path) -> int:
+    return stat.S_IMODE(os.stat(p).st_mode)
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+@pytest.fixture
+def repo(mounted, tmp_path: Path):
+    """A git checkout with a 755 script and a 644 file, bound to `work` (watch off)."""
+    if mounted.native:
+        pytest.skip("needs a real memfs daemon")
+    if shutil.which("git") is None:
+        pytest.fail("git is missing (Debian package git; scripts/_setup.sh installs it)")
+    disk = tmp_path / "proj"
+    disk.mkdir()
+    git(disk, "init", "-q")
+    (disk / "run.sh").write_bytes(SCRIPT)
+    (disk / "run.sh").chmod(0o755)
+    (disk / "notes.txt").write_text("notes\n")
+    (disk / "notes.txt").chmod(0o644)
+    git(disk, "add", "run.sh", "notes.txt")
+    git(disk, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    mounted.cli("attach", "work", str(disk), "--watch", "off")
+    return mounted, disk
+
+
+def test_a_755_script_round_trips(repo):
+    m, disk = repo
+    script = m.work / "run.sh"
+    assert mode(script) == 0o755 and mode(m.work / "notes.txt") == 0o644  # take-in keeps it
+    out = subprocess.run([str(script)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and out.stdout == "hello from run.sh\n"  # runs in the mount
+    assert states(m)["work/run.sh"] == ("synced", None)
+
+    # A chmod in the mount is a draft; materialize writes the mode; git sees no change
+    # (it tracks the executable bit only).
+    script.chmod(0o775)
+    assert xattr(script) == "workspace-draft"
+    assert m.status()["backing"]["work"]["owed"]["changes"] == 1
+    res = m.cli_json("materialize")["mounts"]["work"]
+    assert res["written"] == ["run.sh"]
+    assert mode(disk / "run.sh") == 0o775 and (disk / "run.sh").read_bytes() == SCRIPT
+    assert git(disk, "status", "--porcelain") == "" and git(disk, "diff") == ""
+    assert states(m)["work/run.sh"] == ("synced", None)
+
+    # Dropping the executable bit in the mount reaches disk too: git sees exactly that.
+    script.chmod(0o644)
+    m.cli("materialize")
+    assert mode(disk / "run.sh") == 0o644
+    assert "old mode 100755\nnew mode 100644" in git(disk, "diff")
+
+    # A chmod on disk is a disk change: taken in, and git is clean again.
+    (disk / "run.sh").chmod(0o755)
+    m.cli("sync")
+    assert mode(script) == 0o755 and states(m)["work/run.sh"] == ("synced", None)
+    assert git(disk, "diff") == ""
+    assert m.cli_json("materialize")["mounts"]["work"]["written"] == []
+
+
+def test_mode_changes_on_either_side_merge_and_on_both_conflict(repo):
+    m, disk = repo
+    notes = m.work / "notes.txt"
+    # Content in the mount, mode on disk: both kept (disk's mode, the workspace's content).
+    notes.write_text("edited in the mount\n")
+    (disk / "notes.txt").chmod(0o600)
+    m.cli("sync")
+    assert mode(notes) == 0o600 and notes.read_text() == "edited in the mount\n"
+    assert states(m)["work/notes.txt"] == ("workspace-draft", None)
+    m.cli("materialize")
+    assert (disk / "notes.txt").read_text() == "edited in the mount\n"
+    assert mode(disk / "notes.txt") == 0o600
+    # Mode in the mount, content on disk: disk's content taken with the workspace's mode.
+    notes.chmod(0o640)
+    (disk / "notes.txt").write_text("edited on disk\n")
+    m.cli("sync")
+    assert notes.read_text() == "edited on disk\n" and mode(notes) == 0o640
+    m.cli("materialize")
+    assert mode(disk / "notes.txt") == 0o640
+    assert states(m)["work/notes.txt"] == ("synced", None)
+    # The mode changed on both sides, differently: a conflict, neither taken.
+    notes.chmod(0o644)
+    (disk / "notes.txt").chmod(0o664)
+    assert states(m)["work/notes.txt"] == ("conflict", "both-changed")
+    res = m.cli_json("materialize")["mounts"]["work"]
+    assert [s["path"] for s in res["skipped"]] == ["notes.txt"]
+    assert mode(disk / "notes.txt") == 0o664 and mode(notes) == 0o644
+    # A forced materialize of the path takes the workspace's side.
+    m.cli("materialize", "--force", "work/notes.txt")
+    assert mode(disk / "notes.txt") == 0o644
+    assert states(m)["work/notes.txt"] == ("synced", None)
+    # The same conflict again, resolved toward disk by a path sync.
+    notes.chmod(0o600)
+    (disk / "notes.txt").chmod(0o640)
+    assert states(m)["work/notes.txt"] == ("conflict", "both-changed")
+    m.cli("sync", "work/notes.txt")
+    assert mode(notes) == 0o640 and states(m)["work/notes.txt"] == ("synced", None)
+
+
+def test_set_id_bits_are_not_carried(repo):
+    """Only the permission bits travel: a setuid bit from the workspace never reaches disk."""
+    m, disk = repo
+    (m.work / "run.sh").chmod(0o4755)
+    m.cli("sync")
+    res = m.cli_json("materialize")["mounts"]["work"]
+    assert res["written"] == [] and mode(disk / "run.sh") == 0o755
+    (m.work / "new.sh").write_bytes(SCRIPT)
+    (m.work / "new.sh").chmod(0o2750)
+    m.cli("materialize")
+    assert mode(disk / "new.sh") == 0o750
+
+
+def test_hard_links_fifos_and_sockets_on_disk_stay_disk_only(repo):
+    m, disk = repo
+    os.link(disk / "notes.txt", disk / "twin.txt")  # both names now have two links
+    (disk / "solo.txt").write_text("solo\n")
+    os.link(disk / "solo.txt", disk / "solo-link.txt")
+    os.mkfifo(disk / "pipe")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(disk / "sock"))
+    try:
+        listed = states(m)  # would block on the FIFO if it were opened
+        assert listed["work/twin.txt"] == ("disk-only", None)
+        assert listed["work/solo.txt"] == ("disk-only", None)
+        assert listed["work/pipe"] == ("disk-only", None)
+        assert listed["work/sock"] == ("disk-only", None)
+        assert listed["work/notes.txt"] == ("synced", None)  # tracked before it was linked
+        entries = {e["path"]: e for e in m.cli_json("ls", "--states")["mounts"][0]["entries"]}
+        assert entries["pipe"]["mime"] == "inode/fifo"
+        assert entries["sock"]["mime"] == "inode/socket"
+        assert (m.work / "twin.txt").read_text() == "notes\n"  # read from disk, read-only
+        with pytest.raises(OSError) as exc:
+            (m.work / "twin.txt").write_text("x")
+        assert exc.value.errno == errno.EROFS
+        assert "pipe" not in os.listdir(m.work)  # listed, never shown (opening would block)
+        # The tracked, linked file is never written through: the other name keeps its bytes.
+        (m.work / "notes.txt").write_text("draft\n")
+        res = m.cli_json("materialize")["mounts"]["work"]
+        assert res["written"] == [] and "hard links" in res["skipped"][0]["reason"]
+        assert (disk / "twin.txt").read_text() == "notes\n"
+    finally:
+        sock.close()
+
+
+def test_a_hard_link_made_in_the_mount_is_listed_as_not_writable(repo):
+    m, disk = repo
+    try:
+        os.link(m.work / "notes.txt", m.work / "linked.txt")
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EOPNOTSUPP):
+            pytest.skip("this store has no hard links yet (issue 12 items 1-4 add them)")
+        raise
+    res = m.cli_json("materialize")["mounts"]["work"]
+    reasons = {s["path"]: s for s in res["skipped"]}
+    assert reasons["linked.txt"]["state"] == "not-writable"
+    assert "hard link" in reasons["linked.txt"]["reason"]
+    assert not (disk / "linked.txt").exists()
+    sh(f"mkfifo {m.work}/fifo")
+    res = m.cli_json("materialize", "--force", "work/fifo")["mounts"]["work"]
+    assert [s["state"] for s in res["skipped"]] == ["not-writable"]
+    assert not (disk / "fifo").exists()

@@ -7,9 +7,9 @@ lease): the head row is locked, must still be the commit this one builds on, and
 row must still carry this host's token. A host fenced off by a takeover is refused here,
 whatever it believes.
 
-Round trips are batched: all new chunks of a commit in one INSERT … SELECT unnest(…), all
-objects in another, so a group commit of 10k small files costs a handful of round trips,
-not 10k.
+Round trips are batched: the new chunks of a commit (per 8 MiB) and its objects go as
+pipelined statements (psycopg's executemany), so a group commit of 10k small files costs a
+handful of round trips, not 10k.
 """
 
 from __future__ import annotations
@@ -74,22 +74,30 @@ class PgTx(PgTxRecords):
         return names
 
     def _send_chunks(self, fresh: dict[str, bytes]) -> set[str]:
-        """Insert the pieces the database lacks (binary, one statement); compare the bytes
-        of those it has. Returns the names held by other bytes (collisions)."""
-        ids = list(fresh)
-        inserted = {r[0] for r in self.conn.execute(
-            "INSERT INTO chunks (id, data) SELECT * FROM unnest(%s::text[], %s::bytea[]) "
-            "ON CONFLICT (id) DO NOTHING RETURNING id", (ids, list(fresh.values())),
-            binary=True).fetchall()}
-        known = [i for i in ids if i not in inserted]
-        same = dict(self.conn.execute(
-            "SELECT c.id, c.data = v.data FROM chunks c JOIN unnest(%s::text[], "
-            "%s::bytea[]) AS v(id, data) ON c.id = v.id",
-            (known, [fresh[i] for i in known]), binary=True).fetchall()) if known else {}
-        for cid in ids:
-            if cid in inserted or same.get(cid):
+        """Insert the pieces the database lacks, then compare the bytes of those it had;
+        returns the names held by other bytes (collisions). Pipelined statements, binary:
+        one round trip per batch, no array for the server to unpack (an unnest of a bytea[]
+        ran at a tenth of the speed)."""
+        inserted = set(self._many("INSERT INTO chunks (id, data) VALUES (%s, %s) ON CONFLICT "
+                                  "(id) DO NOTHING RETURNING id", list(fresh.items())))
+        known = [i for i in fresh if i not in inserted]
+        same = set(self._many("SELECT id FROM chunks WHERE id = %s AND data = %s",
+                              [(i, fresh[i]) for i in known])) if known else set()
+        for cid in fresh:
+            if cid in inserted or cid in same:
                 self.chunks[cid] = fresh[cid]
-        return {i for i in known if not same.get(i)}
+        return {i for i in known if i not in same}
+
+    def _many(self, sql: str, rows: list[tuple]) -> list:
+        """The first column of every row each statement returned."""
+        out = []
+        with self.conn.cursor(binary=True) as cur:
+            cur.executemany(sql, rows, returning=True)
+            while True:
+                out.extend(r[0] for r in cur.fetchall())
+                if not cur.nextset():
+                    break
+        return out
 
     def _local_name(self, data: bytes) -> str:
         """The digest, suffixed past a piece of this transaction or of the cache that has
@@ -136,9 +144,9 @@ class PgTx(PgTxRecords):
         cached = self.store.object_cache.has(list(todo))
         send = {k: v for k, v in todo.items() if k not in cached}
         if send:
-            self.conn.execute(
-                "INSERT INTO objects (id, data) SELECT * FROM unnest(%s::text[], %s::bytea[]) "
-                "ON CONFLICT (id) DO NOTHING", (list(send), list(send.values())))
+            with self.conn.cursor(binary=True) as cur:
+                cur.executemany("INSERT INTO objects (id, data) VALUES (%s, %s) ON CONFLICT "
+                                "(id) DO NOTHING", list(send.items()))
         self.sent_objects.update(todo)
 
     # -- the commit ---------------------------------------------------------------------------

@@ -229,3 +229,17 @@ def test_one_host_takes_over_by_cli_without_a_daemon(pg_url: str, tmp_path: Path
                          capture_output=True, text=True, cwd=REPO, env=dict(os.environ, **LEASE))
     assert out.returncode == 1 and "host-a" in out.stderr and "live" in out.stderr
     a.close()
+
+
+def test_a_clean_unmount_gives_the_branch_back(hosts) -> None:
+    """No takeover is needed after a clean exit: the next host that switches to the branch
+    writes it, continuing from the last commit."""
+    a, b = hosts
+    write_synced(a.work / "last.txt", b"a's last words\n")
+    a.umount()
+    b.cli("branch", "create", "side")
+    b.cli("branch", "switch", "side")
+    b.cli("branch", "switch", "main")  # claims main again: free since a released it
+    assert b.status()["read_only"] is None
+    assert (b.work / "last.txt").read_bytes() == b"a's last words\n"
+    write_synced(b.work / "next.txt", b"b goes on at once\n")

@@ -29,6 +29,8 @@ if [ "${MEMFS_WANT_TEST_TOOLS:-0}" = 1 ]; then
     command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc libc6-dev)
     command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
     command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
+    # The PostgreSQL backend's tests start a throwaway server of their own (tests/helpers/pg.py).
+    [ -x /usr/lib/postgresql/15/bin/initdb ] || need_pkgs+=(postgresql)
 fi
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
     echo "memfs: installing Debian packages: ${need_pkgs[*]}" >&2

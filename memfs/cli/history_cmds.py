@@ -27,7 +27,8 @@ from memfs.cli.main import add_json_flag, emit
 from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
-from memfs.store import Store, history, undo
+from memfs.store import StoreBackend as Store
+from memfs.store import history, open_store, open_store_readonly, undo
 from memfs.store.history import History, parse_when
 from memfs.store.opspan import walk
 from memfs.store.treediff import DIR, FILE, LINK, diff_trees, file_pieces, find_entry
@@ -116,7 +117,7 @@ def _root(args) -> Path:
 
 
 def _read(args) -> Store:
-    return Store.open_readonly(_root(args))
+    return open_store_readonly(_root(args))
 
 
 def _ask(args, op: str, direct, **kw):
@@ -125,7 +126,7 @@ def _ask(args, op: str, direct, **kw):
     try:
         return call(root, op, **kw)
     except NoDaemon:
-        store = Store.open(root, create=False)
+        store = open_store(root, create=False)
         try:
             return direct(store)
         finally:

@@ -97,12 +97,12 @@ def _ask(args, op: str, **kw) -> dict:
 def _direct(root: Path, op: str, kw: dict) -> dict:
     import trio
 
-    from memfs.store import Store
+    from memfs.store import open_store
     from memfs.workspace.backing import Backing
     from memfs.workspace.workspace import Workspace
 
     async def run() -> dict:
-        ws = Workspace(Store.open(root, create=False), 0.0)
+        ws = Workspace(open_store(root, create=False), 0.0)
         backing = Backing(ws)
         try:
             result = await backing.control(op, kw)

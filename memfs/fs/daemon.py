@@ -26,8 +26,10 @@ from memfs.errors import MemfsError
 from memfs.fs.operations import MemfsOperations
 from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
 from memfs.rootdir import control_socket
+from memfs.store.backend import require_embedded
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.backing import Backing
+from memfs.workspace.hosts import Hosts
 from memfs.workspace.lifecycle import Lifecycle
 from memfs.workspace.workspace import Workspace
 
@@ -133,7 +135,8 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
                      options: set[str]) -> None:
     store = ws.store
     Backing(ws)
-    Lifecycle(ws)
+    if store.kind == "sqlite":  # retention and GC are the embedded store's (docs/lifecycle.md)
+        Lifecycle(ws)
     ops = MemfsOperations(ws)
     try:
         pyfuse3.init(ops, str(mountpoint), options)
@@ -154,6 +157,8 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
         finally:
             if ws.backing is not None:
                 ws.backing.close()
+            if ws.read_only is None:  # a clean end: the next writer needs no takeover
+                store.release(ws.branch)
             store.close()
             sock = control_socket(root)
             if sock.exists():
@@ -161,9 +166,13 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
 
 
 async def _serve(ws: Workspace, ops: MemfsOperations, root: Path, lock: RootLock) -> None:
+    hosts = ws.hosts = Hosts(ws)
+    await hosts.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
-        nursery.start_soon(ws.lifecycle.run)
+        if ws.lifecycle is not None:  # the embedded store's GC (none on PostgreSQL)
+            nursery.start_soon(ws.lifecycle.run)
+        nursery.start_soon(hosts.run, ops.drain_invalidations)
         nursery.start_soon(_signals, ws)
         nursery.start_soon(_heartbeat, ws, lock)
         await nursery.start(_control_server, ws, ops, root)
@@ -314,15 +323,19 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
     elif op == "branch_switch":
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
     elif op in ("gc", "du"):
+        if ws.lifecycle is None:
+            require_embedded(ws.store, f"memfs {op}")
         result = await ws.lifecycle.collect(dry_run=op == "du" or bool(args.get("dry_run")),
                                             trigger="manual" if op == "gc" else "du")
+    elif op == "takeover":
+        result = await ws.hosts.takeover(args["branch"])
     elif op.startswith("backing_") and ws.backing is not None:
         if op == "backing_after_batch":  # an agent's tool batch ended: an operation boundary
             await ws.mark(args.get("agent") or "after-batch")
         result = await ws.backing.control(op, args)
     else:
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
-    if op in ("undo", "restore", "branch_switch") and ws.backing is not None:
+    if op in ("undo", "restore", "branch_switch", "takeover") and ws.backing is not None:
         await ws.backing.pass_all()  # disk-only nodes are not in any commit: show them again
     await ops.drain_invalidations()
     return result

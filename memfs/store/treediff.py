@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from memfs.store.store import Store
+from memfs.store.backend import StoreBackend as Store
 from memfs.store.trees import DIR, FILE, LINK, Entry, decode_dir
 
 ADDED, CHANGED, REMOVED, RENAMED = "A", "M", "D", "R"

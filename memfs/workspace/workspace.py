@@ -26,7 +26,9 @@ from dataclasses import dataclass, field, replace
 import trio
 
 from memfs.liveness import DaemonRecord
-from memfs.store import Store, history
+from memfs.store import StoreBackend as Store
+from memfs.store import history, open_store
+from memfs.store.backend import NO_RETENTION
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
 from memfs.store.space import Reserve, Space, headroom
@@ -137,6 +139,11 @@ class Workspace(HistoryOps):
         self.dirty_since: float | None = None
         self.last_error: str | None = None
         self.served_by: DaemonRecord | None = None  # the daemon serving it (status shows it)
+        # Why this host may not change the branch (another host holds its writer lease:
+        # memfs.workspace.hosts), or None. On the embedded store every claim succeeds.
+        claim = store.claim(self.branch)
+        self.read_only: str | None = None if claim.writable else claim.reason()
+        self.hosts = None  # memfs.workspace.hosts.Hosts, while a daemon serves it
         # The operations whose changes the next commit holds (key -> record, requesters),
         # in the order of their last change; attribution.py says who a request is.
         self.attribution = Attribution()
@@ -154,7 +161,9 @@ class Workspace(HistoryOps):
         self._immutable: set[int] = set()
         self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
         self.health = CommitHealth()
-        self.reserve = Reserve(store.root)
+        # The full-disk reserve is the embedded store's (SQLite needs room to delete); a
+        # store in PostgreSQL keeps nothing of its own on this disk but caches.
+        self.reserve = Reserve(store.root) if store.kind == "sqlite" else None
         self.lifecycle = None  # the daemon's GC (memfs.workspace.lifecycle) installs itself
         self.space_refused = False  # the last write that needed space was refused
         # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
@@ -170,7 +179,7 @@ class Workspace(HistoryOps):
     @classmethod
     def open(cls, root, commit_interval: float = 0.1) -> Workspace:
         """The workspace of the store at `root` (created if missing)."""
-        return cls(Store.open(root), commit_interval)
+        return cls(open_store(root), commit_interval)
 
     # -- node table --------------------------------------------------------------
     def _new_id(self) -> int:
@@ -373,6 +382,8 @@ class Workspace(HistoryOps):
     def _writable(self, node: Node) -> None:
         if node.readonly:
             raise fail(errno.EROFS)
+        if self.read_only is not None:
+            raise fail(errno.EROFS, self.read_only)
 
     def _settle_first(self, d: Node | None, name: bytes) -> None:
         """Seed 002: every change first settles a pending adoption of what it changes (only a
@@ -755,6 +766,8 @@ class Workspace(HistoryOps):
     def take_reserve(self) -> None:
         """Hold the space reserve (memfs.store.space) when there is room for it."""
         self._reserve_checked = time.monotonic()
+        if self.reserve is None:
+            return
         try:
             self.reserve.ensure()
         except OSError as exc:
@@ -981,7 +994,7 @@ class Workspace(HistoryOps):
             _maybe_crash("after-objects")
             commit = tx.add_commit(self.head, plan.root.ref, self.branch, message,
                                    plan.processes, plan.inodes.table)
-            history.put_ops(tx.conn, commit.id, plan.ops)
+            history.put_ops(tx, commit.id, plan.ops)
             if plan.intents is not None:
                 tx.put_intents(commit.id, plan.intents)
             return commit
@@ -1059,13 +1072,19 @@ class Workspace(HistoryOps):
             return target
 
     async def switch_branch(self, name: str) -> str:
+        self.store.head(name)  # an unknown branch is refused before anything moves
+        claim = await trio.to_thread.run_sync(self.store.claim, name)  # its writer lease
         async with self._commit_lock:
+            old = self.branch
             await self._settle_locked("before switch")
             head = self.store.head(name)
             self.store.set_current_branch(name)
             self.branch = name
+            self.read_only = None if claim.writable else claim.reason()
             self._replace_tree(head)
-            return head
+        if old != name:
+            await trio.to_thread.run_sync(self.store.release, old)
+        return head
 
     async def create_branch(self, name: str, at: str | None) -> str:
         async with self._commit_lock:
@@ -1174,9 +1193,12 @@ class Workspace(HistoryOps):
         """statfs's figures and what memfs keeps of them (bytes)."""
         sp = self.space()
         return {**sp.to_json(), "pending_bytes": self._dirty_bytes, "writable": self.free_bytes(),
-                "headroom": headroom(sp.size), "reserve": self.reserve.held()}
+                "headroom": headroom(sp.size),
+                "reserve": self.reserve.held() if self.reserve is not None else 0}
 
     def retention_status(self) -> dict:
+        if self.store.kind != "sqlite":
+            return {"policy": None, "summary": NO_RETENTION}
         policy = self.store.policy()
         return {**policy.to_json(), "summary": policy.summary()}
 
@@ -1198,6 +1220,7 @@ class Workspace(HistoryOps):
             **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),
             "mounts": mounts,
             "daemon": self.served_by.identity() if self.served_by else None,
+            "read_only": self.read_only,
             **({"backing": self.backing.status()} if self.backing is not None else {}),
         }
 

@@ -94,7 +94,9 @@ def cmd_init(args) -> int:
     if given is not None:
         loc = choose_location(root, args.store)
         if loc is not None:  # nothing is written: the retention policy is the embedded store's
-            raise refuse_on_shared("memfs init --keep-*/--space-floor/--gc-auto", loc.url)
+            flags = [f"--{k}" for k in Policy.SETTINGS if getattr(args, k.replace("-", "_"))]
+            raise refuse_on_shared(f"memfs init {' '.join(flags)}", loc.url,
+                                   new=read_location(root) is None)
     store = open_store(root, url=args.store)
     try:
         if given is not None:

@@ -192,11 +192,13 @@ class EmbeddedOnly(MemfsError):
     """A lifecycle command (retention, GC, du) asked of a store in PostgreSQL."""
 
 
-def refuse_on_shared(what: str, url: str) -> EmbeddedOnly:
+def refuse_on_shared(what: str, url: str, *, new: bool = False) -> EmbeddedOnly:
     """The error for `what` (`memfs gc`, ...) on a root whose store is in PostgreSQL at
-    `url`: nothing is dropped there yet, so there is nothing to collect or configure."""
+    `url` (`new`: a root about to be made for it): nothing is dropped there yet, so there is
+    nothing to collect or configure."""
+    whose = "the store given for this new root" if new else "this root's store"
     return EmbeddedOnly(
-        f"{what} works on an embedded store only: this root's store is in PostgreSQL "
+        f"{what} works on an embedded store only: {whose} is in PostgreSQL "
         f"({redact(url)}), which has no retention policy or GC yet and keeps every commit",
         "the database's size is the server's to watch (`psql URL -c \"SELECT pg_size_pretty("
         "pg_database_size(current_database()))\"`); dropping old history there is a planned "

@@ -198,7 +198,13 @@ def test_postgresql_killed_mid_commit_loses_no_acknowledged_write(mount_factory,
         try:
             wait_for(lambda: len(acked) >= 5, "the first acknowledged writes")
             cluster.kill()  # mid-commit: the writer commits a MiB per fsync without pause
-            time.sleep(1.0)
+            # status says what is wrong in the store's words, not a disk's I/O error
+            wait_for(lambda: (a.status().get("commit_failure") or {}).get("reason", "")
+                     .startswith("the PostgreSQL store at"), "a commit failure in status",
+                     timeout=30)
+            failure = a.status()["commit_failure"]
+            assert "unreachable" in failure["reason"], failure
+            assert failure["remedy"].startswith("check that the server runs"), failure
             cluster.start()
             n = len(acked)
             wait_for(lambda: len(acked) >= n + 5, "writes acknowledged after the restart",

@@ -59,7 +59,11 @@ def explain(exc: BaseException, space: Space | None, root: str, pending: int) ->
     code = getattr(exc, "errno", None) or errno.EIO
     later = (f"the {pending} pending change(s) stay in memory and commit by themselves once "
              "it is possible (`memfs status` shows it)")
-    if code in (errno.ENOSPC, errno.EDQUOT):
+    if isinstance(exc, MemfsError) and not isinstance(exc, OSError) and exc.remedy:
+        # the store said what happened and what to do (a PostgreSQL server out of reach):
+        # its words, not a guess from an errno it never had
+        reason, remedy = exc.message, f"{exc.remedy}; {later}"
+    elif code in (errno.ENOSPC, errno.EDQUOT):
         free = f"{size_text(space.avail)} free of {size_text(space.size)}" if space else "no space"
         reason = f"the store's filesystem is full ({free} at {root})"
         remedy = ("delete files in the mount (also ones still being written), then run "

@@ -179,6 +179,11 @@ def run_pg(store: str, wl: list[Workload], base: Path, scratch: Path, scale: flo
            extra: list[str], forget: bool) -> dict[str, Measure]:
     """The memfs side again, on a PostgreSQL store: at URL, or a throwaway loopback server
     (tests/helpers/pg.py, as the tests start it) for "postgresql"."""
+    skipped = [w.name for w in wl if w.group == "gc"]
+    if skipped:  # it builds and collects an embedded store of its own (docs/lifecycle.md)
+        print(f"  memfs-pg {', '.join(skipped)}: GC is the embedded store's; not run on "
+              "PostgreSQL", file=sys.stderr, flush=True)
+        wl = [w for w in wl if w.group != "gc"]
     cluster = None
     url = store
     if store == "postgresql":

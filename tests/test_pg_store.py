@@ -119,3 +119,38 @@ def test_init_store_says_what_is_wrong_and_changes_nothing(tmp_path: Path, pg_ur
     assert other.returncode == 1 and "uses the store at" in other.stderr
     again = memfs(tmp_path / "pg", "init")  # later commands find the store by the root
     assert again.returncode == 0 and "postgresql://" in again.stdout
+
+
+def _fill(directory: Path) -> None:
+    """Take every free byte of the filesystem holding `directory`."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (1 << 20, 1 << 12, 1):
+            try:
+                while os.write(fd, b"\0" * size):
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
+def test_a_commit_lands_whole_when_this_hosts_disk_is_full(small_fs: Path, pg_url: str) -> None:
+    """The database holds the commit; this host's disk holds only caches. A full local disk
+    is a cache miss later, never a commit reported failed after it landed (its retry would
+    then build on a head that moved and be fenced)."""
+    store = open_store(pg_root(small_fs, "full", pg_url))
+    try:
+        assert store.claim("main").writable
+        _fill(small_fs)
+        blob = os.urandom(1 << 18)  # a new object: the object cache would have to grow
+        with store.transaction() as tx:
+            oid = tx.put_object(blob)
+            (chunk,) = tx.put_chunks([os.urandom(1 << 18)])
+            tree = tx.put_object(encode_dir([]))
+            made = tx.add_commit(store.head("main"), tree, "main", "on a full disk", [])
+        assert store.head("main") == made.id
+        assert store.read_object(oid) == blob and len(store.read_chunk(chunk)) == 1 << 18
+        assert store.fsck() == []
+    finally:
+        store.close()

@@ -12,6 +12,7 @@ Thread-safe: one lock around the bookkeeping; file reads and writes run outside 
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -22,6 +23,7 @@ from memfs.durable import mkdir_durable
 from memfs.store.chunks import chunk_digest
 from memfs.store.trees import object_id
 
+log = logging.getLogger("memfs.pg")
 DEFAULT_LIMIT = 1 << 30
 LIMIT_ENV = "MEMFS_CACHE_BYTES"
 
@@ -160,12 +162,20 @@ class ObjectCache:
         return out
 
     def put_many(self, items: dict[str, bytes]) -> None:
+        """Keep committed objects. A copy not kept (a full disk here) is a miss later: never
+        an error, since this runs after the commit landed in the database."""
         if not items:
             return
         with self._lock:
-            self._conn.execute("BEGIN")
-            self._conn.executemany("INSERT OR IGNORE INTO objects VALUES (?, ?)", items.items())
-            self._conn.execute("COMMIT")
+            try:
+                self._conn.execute("BEGIN")
+                self._conn.executemany("INSERT OR IGNORE INTO objects VALUES (?, ?)",
+                                       items.items())
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                log.warning("object cache: %d object(s) not kept: %s", len(items), exc)
 
     def close(self) -> None:
         with self._lock:

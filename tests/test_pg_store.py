@@ -154,3 +154,17 @@ def test_a_commit_lands_whole_when_this_hosts_disk_is_full(small_fs: Path, pg_ur
         assert store.fsck() == []
     finally:
         store.close()
+
+
+def test_fsck_names_a_checkpoint_whose_commit_is_missing(tmp_path: Path, pg_url: str) -> None:
+    """As on the embedded store (Store.fsck): a checkpoint is a name history is reached by."""
+    import psycopg
+
+    store = open_store(pg_root(tmp_path, "a", pg_url))
+    try:
+        assert store.fsck() == []
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("INSERT INTO checkpoints VALUES ('lost', %s, 'main', 1)", ("f" * 40,))
+        assert store.fsck() == [f"checkpoint lost points at missing commit {'f' * 40}"]
+    finally:
+        store.close()

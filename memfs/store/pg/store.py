@@ -336,13 +336,16 @@ class PgStore(PgRecords):
 
     def fsck(self) -> list[str]:
         """memfs.store.fsck over the database's rows (chunks read from the database, not
-        the cache, so a row the database lost is found), then the branch heads."""
+        the cache, so a row the database lost is found), then branch heads and checkpoints."""
         from memfs.store.fsck import check_store
 
         problems = check_store(_DatabaseChunks(self))
         for name, head in self.branches().items():
             if not self.has_commit(head):
                 problems.append(f"branch {name} points at missing commit {head}")
+        for name, cid, _, _ in self.checkpoints():
+            if not self.has_commit(cid):
+                problems.append(f"checkpoint {name} points at missing commit {cid}")
         return problems
 
     def stat_space(self) -> os.statvfs_result:

@@ -34,7 +34,7 @@ BOTH_BACKENDS = frozenset({
     "test_fs_edges", "test_fs_shell", "test_fs_git", "test_fs_tar", "test_fs_links",
     "test_fs_history", "test_fs_operations", "test_fs_model", "test_fs_bigfile",
     "test_fs_history_tools", "test_durability_restart", "test_durability_crash",
-    "test_history_workspace", "test_cli_smoke",
+    "test_history_workspace", "test_cli_smoke", "test_backing_fulldisk",
 })
 
 

@@ -39,3 +39,27 @@ def test_bind_needs_name_and_dir(mount_factory, tmp_path: Path) -> None:
     res = m.cli("mount", str(tmp_path / "elsewhere"), "--bind", "nodir", check=False)
     assert res.returncode == 1
     assert "NAME=DIR" in res.stderr
+
+
+def test_the_same_mount_with_bind_comes_back_after_a_sigkill(mount_factory,
+                                                              tmp_path: Path) -> None:
+    """The command a user ran is the one they run again after a crash. The dead daemon's record
+    in daemon.lock still names its mountpoint, which is a plain directory again once the dead
+    mount is cleaned: on the same filesystem as the backing directory, it used to be refused
+    as 'inside the memfs mount', so the mount never came back with its --bind."""
+    proj = tmp_path / "proj"  # the same filesystem as the mountpoint, as ~/proj and ~/m
+    proj.mkdir()
+    (proj / "a.txt").write_text("hello\n")
+    m = mount_factory(extra_args=("--bind", f"code={proj}"))
+    m.require_real()
+    assert (m.mnt / "code" / "a.txt").read_text() == "hello\n"
+    m.kill()
+    (proj / "b.txt").write_text("made while memfs was down\n")
+    m.start()  # the same `memfs mount MNT --bind code=DIR`
+    assert (m.mnt / "code" / "b.txt").read_text() == "made while memfs was down\n"
+    assert m.cli_json("status")["backing"]["code"]["dir"] == str(proj)
+    # A directory really inside the running mount is still refused.
+    inside = m.mnt / "inside"
+    inside.mkdir()
+    res = m.cli("attach", "other", str(inside), check=False)
+    assert res.returncode == 1 and "inside the memfs mount" in res.stderr, res.stderr

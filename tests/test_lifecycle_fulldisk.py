@@ -133,9 +133,10 @@ def test_close_fails_when_what_it_wrote_no_longer_fits(small_fs, mount_factory) 
 def test_full_store_status_umount_and_recovery(small_fs, mount_factory) -> None:
     m = mount_factory(root=small_fs / "root", name="small-mnt")
     # This test is about what a full store says and refuses. The automatic run a failing
-    # commit starts gives SQLite's WAL back (some 200 KiB here), which may let the failed
-    # commit through by itself just after its fsync was refused: that run is the subject of
-    # test_the_automatic_run_makes_room_without_being_asked and the one after it.
+    # commit starts gives the reserve and SQLite's WAL back (some 200 KiB here), which may let
+    # the failed commit through by itself while this test reads the failing state (seen under
+    # load): that run is the subject of test_the_automatic_run_makes_room_without_being_asked
+    # and the one after it.
     m.cli("config", "gc-auto", "off")
     keep = os.urandom(2 * MiB)
     (m.work / "keep.bin").write_bytes(keep)
@@ -160,6 +161,9 @@ def test_full_store_status_umount_and_recovery(small_fs, mount_factory) -> None:
     with pytest.raises(OSError) as exc:
         (m.work / "more").write_bytes(b"x" * 10000)
     assert exc.value.errno == errno.ENOSPC
+    # A failed commit gives back what it had written (its pack tail, SQLite's pages): someone
+    # else takes that too, so the disk is still full when status is read.
+    fillers.append(fill(small_fs, "filler-again"))
     st = m.cli_json("status")
     assert st["commit_failure"]["errno"] == errno.ENOSPC
     text = m.cli("status").stdout
@@ -287,3 +291,33 @@ def test_failed_commits_go_through_once_gc_frees_history(small_fs, mount_factory
     m.kill()
     m.remount()
     assert len(os.listdir(m.work / "names")) == n + 300
+
+
+def test_gc_gives_back_a_rewritten_packs_space_while_the_daemon_reads_from_it(
+        small_fs, mount_factory) -> None:
+    """A pack GC rewrites (mostly dead) or removes is unlinked, but the daemon held it open for
+    reading (a file read back from the store): its space stayed taken on the filesystem until
+    the next GC, while `memfs gc` said it gave it back. The filesystem itself must show it."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("config", "gc-auto", "off")
+    m.cli("config", "space-floor", "40%")  # 5% of 32 MiB is under the commits' headroom
+    keep = os.urandom(64 << 10)
+    (m.work / "keep.bin").write_bytes(keep)
+    (m.work / "big").write_bytes(os.urandom(20 * MiB))
+    fsync_path(m.work)
+    m.umount()
+    m.remount()
+    assert (m.work / "keep.bin").read_bytes() == keep  # the daemon reads the pack now
+    os.unlink(m.work / "big")
+    fsync_path(m.work)
+    before = os.statvfs(small_fs)
+    res = m.cli_json("gc")
+    assert res["returned"] >= 16 * MiB and res["packs_rewritten"] + res["packs_removed"], res
+    after = os.statvfs(small_fs)
+    freed = (after.f_bavail - before.f_bavail) * after.f_frsize
+    assert freed >= 16 * MiB, f"gc said {res['returned']} B, the filesystem got {freed} B back"
+    assert (m.work / "keep.bin").read_bytes() == keep
+    m.kill()
+    store_check(m.root)
+    m.remount()
+    assert (m.work / "keep.bin").read_bytes() == keep

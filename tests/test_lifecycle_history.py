@@ -68,6 +68,12 @@ def test_log_and_undo_over_a_gap_gc_left(mounted) -> None:
     assert refused.returncode == 1 and "dropped by the retention policy" in refused.stderr, \
         refused.stderr
     assert (w / "g").read_text() == "four\n" and _head(mounted) == head, "a refused undo moved"
+    # So is undo by commits into the gap (it said 'goes past the first commit — use a
+    # smaller N', as if there were no history there).
+    refused = mounted.cli("undo", "--commits", "1", check=False)
+    assert refused.returncode == 1 and "dropped by the retention policy" in refused.stderr, \
+        refused.stderr
+    assert _head(mounted) == head
     # A mark on a dropped commit is refused by name, and so is the dropped commit itself.
     refused = mounted.cli("undo", "--to", "after-two", check=False)
     assert refused.returncode == 1 and "dropped by the retention policy" in refused.stderr, \

@@ -5,6 +5,7 @@ history and undo over a gap GC left read the tombstones through the interface al
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,10 @@ from memfs.store.backend import NO_RETENTION, Records, StoreBackend, StoreTx
 from memfs.store.gc import Collector
 from memfs.store.history import History
 from memfs.store.retention import Policy
+from memfs.store.space import Space
 from memfs.store.store import CommitDropped, Store
 from memfs.store.undo import plan_operations
+from memfs.workspace.health import explain
 
 
 def memfs(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -190,3 +193,18 @@ def test_a_postgresql_store_has_no_tombstones_and_walks_no_gap(tmp_path: Path,
         assert store.fsck() == []
     finally:
         store.close()
+
+
+def test_a_full_host_root_is_told_without_memfs_gc_on_a_shared_store() -> None:
+    """A commit failing for space on a root whose store is in PostgreSQL: the full filesystem
+    is this host's root and the remedy frees it (its caches); `memfs gc` is refused there, so
+    it is never the advice. The embedded store's words are unchanged."""
+    space = Space(size=32 << 20, free=1 << 20, avail=1 << 20, files=100, ffree=50, favail=50)
+    exc = OSError(errno.ENOSPC, "No space left on device")
+    shared = explain(exc, space, "/r", 3, shared=True)
+    assert "this host's root is full" in shared.reason and "PostgreSQL" in shared.reason
+    assert "/r/cache" in shared.remedy and "memfs gc" not in shared.remedy
+    assert "3 pending change(s)" in shared.remedy
+    embedded = explain(exc, space, "/r", 3)
+    assert "the store's filesystem is full" in embedded.reason
+    assert "memfs gc" in embedded.remedy

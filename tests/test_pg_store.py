@@ -168,3 +168,42 @@ def test_fsck_names_a_checkpoint_whose_commit_is_missing(tmp_path: Path, pg_url:
         assert store.fsck() == [f"checkpoint lost points at missing commit {'f' * 40}"]
     finally:
         store.close()
+
+
+def test_a_cached_chunk_cut_short_under_a_running_store_is_a_miss(tmp_path: Path,
+                                                                  pg_url: str) -> None:
+    """A ranged read never returns fewer bytes than the chunk holds there (a reader takes a
+    short read for the end of the file): a cached copy cut short after it was checked is read
+    from the database instead (the embedded store's pack read refuses the same way)."""
+    root = pg_root(tmp_path, "a", pg_url)
+    store = open_store(root)
+    try:
+        piece = os.urandom(1 << 20)
+        with store.transaction() as tx:
+            (cid,) = tx.put_chunks([piece])
+        assert store.read_chunk_range(cid, 0, 10) == piece[:10]  # the copy, checked whole
+        os.truncate(root / "cache/chunks" / cid, 1000)
+        assert store.read_chunk_range(cid, 500, 4096) == piece[500:4596]
+        assert store.read_chunk_range(cid, (1 << 20) - 100, 4096) == piece[-100:]
+        assert store.read_chunk(cid) == piece
+    finally:
+        store.close()
+
+
+def test_a_pack_cut_short_is_an_error_on_the_embedded_store(tmp_path: Path) -> None:
+    """The embedded store's side of the test above: its packs are the only copy, so a ranged
+    read past what a pack holds is an error, never a short read."""
+    root = tmp_path / "e"
+    root.mkdir()
+    store = open_store(root)
+    try:
+        piece = os.urandom(1 << 20)
+        with store.transaction() as tx:
+            (cid,) = tx.put_chunks([piece])
+        assert store.read_chunk_range(cid, 0, 10) == piece[:10]
+        pack, off, _ = store.chunks.locate(store._reader, cid)
+        os.truncate(store.chunks.pack_path(pack), off + 1000)
+        with pytest.raises(OSError, match="shorter than the store says"):
+            store.read_chunk_range(cid, 500, 4096)
+    finally:
+        store.close()

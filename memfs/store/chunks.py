@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -48,6 +49,7 @@ class ChunkStore:
         # not cached after it, so no stale location outlives a pack rewrite.
         self._generation = 0
         self._retired: dict[int, int] = {}  # removed packs' read fds, closed at the next GC
+        self._retired_at = 0.0  # monotonic time of the last retirement
 
     # -- reading ---------------------------------------------------------------
     def locate(self, conn: sqlite3.Connection, chunk_id: str) -> tuple[int, int, int]:
@@ -83,7 +85,12 @@ class ChunkStore:
         """Bytes [start, start+length) of a chunk, clipped to the chunk: no read amplification."""
         pack, off, size = loc
         length = max(0, min(length, size - start))
-        return os.pread(self._pack_fd(pack), length, off + start) if length else b""
+        if not length:
+            return b""
+        data = os.pread(self._pack_fd(pack), length, off + start)
+        if len(data) != length:  # never a silent short read (a pack GC moved, read late)
+            raise OSError(f"pack {pack} is shorter than the store says")
+        return data
 
     def _pack_fd(self, pack: int) -> int:
         with self._lock:
@@ -249,6 +256,28 @@ class ChunkStore:
                     except FileNotFoundError:
                         continue
                 self._retired[pack] = fd
+            if retire:
+                self._retired_at = time.monotonic()
+
+    def release_retired(self, grace: float) -> None:
+        """Give the removed packs' space back to the filesystem once `grace` seconds have passed
+        since they were retired (GC's thread, at the end of its run). Each retired fd is pointed
+        at /dev/null in place (dup2) rather than closed: its number is not reused until the next
+        GC closes it, so a read still in flight with a location from before the move gets a
+        short read (an error), never another file's bytes."""
+        with self._lock:
+            if not self._retired:
+                return
+            wait = self._retired_at + grace - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            with self._lock:
+                for fd in self._retired.values():
+                    os.dup2(null, fd)
+        finally:
+            os.close(null)
 
     def close(self) -> None:
         with self._lock:

@@ -67,6 +67,7 @@ from memfs.store.store import Store, StoreError
 
 INF = 1 << 62  # the mark of what protected refs and pins name: never dropped for space
 BATCH = 2000
+RETIRE_GRACE = 0.5  # seconds a read located before a pack moved may still be in flight
 META_KEY = "gc:last"
 CRASH_ENV = "MEMFS_GC_CRASH_AT"  # tests: SIGKILL at a named step
 CRASH_POINTS = ("planned", "dropped", "swept-batch", "swept", "pack-written", "pack-moved",
@@ -198,6 +199,9 @@ class Collector:
                     PackWork(self.store, self.report, self.progress, punch=self.punch,
                              pressure=r.pressure, crash=crash_point).run()
                 self._finish()
+                # The daemon's read fds kept removed packs' space taken until the next run
+                # (outside the writer lock: the grace never holds a commit up).
+                self.store.chunks.release_retired(RETIRE_GRACE)
                 crash_point("done")
         finally:
             if self._conn is not None:

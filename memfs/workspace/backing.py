@@ -87,6 +87,7 @@ from memfs.workspace.backing_tasks import (
     DaemonTasks,
 )
 from memfs.workspace.backing_tree import TreeEdit
+from memfs.workspace.health import store_full
 from memfs.workspace.nodes import Node, WorkspaceError
 
 if TYPE_CHECKING:
@@ -706,7 +707,9 @@ class Backing(DaemonTasks):
         try:
             holder = json.loads((Path(own) / "daemon.lock").read_text() or "{}")
             mnt = holder.get("mountpoint")
-            if mnt and os.stat(path).st_dev == os.stat(mnt).st_dev:
+            # A killed daemon's record stays (for `memfs status`); its mountpoint is a plain
+            # directory again once the dead mount is cleaned, and proves nothing then.
+            if mnt and os.path.ismount(mnt) and os.stat(path).st_dev == os.stat(mnt).st_dev:
                 raise MemfsError(f"{path} is inside the memfs mount at {mnt}",
                                  "bind a real directory outside the mount")
         except (OSError, ValueError):
@@ -948,10 +951,24 @@ class Backing(DaemonTasks):
                                  accept_root: bool, asked_on: str | None) -> dict:
         async with self._lock(mount):
             try:
-                return await self._pass_locked(mount, scope, path_sync, accept_root, asked_on)
+                try:
+                    return await self._pass_locked(mount, scope, path_sync, accept_root,
+                                                   asked_on)
+                except OSError as exc:  # a conflict's disk side with no room to keep it
+                    if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                        raise
+                    raise self._full(f"a pass over {mount!r} could not keep what it needs "
+                                     f"({exc.strerror or exc})") from None
             except MemfsError as exc:  # e.g. the journal refusing after a failed append
                 self._state(mount).last_error = str(exc)
                 raise
+
+    def _full(self, what: str) -> MemfsError:
+        try:
+            space = self.ws.space()
+        except OSError:
+            space = None
+        return store_full(what, space, str(self.store.root), self.store.kind != "sqlite")
 
     @labelled("reconciler", lambda mount: f"reconciler: disk changes in {mount}")
     async def _pass_locked(self, mount: str, scope: str, path_sync: bool,
@@ -1002,6 +1019,7 @@ class Backing(DaemonTasks):
         edit = TreeEdit(self.ws, self.overlay, mount, None)
         applied: list[str] = []
         skipped: list[str] = []
+        no_room: list[str] = []  # takes refused for lack of space in the store: skipped
         intent_ids: dict[str, int] = {}
         changed = False
         if sp.take:
@@ -1029,11 +1047,15 @@ class Backing(DaemonTasks):
                     if data is None:
                         skipped.append(path)
                         continue
-                    if edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
-                                     take.mode):
-                        applied.append(path)
-                    else:
-                        skipped.append(path)
+                    try:
+                        put = edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
+                                            take.mode)
+                    except WorkspaceError as exc:
+                        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                            raise
+                        no_room.append(path)  # nothing changed there: decided again next
+                        put = False
+                    (applied if put else skipped).append(path)
                 else:
                     edit.remove_file(path, obs)
                     applied.append(path)
@@ -1081,7 +1103,15 @@ class Backing(DaemonTasks):
                               counts={"taken": len(taken), "removed": len(removed)})
         st.last_pass = time.time()
         st.last_error = None
+        full = {}
+        if no_room:
+            err = self._full(f"{len(no_room)} file(s) changed on disk could not be taken in "
+                             f"({', '.join(no_room[:EVENT_PATHS])}); the workspace keeps "
+                             "what it had there")
+            st.last_error = str(err)
+            full = {"error": err.message, "remedy": err.remedy}
         return {
+            **full,
             "mount": mount, "scope": scope, "branch": branch,
             "taken": taken,
             "removed": removed,
@@ -1632,6 +1662,9 @@ def _keep_conflict_copy(directory: Path, digest: str, data: bytes) -> None:
         while view:
             view = view[os.write(fd, view):]
         os.fsync(fd)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the partial copy would only hold space
+        raise
     finally:
         os.close(fd)
     os.replace(tmp, directory / digest)

@@ -117,7 +117,9 @@ class TreeEdit:
     def put_file(self, rel: str, data: bytes, mtime_ns: int, mode: int | None = None) -> bool:
         """Put disk's bytes at rel as a new node (a new inode: no cache shows the old), with
         `mode`'s permission bits (None: the old node's, or 0o644). A directory in the way that
-        keeps nothing is cleared first; False if anything is kept."""
+        keeps nothing is cleared first; False if anything is kept. Bytes that do not fit in
+        the store are refused (ENOSPC) before anything changes."""
+        self.ws.require_room(len(data))
         parent = self.parent(rel, True)
         if parent is None:
             return False

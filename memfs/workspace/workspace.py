@@ -606,10 +606,7 @@ class Workspace(HistoryOps):
         # What the write adds to the changed pieces is what its commit will store (a hole
         # before it takes nothing). It must fit in what is free, less what already waits.
         growth = fd.growth(off, len(data))
-        if growth and (self.health.full or growth > self.free_bytes()):
-            self._refuse_for_space()
-        if growth:
-            self.space_refused = False
+        self.require_room(growth)
         before = fd.dirty_bytes() if len(fd.dirty) < 64 else None
         n = fd.write(off, data, self._fetch)
         self._dirty_bytes += fd.dirty_bytes() - before if before is not None else growth
@@ -661,6 +658,18 @@ class Workspace(HistoryOps):
     def space_changed(self) -> None:
         """Space was given back (GC): read it again before the next write is let in."""
         self._space = None
+
+    def require_room(self, nbytes: int) -> None:
+        """Refuse (ENOSPC) `nbytes` of new data that would not fit in what is free, less what
+        already waits, or while commits fail for space. The reconciler asks before it replaces
+        a file with disk's bytes, so a take-in that cannot be stored changes nothing."""
+        if not nbytes:
+            return
+        if not self.health.full and nbytes > self.free_bytes():
+            self._space = None  # a refusal is decided on fresh figures (space freed just now)
+        if self.health.full or nbytes > self.free_bytes():
+            self._refuse_for_space()
+        self.space_refused = False
 
     def _refuse_for_space(self) -> None:
         if not self.space_refused and self.lifecycle is not None:
@@ -849,7 +858,8 @@ class Workspace(HistoryOps):
             except OSError:
                 pass
             error = self.health.failed(exc, space, str(self.store.root),
-                                       self.mutation_seq - self.durable_seq)
+                                       self.mutation_seq - self.durable_seq,
+                                       self.store.kind != "sqlite")
             if self.health.full and self.lifecycle is not None:
                 self.lifecycle.poke()  # a GC may make the room
             raise error from exc

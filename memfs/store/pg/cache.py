@@ -40,7 +40,7 @@ class ChunkCache:
         self.limit = cache_limit() if limit is None else limit
         self._lock = threading.Lock()
         self._sizes: OrderedDict[str, int] = OrderedDict()  # least recently used first
-        self._verified: set[str] = set()
+        self._verified: dict[str, int] = {}  # checked whole in this process: its size
         self.total = 0
         found = []
         for entry in os.scandir(self.dir):
@@ -65,15 +65,18 @@ class ChunkCache:
             self._drop(cid)
             return None
         with self._lock:
-            self._verified.add(cid)
+            self._verified[cid] = len(data)
             if cid in self._sizes:
                 self._sizes.move_to_end(cid)
         return data
 
     def get_range(self, cid: str, start: int, length: int) -> bytes | None:
-        """Bytes [start, start+length) of a cached chunk (checked whole once per process)."""
+        """Bytes [start, start+length) of a cached chunk (checked whole once per process). A
+        copy whose size changed since (cut short under a running daemon) is a miss: a range
+        read short of the chunk would be taken for the end of the file."""
         if cid not in self._verified and self.get(cid) is None:
             return None
+        want = self._verified.get(cid)
         try:
             fd = os.open(self._path(cid), os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
@@ -81,8 +84,15 @@ class ChunkCache:
             return None
         try:
             size = os.fstat(fd).st_size
+            if size != want:
+                self._drop(cid)
+                return None
             length = max(0, min(length, size - start))
-            return os.pread(fd, length, start) if length else b""
+            data = os.pread(fd, length, start) if length else b""
+            if len(data) != length:  # cut short between the fstat and the read
+                self._drop(cid)
+                return None
+            return data
         finally:
             os.close(fd)
 
@@ -102,13 +112,13 @@ class ChunkCache:
             return
         with self._lock:
             self._sizes[cid] = len(data)
-            self._verified.add(cid)
+            self._verified[cid] = len(data)
             self.total += len(data)
             victims = []
             while self.total > self.limit and self._sizes:
                 old, size = self._sizes.popitem(last=False)
                 self.total -= size
-                self._verified.discard(old)
+                self._verified.pop(old, None)
                 victims.append(old)
         for old in victims:
             self._path(old).unlink(missing_ok=True)
@@ -118,7 +128,7 @@ class ChunkCache:
             size = self._sizes.pop(cid, None)
             if size is not None:
                 self.total -= size
-            self._verified.discard(cid)
+            self._verified.pop(cid, None)
 
     def _drop(self, cid: str) -> None:
         self._forget(cid)

@@ -1,0 +1,162 @@
+"""Backing directories on a full store (issue 15 meets issue 13), through a real mount.
+
+A store root on a 32 MiB tmpfs bound to a backing directory on the host's disk: a take-in that
+cannot be stored changes nothing in the workspace (no empty file, no store version unlinked,
+no conflict made of it) and says the store is full with the remedy; a conflict found while the
+store is full cannot keep its disk side, so the pass refuses by name, leaves no scratch in
+`<root>/conflicts`, and the daemon keeps serving (it used to die in its first pass at start,
+every start, so the files that would free the space could not be deleted); once space is
+back, the same pass takes disk in.
+
+Both backends (tests/conftest.py BOTH_BACKENDS): on a store in PostgreSQL what fills is this
+host's root (its caches, spill files, conflict copies and host.db), filled by another program;
+the refusal names that root and its caches, never `memfs gc` (refused there), and the way back
+is freeing that filesystem.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+from test_backing_mount import states
+from test_lifecycle_fulldisk import MiB, fill, fsync_path, write_until_enospc
+
+pytestmark = pytest.mark.mount
+
+TEXT = b"a line of text written on disk\n" * (4 * MiB // 31)  # text: taken in, not disk-only
+
+
+def fill_through_the_mount(m) -> list[Path]:
+    """A program in the mount writes until memfs refuses for space (it keeps the headroom its
+    own commits and journal need, so what fails next is memfs's, not SQLite's). A refusal
+    can come while space the store gives back once a commit lands is still counted (seen
+    under the whole suite's load: 6 MB writable after the fsync), so it writes again until
+    what is left is less than one take-in."""
+    big = m.mnt / "scratch"
+    big.mkdir(exist_ok=True)
+    fillers: list[Path] = []
+    for attempt in range(5):
+        fillers.append(big / f"fill{attempt}.bin")
+        _, exc = write_until_enospc(fillers[-1], random.Random(7 + attempt))
+        assert exc.errno == 28, repr(exc)
+        fsync_path(big)
+        writable = m.status()["space"]["writable"]
+        if writable < len(TEXT):
+            return fillers
+    pytest.fail(f"{writable} B still writable after {len(fillers)} fills: the store is not full")
+
+
+def fill_the_store(m, small_fs: Path, store_backend: str) -> list[Path]:
+    """The embedded store fills from the mount. On PostgreSQL the mount's bytes go to the
+    server, so another program fills this host's root up to what memfs keeps for its own
+    writes (the headroom, 2 MiB here: host.db's journal is written there), and a little more:
+    less than one take-in fits."""
+    if store_backend == "sqlite":
+        return fill_through_the_mount(m)
+    filler = fill(small_fs, "host-filler")
+    os.truncate(filler, filler.stat().st_size - 3 * MiB)
+    fillers = [filler]
+    writable = m.status()["space"]["writable"]
+    assert writable < len(TEXT), f"{writable} B still writable: the host's root is not full"
+    return fillers
+
+
+def make_room(m, fillers: list[Path], store_backend: str) -> None:
+    """The documented way back: delete in the mount, then `memfs gc` (the embedded store); on
+    PostgreSQL, free the host's filesystem (the filler was another program's)."""
+    for filler in fillers:
+        filler.unlink()
+    if store_backend == "sqlite":
+        m.cli("gc")
+
+
+def full_message(out, store_backend: str) -> str:
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "full" in text and "Errno" not in text and "Traceback" not in text, text
+    if store_backend == "sqlite":
+        assert "memfs gc" in text, text  # what happened, and the remedy
+    else:  # gc is refused there: the host's root and its caches are what to free
+        assert "this host's root is full" in text and "/cache" in text, text
+        assert "memfs gc" not in text, text
+    return text
+
+
+@pytest.fixture
+def small_backed(small_fs: Path, mount_factory, tmp_path: Path, store_backend: str):
+    disk = tmp_path / "proj"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    # The automatic run gives space back while these tests read the full state (it has its own
+    # tests in test_lifecycle_fulldisk.py); the way back here is the documented `memfs gc`.
+    # A store in PostgreSQL runs no GC.
+    if store_backend == "sqlite":
+        m.cli("config", "gc-auto", "off")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    assert (m.work / "a.txt").read_text() == "a1\n"
+    return m, disk
+
+
+def test_a_take_in_that_does_not_fit_changes_nothing(small_fs, small_backed,
+                                                     store_backend) -> None:
+    m, disk = small_backed
+    (disk / "a.txt").write_bytes(TEXT)  # a tracked file changed on disk
+    (disk / "new.txt").write_bytes(TEXT)  # a file seen for the first time
+    fillers = fill_the_store(m, small_fs, store_backend)
+
+    full_message(m.cli("sync", check=False), store_backend)
+    # Neither was taken: the store's version is still there, no empty file stands in.
+    assert (m.work / "a.txt").read_text() == "a1\n"
+    assert not (m.work / "new.txt").exists()
+    fsync_path(m.work)
+    assert m.cli("show", "HEAD:work/a.txt").stdout == "a1\n"
+    listed = states(m)
+    assert listed["work/a.txt"][0] not in ("synced", "conflict"), listed
+    assert listed.get("work/new.txt", ("",))[0] != "conflict", listed
+    assert (disk / "a.txt").read_bytes() == TEXT  # disk untouched
+    assert m.proc.poll() is None
+
+    # Space back: the next sync takes both in, as disk has them.
+    make_room(m, fillers, store_backend)
+    m.cli("sync")
+    assert (m.work / "a.txt").read_bytes() == TEXT
+    assert (m.work / "new.txt").read_bytes() == TEXT
+    listed = states(m)
+    assert listed["work/a.txt"] == ("synced", None) and listed["work/new.txt"] == ("synced", None)
+
+
+def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs, small_backed,
+                                                                   store_backend) -> None:
+    m, disk = small_backed
+    (m.work / "a.txt").write_text("the mount's side\n")
+    fsync_path(m.work)
+    (disk / "a.txt").write_bytes(TEXT)  # both changed: a conflict, disk's side to be kept
+    fillers = fill_the_store(m, small_fs, store_backend)
+    other = fill(small_fs)  # and another program takes the headroom memfs kept
+
+    m.kill()
+    m.remount()  # the first pass at start finds the conflict with no room for disk's side
+    deadline = time.monotonic() + 20
+    while not (m.status().get("backing", {}).get("work") or {}).get("last_error"):
+        assert m.proc.poll() is None, f"the daemon died at start:\n{m.log_text()}"
+        assert time.monotonic() < deadline, "the first pass never reported"
+        time.sleep(0.1)
+    assert m.proc.poll() is None
+    full_message(m.cli("ls", "--states", check=False), store_backend)
+    conflicts = m.root / "conflicts"
+    assert not [p for p in conflicts.iterdir() if p.name.endswith(".tmp")] \
+        if conflicts.exists() else True
+    # The mount is usable: the user can delete what fills the disk.
+    assert (m.work / "a.txt").read_text() == "the mount's side\n"
+
+    other.unlink()
+    make_room(m, fillers, store_backend)
+    assert states(m)["work/a.txt"] == ("conflict", "both-changed")
+    kept = [p for p in conflicts.iterdir() if not p.name.startswith(".")]
+    assert [p.read_bytes() for p in kept] == [TEXT]  # disk's side, kept in full
+    assert m.proc.poll() is None

@@ -30,7 +30,10 @@ if [ "${MEMFS_WANT_TEST_TOOLS:-0}" = 1 ]; then
     command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
     command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
     # The PostgreSQL backend's tests start a throwaway server of their own (tests/helpers/pg.py).
-    [ -x /usr/lib/postgresql/15/bin/initdb ] || need_pkgs+=(postgresql)
+    # Debian's `postgresql` brings its release's server (15 on bookworm) under
+    # /usr/lib/postgresql/N/bin; the tests take the newest there (or $MEMFS_PG_BIN).
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || [ -n "${MEMFS_PG_BIN:-}" ] \
+        || need_pkgs+=(postgresql)
 fi
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
     echo "memfs: installing Debian packages: ${need_pkgs[*]}" >&2

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL cluster for the tests: Debian's postgresql 15, on loopback, in a
+"""A throwaway PostgreSQL cluster for the tests: Debian's postgresql (15 here), on loopback, in a
 temporary directory, run as an unprivileged user (`postgres` or `nobody`; PostgreSQL refuses
 to run as root), with the default durability (fsync on, synchronous_commit on).
 
@@ -19,15 +19,28 @@ import tempfile
 import time
 from pathlib import Path
 
-BIN = Path("/usr/lib/postgresql/15/bin")
+BIN_ENV = "MEMFS_PG_BIN"  # the server's binaries (initdb, pg_ctl), if not Debian's
 ADMIN = "memfs"
+
+
+def _bin() -> Path:
+    """$MEMFS_PG_BIN, else the newest Debian server (/usr/lib/postgresql/N/bin: 15 on
+    bookworm, whatever `postgresql` brings on another release)."""
+    if os.environ.get(BIN_ENV):
+        return Path(os.environ[BIN_ENV])
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+                   key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0)
+    return found[-1].parent if found else Path("/usr/lib/postgresql/15/bin")
+
+
+BIN = _bin()
 
 
 def pg_missing() -> str | None:
     """Why a PostgreSQL test cannot run here, or None."""
     if not (BIN / "initdb").exists():
-        return (f"PostgreSQL 15 is not installed ({BIN}/initdb missing; Debian package "
-                "postgresql, installed by scripts/_setup.sh)")
+        return (f"the PostgreSQL server is not installed ({BIN}/initdb missing; Debian "
+                f"package postgresql, installed by scripts/_setup.sh; or set {BIN_ENV})")
     try:
         import psycopg  # noqa: F401
     except ImportError:

@@ -5,7 +5,7 @@ directory and committed to git there, untimed. The native side times a warm `git
 memfs side attaches the tree to a fresh store (untimed: the first take-in), runs one pass to
 warm the fingerprint cache, then times further passes over the unchanged tree — the work an
 on-access or `memfs sync` pass does when nothing changed. It runs the daemon's own code
-(memfs.workspace.backing) in-process, with no mount in the way.
+(memfs.backing) in-process, with no mount in the way.
 
 Each side is timed REPEAT times after its warm-up and the fastest run counts, on both sides
 alike: the machine is shared, and a slow outlier says more about the neighbours than the code.
@@ -53,7 +53,7 @@ def _memfs_pass(ctx: Context, tree: Path, edit: bool = False) -> float:
     """The best of REPEAT timings: one quiet pass, or (edit) the two passes after an edit."""
     import trio
 
-    from memfs.workspace.backing import Backing, Binding
+    from memfs.backing import Backing, Binding
     from memfs.workspace.workspace import Workspace
 
     root = ctx.scratch / "reconcile-root"

@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers.backing_mount import backed  # noqa: F401 - fixtures, registered here
+from helpers.committer import sc, scan_receipts_for_bodies  # noqa: F401
+from helpers.crashfixtures import scratch, shim  # noqa: F401
 from helpers.mount import (
     NATIVE_ENV,
     MemfsMount,
@@ -88,6 +91,18 @@ def prepare_root(request: pytest.FixtureRequest, root: Path, backend: str) -> No
         return
     url = request.getfixturevalue("pg_cluster").new_database()
     record_location(root, Location("postgresql", url, os.urandom(8).hex()))
+
+
+MOUNTING = ("mount_factory", "mounted", "backed")  # fixtures that start a real daemon
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test that mounts carries the `mount` mark (`-m "not mount"` runs the rest), by
+    the fixtures it uses, so a new mounting test cannot be left unmarked; a module that starts
+    daemons by other means marks itself (pytestmark)."""
+    for item in items:
+        if any(f in getattr(item, "fixturenames", ()) for f in MOUNTING):
+            item.add_marker(pytest.mark.mount)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.backing_mount import ACCESS
 from helpers.mount import REPO, memfs_cmd
-from test_backing_mount import ACCESS, backed  # noqa: F401 - the fixture is used by name
-from test_backing_triggers import wait_for
+from helpers.wait import wait_for
 
-from memfs.workspace.backing import SCAN_DELAY_ENV
+from memfs.testing import SCAN_DELAY_ENV
 
 SLOW = 2.0  # seconds each scan sleeps in the slow-scan daemon
 

@@ -7,10 +7,10 @@ import os
 import time
 from pathlib import Path
 
-from test_backing_mount import states
-from test_backing_triggers import wait_for
+from helpers.backing_mount import states
+from helpers.wait import wait_for
 
-from memfs.workspace.backing import PUSH_DELAY_ENV
+from memfs.testing import PUSH_DELAY_ENV
 
 
 def _read(p: Path) -> str | None:
@@ -111,3 +111,24 @@ def test_a_file_open_for_writing_is_written_when_closed(mounted, tmp_path: Path)
         assert not (disk / "long.txt").exists()
     # No commit follows the close: the close itself starts the round.
     assert wait_for(lambda: _read(disk / "long.txt") == "first half\nsecond half\n")
+
+
+def test_auto_materialize_writes_a_draft_once_the_root_is_back(mounted, tmp_path: Path):
+    """A draft made while the backing root is away (an unplugged drive) gets an auto round
+    that finds the root unavailable. When the root comes back with nothing else changing,
+    the draft must still reach disk: before the fix the round counted the tree as covered
+    and nothing ran again until the next change."""
+    m = mounted
+    m.require_real()
+    disk, away = tmp_path / "disk", tmp_path / "away"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m.cli("attach", "work", str(disk), "--auto-materialize", "--watch", "off")
+    disk.rename(away)
+    t0 = time.time()
+    (m.work / "a.txt").write_text("draft while away\n")
+    assert wait_for(lambda: (m.status()["backing"]["work"]["auto_materialize"]["last"] or
+                          {"time": 0})["time"] > t0, 15)
+    assert m.status()["backing"]["work"]["auto_materialize"]["last"]["refused"]
+    away.rename(disk)
+    assert wait_for(lambda: (disk / "a.txt").read_text() == "draft while away\n", 15)

@@ -12,8 +12,6 @@ from __future__ import annotations
 import os
 import time
 
-from test_backing_mount import backed, sh  # noqa: F401 - the fixture
-
 HEAD = 8192
 BIG = 64 << 20
 

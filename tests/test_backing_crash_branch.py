@@ -18,7 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_backing_killmatrix import (
+from helpers.backing_mount import sh, states
+from helpers.killmatrix import (
     OLD,
     OTHER,
     SHELL,
@@ -31,8 +32,7 @@ from test_backing_killmatrix import (
     start_crashing,
     switch,
 )
-from test_backing_mount import sh, states
-from test_backing_triggers import wait_for
+from helpers.wait import wait_for
 
 from memfs.store.journal import EvidenceRecord
 

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from test_backing_mount import states
-from test_lifecycle_fulldisk import MiB, fill, fsync_path, write_until_enospc
+from helpers.backing_mount import states
+from helpers.space import MiB, fill, fsync_path, write_until_enospc
 
 pytestmark = pytest.mark.mount
 

@@ -23,34 +23,32 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import xxhash
-from helpers.mount import REPO, memfs_cmd
-from test_backing_mount import sh, states, xattr
-from test_backing_triggers import wait_for
+from helpers.backing_mount import sh, states
+from helpers.killmatrix import (
+    AUTO_PENDING,
+    NEW,
+    OLD,
+    OTHER,
+    SHELL,
+    evidence,
+    first_pass_done,
+    h,
+    has_auto_materialize,
+    killed,
+    pending,
+    read,
+    start_crashing,
+    state_of,
+    switch,
+)
+from helpers.wait import wait_for
 
-from memfs.store.journal import EvidenceRecord, Journal
-
-OLD, NEW, SHELL, OTHER = b"old\n", b"workspace draft\n", b"shell edit\n", b"neither outcome\n"
-AUTO_PENDING = "auto-materialize lands separately"
-
-
-def h(data: bytes) -> str:
-    return xxhash.xxh3_128(data).hexdigest()
-
-
-def read(p: Path) -> bytes | None:
-    """A file's bytes, or None if it is absent."""
-    try:
-        return p.read_bytes()
-    except FileNotFoundError:
-        return None
+from memfs.store.journal import EvidenceRecord
 
 
 @dataclass(frozen=True)
@@ -136,73 +134,6 @@ CELLS = [
 
 
 @functools.cache
-def has_auto_materialize() -> bool:
-    """Whether this memfs has `attach --auto-materialize` (it lands separately)."""
-    out = subprocess.run(memfs_cmd(Path("/nonexistent"), "attach", "--help"), cwd=REPO,
-                         capture_output=True, text=True, timeout=60)
-    return "--auto-materialize" in out.stdout
-
-
-def start_crashing(mount_factory, monkeypatch: pytest.MonkeyPatch, point: str):
-    """A daemon with MEMFS_CRASH_AT=point in its environment only (the CLI runs without)."""
-    with monkeypatch.context() as env:
-        env.setenv("MEMFS_CRASH_AT", point)
-        m = mount_factory()
-    m.require_real()
-    return m
-
-
-def pending(m, mount: str = "work") -> list:
-    """The journal's pending write-ahead intents, read straight from the store (as a restart
-    reads them)."""
-    j = Journal(m.root / "store.db")
-    try:
-        return j.pending_intents(mount)
-    finally:
-        j.close()
-
-
-def evidence(m, path: str) -> EvidenceRecord | None:
-    """P's digest for a path (its mode left out: these cells are about content)."""
-    j = Journal(m.root / "store.db")
-    try:
-        rec = j.evidence("work", path)
-        return None if rec is None else EvidenceRecord(rec.digest)
-    finally:
-        j.close()
-
-
-def killed(m) -> None:
-    """The daemon died by its own SIGKILL at the crash point; drop the dead mount."""
-    assert m.proc is not None
-    try:
-        rc = m.proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the daemon never reached its crash point; log:\n{m.log_text()}")
-    assert rc == -signal.SIGKILL, f"the daemon exited {rc}, not by SIGKILL"
-    m.kill()
-
-
-def first_pass_done(m) -> bool:
-    return m.status()["backing"]["work"]["last_pass"] is not None
-
-
-def switch(m, branch: str) -> None:
-    assert m.cli_json("branch", "switch", branch)["branch"] == branch
-
-
-def state_of(m, path: str) -> tuple[str, str | None] | None:
-    """A path's state as the mount shows it: its xattrs, or for an entry the mount does not
-    list, .memfs/status (workspace-deleted entries and conflicts)."""
-    p = m.work / path
-    if os.path.lexists(p):
-        return xattr(p), xattr(p, "user.memfs.conflict")
-    st = m.status()["backing"]["work"]
-    if path in st["workspace_deleted"]:
-        return ("workspace-deleted", None)
-    return ("conflict", None) if path in st["conflicts"] else None
-
-
 @pytest.mark.parametrize("variant", ["plain", "neither"])
 @pytest.mark.parametrize("op_name,point", CELLS)
 def test_kill_matrix(mount_factory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,

@@ -8,8 +8,6 @@ import os
 import socket
 import stat
 
-from test_backing_mount import backed  # noqa: F401 - the fixture is used by name
-
 
 def test_links_and_special_files_in_a_bound_mount_do_not_break_it(backed):  # noqa: F811
     m, disk = backed

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from test_backing_mount import backed, states  # noqa: F401 - the fixture is used by name
+from helpers.backing_mount import states
 
 
 def test_materialize_writes_drafts_and_keeps_disk_edits(backed):  # noqa: F811

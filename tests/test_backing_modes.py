@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_backing_mount import sh, states, xattr
+from helpers.backing_mount import sh, states, xattr
 
 SCRIPT = b"#!/bin/sh\necho hello from $(basename \"$0\")\n"
 

@@ -15,8 +15,8 @@ import json
 import os
 import subprocess
 
+from helpers.backing_mount import states, xattr
 from helpers.mount import REPO, memfs_cmd
-from test_backing_mount import backed, states, xattr  # noqa: F401 - the fixture
 
 RAW = b"bad-\xe9.txt"  # Latin-1 e-acute: not UTF-8
 NAME = os.fsdecode(RAW)  # 'bad-\udce9.txt', the form the store and the walk keep names in

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_backing_mount import backed, states  # noqa: F401 - the fixture
+from helpers.backing_mount import states
 
 ALIASES = ["work//a.txt", "work/./a.txt", "work/sub/../a.txt", "work/a.txt/.", "/work/a.txt",
            "work/../work/a.txt"]

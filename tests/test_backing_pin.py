@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.backing_mount import states
 from helpers.mount import memfs_cmd
-from test_backing_mount import backed, states  # noqa: F401 - the fixture is used by name
 
-from memfs.workspace.backing import PUSH_DELAY_ENV
+from memfs.testing import PUSH_DELAY_ENV
 
 PUSH_DELAY = 1.5  # seconds a push waits before each effect (the daemon's test shim)
 

@@ -2,7 +2,7 @@
 and a change to any one input is decided afresh.
 
 Driven on a real store and a real backing directory inside trio, with no FUSE (as
-test_backing_unit): what they check is the bridge's bookkeeping, not the kernel.
+tests/helpers/backing.py): what they check is the bridge's bookkeeping, not the kernel.
 """
 
 from __future__ import annotations
@@ -14,20 +14,21 @@ import threading
 from pathlib import Path
 
 import pytest
+from helpers.backing import attached as _attached
+from helpers.backing import close as _close
 from helpers.require import require_tool
 
+from memfs.backing.planning import PlanInputs as _PlanInputs
 from memfs.reconcile.intent import IntentTable
 from memfs.reconcile.rule import Content, PathIntent
 from memfs.store.journal import Journal
-from memfs.workspace.backing import _PlanInputs
 from memfs.workspace.workspace import Workspace
-from tests.test_backing_unit import _attached, _close
 
 FILES = {"a.txt": "a1\n", "b.txt": "b1\n", "c.txt": "c1\n"}
 
 
 def _plans(b, scope: str = ""):
-    return b._plans["work"][scope][1:]
+    return b.planner.last["work"][scope][1:]
 
 
 def _node(ws: Workspace, rel: str):
@@ -52,8 +53,8 @@ async def test_a_quiet_pass_reuses_the_plans(tmp_path: Path):
     first = _plans(b)
     again = await b.run_pass("work")
     assert _plans(b)[0] is first[0] and _plans(b)[1] is first[1]
-    assert again == res and again["taken"] == [] and again["conflicts"] == []
-    assert b.mounts["work"].states["a.txt"] == ("synced", None)
+    assert again == res and again.taken == [] and again.conflicts == []
+    assert b.states.mounts["work"].states["a.txt"] == ("synced", None)
     _close(ws, b)
 
 
@@ -65,12 +66,12 @@ async def test_each_input_changed_alone_is_decided_afresh(tmp_path: Path):
     # Disk: an edit is taken.
     (disk / "a.txt").write_text("a2 on disk\n")
     res = await b.run_pass("work")
-    assert res["taken"] == ["a.txt"]
+    assert res.taken == ["a.txt"]
     await b.run_pass("work")
     # The store: a draft shows as one (disk unchanged).
     ws.write(_node(ws, "b.txt"), 0, b"B")
     await b.run_pass("work")
-    assert b.mounts["work"].states["b.txt"][0] == "workspace-draft"
+    assert b.states.mounts["work"].states["b.txt"][0] == "workspace-draft"
     await ws.commit()
     # The evidence, changed by another connection (disk and store unchanged): P for c.txt
     # is wrong now, and the pass records the agreed digest again.
@@ -124,36 +125,46 @@ async def test_a_file_dated_past_2262_is_hashed_every_pass(tmp_path: Path):
         require_tool("the test directory's filesystem clamps times past 2262 (ext4 and tmpfs do not)")
     for _ in range(2):
         res = await b.run_pass("work")
-        assert res.get("incomplete") is None and res["regions"] == []
-    assert b.mounts["work"].states["future.txt"] == ("synced", None)
+        assert res.incomplete is None and res.regions == []
+    assert b.states.mounts["work"].states["future.txt"] == ("synced", None)
     assert "future.txt" not in b.journal.pass_inputs("work").fingerprints
     _close(ws, b)
 
 
 @pytest.mark.trio
 async def test_evidence_memo_is_safe_from_two_worker_threads(tmp_path: Path):
-    """Backing._evidence runs in _gather, in a worker thread, and the pass lock is per mount:
-    two mounts' gathers (or a gather and `owed` on the loop) use the memo at once, and its
-    eviction must not race their inserts. (Found by review: KeyError without the lock.)"""
+    """The evidence conversion runs in the gather, in a worker thread, and the pass lock is
+    per mount: two mounts' gathers run at once. The memo used to be a dict both threads
+    inserted into and evicted from (review found a KeyError; a lock fixed it). Now the thread
+    is handed the last conversion and returns its own, and only the loop keeps the memo, so
+    there is nothing to race: converting from many threads at once gives each the same,
+    right answer, and the rows it was made from are recognised by identity."""
+    from memfs.backing.gather import convert_evidence
+
     ws, b, disk = await _attached(tmp_path, {"a.txt": "a\n"})
     rows = b.journal.pass_inputs("work").evidence
+    first = convert_evidence(rows, None)
     errors: list[BaseException] = []
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
 
-    def hammer(mount: str) -> None:
+    def hammer() -> None:
         try:
             for i in range(20000):
-                b._evidence(mount, f"s{i % 97}", rows)
+                got = convert_evidence(rows, first if i % 2 else None)
+                assert got.evidence == first.evidence and got.rows is rows
         except BaseException as exc:  # noqa: BLE001 - any failure is the finding
             errors.append(exc)
 
     try:
-        threads = [threading.Thread(target=hammer, args=(m,)) for m in ("work", "notes")]
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        assert convert_evidence(rows, first) is first
+        await b.run_pass("work")
+        assert b.passes.evidence_memos[("work", "")].rows is rows  # kept on the loop
     finally:
         sys.setswitchinterval(old)
         _close(ws, b)

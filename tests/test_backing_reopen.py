@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_backing_mount import ACCESS, sh, states, xattr
+from helpers.backing_mount import ACCESS, sh, states, xattr
 
-from memfs.store.journal import FAULT_ENV
+from memfs.testing import JOURNAL_FAULT_ENV as FAULT_ENV
 
 
 def refusal(m, *args: str) -> dict:

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.backing_mount import sh, states
 from helpers.require import require_tool, strace_missing
-from test_backing_mount import backed, sh, states  # noqa: F401 - the fixture
-from test_backing_triggers import wait_for
+from helpers.wait import wait_for
 
 
 def test_restore_after_wiping_disk_brings_the_files_back(backed):  # noqa: F811

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from test_backing_killmatrix import first_pass_done, killed, start_crashing
-from test_backing_triggers import wait_for
+from helpers.killmatrix import first_pass_done, killed, start_crashing
+from helpers.wait import wait_for
 
 
 def scratch(disk: Path) -> list[str]:

@@ -1,7 +1,7 @@
 """A clean stop (issue 4): watchers stop first, queued work drains until nothing new is queued,
 then new work is refused ("memfs has stopped") before the state is saved.
 
-The first test drives memfs.workspace.backing in trio with no FUSE (the order is the point);
+The first test drives memfs.backing in trio with no FUSE (the order is the point);
 the second unmounts a real daemon while an after-batch scan runs.
 """
 
@@ -11,15 +11,17 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
 from helpers.mount import memfs_cmd
 
+from memfs.backing import Backing, Binding
 from memfs.errors import MemfsError
 from memfs.store import Store
-from memfs.workspace.backing import SCAN_DELAY_ENV, Backing, Binding
+from memfs.testing import SCAN_DELAY_ENV
 from memfs.workspace.workspace import Workspace
 
 SLOW = 1.0  # seconds each after-batch scan sleeps first (the fault-injection shim)
@@ -28,6 +30,13 @@ SLOW = 1.0  # seconds each after-batch scan sleeps first (the fault-injection sh
 def _text(ws: Workspace, mount: bytes, name: bytes) -> bytes | None:
     node = ws.children(ws.children(ws.root)[mount]).get(name)
     return None if node is None else ws.read(node, 0, 1 << 20)
+
+
+async def _until(cond: Callable[[], object], timeout: float = 10.0) -> None:
+    """Wait on the loop until cond() holds (instead of sleeping a guessed time)."""
+    with trio.fail_after(timeout):
+        while not cond():
+            await trio.sleep(0.01)
 
 
 @pytest.mark.trio
@@ -47,7 +56,7 @@ async def test_stop_drains_work_admitted_while_draining_then_refuses(tmp_path: P
                 return None
 
             nursery.start_soon(b.run_watchers, no_kernel)
-            await trio.sleep(0.3)  # the watchers are up
+            await _until(lambda: b.agent.coordinator is not None)  # the watchers are up
             (agent_disk / "a.txt").write_text("from the agent\n")
 
             async def batch() -> None:
@@ -56,12 +65,13 @@ async def test_stop_drains_work_admitted_while_draining_then_refuses(tmp_path: P
                 done["batch"] = trio.current_time()
 
             async def late_sync() -> None:
-                await trio.sleep(0.3)  # stop has begun and is draining the scan
+                # stop has begun (the watchers' scope is cancelled) and is draining the scan
+                await _until(lambda: b.tasks._scope.cancel_called)
                 await b.control("backing_sync", {"path": "watched"})
                 done["late_sync"] = trio.current_time()
 
             nursery.start_soon(batch)
-            await trio.sleep(0.1)  # the scan is running (asleep in the shim)
+            await _until(lambda: b.agent.scans_run >= 1)  # the scan runs (asleep in the shim)
             nursery.start_soon(late_sync)
             await b.stop()
             done["stop"] = trio.current_time()

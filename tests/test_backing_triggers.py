@@ -12,18 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.backing_mount import ACCESS, sh, states, xattr
 from helpers.png import make_png
 from helpers.require import require_tool, root_missing
-from test_backing_mount import ACCESS, sh, states, xattr
-
-
-def wait_for(cond, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return cond()
+from helpers.wait import wait_for
 
 
 def _quiet_last_pass(m, mount: str = "work") -> float:

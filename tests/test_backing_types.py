@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
+from helpers.backing_mount import sh, states
 from helpers.png import make_png
-from test_backing_mount import backed, sh, states  # noqa: F401 - the fixture
 
 
 def test_disk_replaces_an_agreed_directory_by_a_file(backed):  # noqa: F811

@@ -1,6 +1,6 @@
 """The bridge without a mount: store-side digests, damaged intent, intent kept per commit.
 
-These drive memfs.workspace.backing on a real store and a real backing directory inside trio,
+These drive memfs.backing on a real store and a real backing directory inside trio,
 with no FUSE: what they check does not depend on the kernel.
 """
 
@@ -12,32 +12,14 @@ from pathlib import Path
 
 import pytest
 import xxhash
+from helpers.backing import attached as _attached
+from helpers.backing import close as _close
+from helpers.backing import open_backing as _open
 
+from memfs.backing import Binding, ref_digest
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
-from memfs.workspace.backing import Backing, Binding, ref_digest
-from memfs.workspace.workspace import DIR, FILE, Workspace
-
-
-def _open(root: Path) -> tuple[Workspace, Backing]:
-    ws = Workspace(Store.open(root), 0.0)
-    return ws, Backing(ws)
-
-
-async def _attached(tmp_path: Path, files: dict[str, str]) -> tuple[Workspace, Backing, Path]:
-    """A store at tmp_path/root with `work` attached to tmp_path/disk holding `files`."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    for name, text in files.items():
-        (disk / name).write_text(text)
-    ws, b = _open(tmp_path / "root")
-    await b.attach(Binding("work", str(disk)))
-    return ws, b, disk
-
-
-def _close(ws: Workspace, b: Backing) -> None:
-    b.close()
-    ws.store.close()
+from memfs.workspace.workspace import DIR, FILE
 
 
 @pytest.mark.trio
@@ -49,7 +31,7 @@ async def test_store_digest_streams_chunks_and_holes(tmp_path: Path):
     ws.write(f, 0, data)
     ws.truncate(f, 3 * CHUNK_SIZE + 7)  # a hole at the end reads as zeros
     expected = xxhash.xxh3_128_hexdigest(data + bytes(3 * CHUNK_SIZE + 7 - len(data)))
-    assert b._digest_now(f) == expected  # dirty: the live bytes
+    assert b.view.digest_now(f) == expected  # dirty: the live bytes
     await ws.commit()
     assert not f.dirty and f.ref.startswith("m:")
     assert ref_digest(ws.store, f.ref, f.size()) == expected  # committed: streamed chunks
@@ -57,7 +39,7 @@ async def test_store_digest_streams_chunks_and_holes(tmp_path: Path):
     ws.write(small, 0, b"abc")
     ws.truncate(small, 10)
     await ws.commit()
-    assert b._digest_now(small) == xxhash.xxh3_128_hexdigest(b"abc" + bytes(7))
+    assert b.view.digest_now(small) == xxhash.xxh3_128_hexdigest(b"abc" + bytes(7))
     _close(ws, b)
 
 
@@ -76,20 +58,20 @@ async def test_damaged_intent_reads_unverified_until_a_path_sync(tmp_path: Path)
     (disk / "a.txt").write_text("a2 on disk\n")
     os.unlink(disk / "b.txt")
     ws, b = _open(tmp_path / "root")
-    assert b.intents["work"].damaged
+    assert b.intent.tables["work"].damaged
     res = await b.run_pass("work")
-    assert res["taken"] == [] and res["removed"] == []
-    assert sorted(res["unverified"]) == ["a.txt", "b.txt"]
+    assert res.taken == [] and res.removed == []
+    assert sorted(res.unverified) == ["a.txt", "b.txt"]
     work = ws.children(ws.root)[b"work"]
     assert ws.read(ws.children(work)[b"a.txt"], 0, 100) == b"a1\n"
     assert b"b.txt" in ws.children(work)  # a damaged intent never reads as "deleted"
-    assert b.listing("work")["entries"][0]["state"] == "unverified"
+    assert b.listing("work").entries[0].state == "unverified"
     # A path sync of a.txt replaces that entry and takes disk; b.txt stays unverified.
-    res = (await b.sync("work/a.txt"))["mounts"]["work"]
-    assert res["taken"] == ["a.txt"]
+    res = (await b.sync("work/a.txt")).mounts["work"]
+    assert res.taken == ["a.txt"]
     assert ws.read(ws.children(work)[b"a.txt"], 0, 100) == b"a2 on disk\n"
     res = await b.run_pass("work")
-    assert res["unverified"] == ["b.txt"]
+    assert res.unverified == ["b.txt"]
     _close(ws, b)
 
 
@@ -101,20 +83,20 @@ async def test_intent_is_kept_with_each_commit_and_rewinds(tmp_path: Path):
     work = ws.children(ws.root)[b"work"]
     b.note_removed(ws.unlink(work, b"a.txt"), b"work/a.txt")  # what an `rm` in the mount does
     await ws.commit()
-    assert b.intents["work"].get("a.txt").tombstone
-    assert (await b.run_pass("work"))["removed"] == []
-    assert b.listing("work")["entries"][0]["state"] == "workspace-deleted"
+    assert b.intent.tables["work"].get("a.txt").tombstone
+    assert (await b.run_pass("work")).removed == []
+    assert b.listing("work").entries[0].state == "workspace-deleted"
     await ws.restore(before)
-    assert not b.intents["work"].get("a.txt").tombstone  # rewound with the tree
-    assert (await b.run_pass("work"))["removed"] == []
-    assert b.listing("work")["entries"] == [{"path": "a.txt", "state": "synced",
+    assert not b.intent.tables["work"].get("a.txt").tombstone  # rewound with the tree
+    assert (await b.run_pass("work")).removed == []
+    assert b.listing("work").to_json()["entries"] == [{"path": "a.txt", "state": "synced",
                                              "conflict": None}]
     _close(ws, b)
 
 
 @pytest.mark.trio
 async def test_a_large_take_is_applied_in_batches(tmp_path: Path):
-    import memfs.workspace.backing as backing_mod
+    import memfs.backing.applier as backing_mod
 
     root, disk = tmp_path / "root", tmp_path / "disk"
     disk.mkdir()
@@ -127,7 +109,7 @@ async def test_a_large_take_is_applied_in_batches(tmp_path: Path):
         res = await b.attach(Binding("work", str(disk)))
     finally:
         backing_mod.BATCH_FILES = old
-    assert len(res["pass"]["taken"]) == 10
+    assert len(res.first_pass.taken) == 10
     assert len(ws.store.log(limit=50)) >= 5  # init, then a commit per batch
     work = ws.children(ws.root)[b"work"]
     assert ws.read(ws.children(work)[b"f7.txt"], 0, 100) == b"file 7\n"
@@ -154,7 +136,7 @@ async def test_path_sync_takes_nothing_when_another_branch_is_selected(tmp_path:
     # Asked on main, but "other" is selected by the time the pass gathers.
     await ws.switch_branch("other")
     res = await b.run_pass("work", "a.txt", path_sync=True, asked_on="main")
-    assert "nothing was taken" in res["refused"]
+    assert "nothing was taken" in res.refused
     await ws.switch_branch("main")
     work = ws.children(ws.root)[b"work"]
     assert ws.read(ws.children(work)[b"a.txt"], 0, 100) == b"a-draft\n"

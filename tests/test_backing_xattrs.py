@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_backing_mount import xattr
+from helpers.backing_mount import xattr
 
 
 @pytest.mark.parametrize("watch", ["on-access", "off", "on-agent-action", "fs-events"])

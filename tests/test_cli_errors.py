@@ -180,6 +180,7 @@ def test_bad_o_options_get_a_clear_error(store: Path, tmp_path: Path):
     assert own.returncode == 1 and "memfs sets fsname and subtype itself" in own.stderr
 
 
+@pytest.mark.mount  # starts a real daemon
 def test_allow_other_for_a_non_root_user_follows_fuse_conf(tmp_path: Path):
     """fusermount3 lets a non-root user allow others only with user_allow_other in
     /etc/fuse.conf: without it, memfs says so (and which line to add) before any daemon."""

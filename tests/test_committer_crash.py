@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_committer_flow import (  # noqa: F401 - the fixture scans every receipt for bodies
+from helpers.committer import (
     ALT,
     GLOBAL,
     LANG,
@@ -25,7 +25,6 @@ from test_committer_flow import (  # noqa: F401 - the fixture scans every receip
     WS,
     Scenario,
     review_to_json,
-    scan_receipts_for_bodies,
 )
 
 from memfs.consolidate.committer import (
@@ -49,7 +48,7 @@ CHILD = """
 import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[3])
-from test_committer_flow import review_from_json
+from helpers.committer import review_from_json
 from memfs.consolidate.committer import commit_review
 root = Path(sys.argv[1])
 print(commit_review(root, review_from_json(root, json.loads(Path(sys.argv[2]).read_text()))).state)

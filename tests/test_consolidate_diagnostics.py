@@ -9,9 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from test_worker_e2e import PUT_TABS, consolidate, make_session, memory_state
-
-from memfs.consolidate.stub_server import StubServer
+from helpers.stub_server import StubServer
+from helpers.worker import PUT_TABS, consolidate, make_session, memory_state
 
 NO_KEYS = {"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": ""}
 

@@ -24,9 +24,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,24 +39,13 @@ from crashmodel.replay import (
     snapshot,
 )
 from helpers.mount import REPO, force_unmount, fuse_missing_reason, is_mounted, memfs_cmd
-from helpers.require import cc_missing, require_tool
+from helpers.require import require_tool
 
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE, chunk_digest
 from memfs.store.trees import DIR, FILE, decode_dir
 
 MODEL = Path(__file__).parent / "crashmodel"
-
-
-@pytest.fixture(scope="module")
-def shim(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_tool(cc_missing())
-    cc = shutil.which("cc") or shutil.which("gcc")
-    assert cc is not None
-    out = tmp_path_factory.mktemp("shim") / "crashlog.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-o", str(out),
-                    str(MODEL / "shim.c"), "-ldl"], check=True, capture_output=True)
-    return out
 
 
 @dataclass
@@ -213,20 +200,6 @@ def failures(rec: Recording, plan: list[tuple[int, Policy]], scratch: Path, *,
             if len(out) >= stop_after:
                 break
     return out
-
-
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[Path]:
-    """Where crash images are opened: tmpfs if there is one (the Store fsyncs on close)."""
-    base = Path("/dev/shm")
-    if not (base.is_dir() and os.access(base, os.W_OK)):
-        yield tmp_path
-        return
-    d = Path(tempfile.mkdtemp(prefix="memfs-crashmodel-", dir=base))
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 SCENARIO = """

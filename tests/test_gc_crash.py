@@ -17,7 +17,6 @@ import pytest
 from crashmodel.replay import Policy, append_mark, crash_image, read_log, resolve, snapshot
 from helpers import gcstore
 from helpers.mount import REPO, memfs_cmd
-from test_durability_crashmodel import scratch, shim  # noqa: F401 - fixtures
 
 from memfs.store.gc import CRASH_ENV, CRASH_POINTS
 from memfs.store.packs import store_usage

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_memory_support import REPO
+from helpers.memory import REPO
 
 from memfs.memory.store import MemoryStore
 

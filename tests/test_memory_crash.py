@@ -16,7 +16,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from test_memory_support import run_python, snapshot
+from helpers.memory import run_python, snapshot
 
 from memfs.memory.durable import FsOps
 from memfs.memory.generation import global_revision, workspace_revision

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.memory import snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_memory_support import snapshot
 
 from memfs.consolidate.proposal import ProposalError, parse_proposal
 from memfs.memory.generation import global_revision

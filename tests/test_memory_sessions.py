@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_memory_support import REPO
+from helpers.memory import REPO
 
 from memfs.memory.errors import SessionError
 from memfs.memory.sessions import SessionStore

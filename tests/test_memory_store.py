@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_memory_support import run_python, snapshot
+from helpers.memory import run_python, snapshot
 
 from memfs.memory.errors import InvalidRecord, MemoryDamaged, NoSuchRecord, StaleRevision
 from memfs.memory.generation import workspace_revision

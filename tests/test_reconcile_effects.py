@@ -14,10 +14,11 @@ import pytest
 import xxhash
 from helpers.require import LIBFIU, libfiu_missing, require_tool
 
-from memfs.reconcile.contained import FAULT_HOOKS, Refused, RootId, RootUnavailable, open_root
+from memfs.reconcile.contained import Refused, RootId, RootUnavailable, open_root
 from memfs.reconcile.effects import sweep_scratch, unlink_file, write_file
 from memfs.reconcile.observe import observe
 from memfs.reconcile.rule import ABSENT
+from memfs.testing import FAULT_HOOKS
 
 FIU = LIBFIU
 
@@ -294,7 +295,8 @@ def test_scratch_left_by_a_kill_is_skipped_and_swept(env):
 
 FAULT_CHILD = textwrap.dedent("""
     import ctypes, json, sys
-    from memfs.reconcile.contained import FAULT_HOOKS, Refused, RootId
+    from memfs.reconcile.contained import Refused, RootId
+    from memfs.testing import FAULT_HOOKS
     from memfs.reconcile.effects import EffectFailed, write_file
     point, err, when, root, dev, ino, expected = sys.argv[1:8]
     fiu = ctypes.CDLL("libfiu.so.0")

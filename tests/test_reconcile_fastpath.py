@@ -18,6 +18,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memfs.backing import Backing, Binding
 from memfs.reconcile.contained import RootId
 from memfs.reconcile.intent import IntentTable
 from memfs.reconcile.observe import FileFact, Fingerprint, Observation, Region
@@ -42,7 +43,6 @@ from memfs.reconcile.rule import (
     decide_unchanged,
 )
 from memfs.store import Store
-from memfs.workspace.backing import Backing, Binding
 from memfs.workspace.workspace import FILE, Workspace
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
@@ -230,20 +230,20 @@ async def test_a_written_draft_is_rehashed_never_a_stale_digest(tmp_path: Path):
         await b.attach(Binding("work", str(disk)))
         await ws.commit()
         f = _file(ws, b"work", b"f.txt")
-        assert b.owed("work")["changes"] == 0
+        assert (await b.owed.count("work")).changes == 0
         # A write of the same bytes makes a draft (dirty) whose digest is the agreed one.
         ws.write(f, 0, b"agreed\n")
-        assert f.dirty and b._digest_now(f) == h(b"agreed\n")
-        assert b.owed("work")["changes"] == 0
+        assert f.dirty and b.view.digest_now(f) == h(b"agreed\n")
+        assert (await b.owed.count("work")).changes == 0
         # Then a real edit of the same size, still uncommitted.
         ws.write(f, 0, b"edited\n")
-        assert b.owed("work")["changes"] == 1
+        assert (await b.owed.count("work")).changes == 1
         # A shell edits disk: disk, store and P all differ, so the draft is kept as a conflict.
         (disk / "f.txt").write_bytes(b"shell edit\n")
         res = await b.run_pass("work")
-        assert res["taken"] == [] and res["conflicts"] == ["f.txt"]
+        assert res.taken == [] and res.conflicts == ["f.txt"]
         assert ws.read(_file(ws, b"work", b"f.txt"), 0, 100) == b"edited\n"
-        assert b.listing("work")["entries"][0]["state"] == "conflict"
+        assert b.listing("work").entries[0].state == "conflict"
     finally:
         b.close()
         ws.store.close()
@@ -258,24 +258,24 @@ async def test_remembered_store_walk_follows_every_tree_change(tmp_path: Path):
     try:
         await b.attach(Binding("work", str(disk)))
         await ws.commit()
-        assert set(b._store_nodes("work")[0]) == {"a.txt"}
+        assert set(b.view.nodes("work")[0]) == {"a.txt"}
         work = _file(ws, b"work")
         new = ws.create(work, b"n.txt", FILE, 0o644, 0, 0)
-        assert set(b._store_nodes("work")[0]) == {"a.txt", "n.txt"}
+        assert set(b.view.nodes("work")[0]) == {"a.txt", "n.txt"}
         ws.write(new, 0, b"n\n")
-        view = b._store_view(b._store_nodes("work")[0])
+        view = b.view.view(b.view.nodes("work")[0])
         assert view["n.txt"].digest == h(b"n\n")  # a draft: its live bytes, no ref yet
         await ws.commit()  # a commit changes refs and drafts, not paths: noticed all the same
-        nodes, refs = b._store_nodes("work")
+        nodes, refs = b.view.nodes("work")
         assert set(nodes) == {"a.txt", "n.txt"} and (new.ref, 2) in refs
-        assert b._store_view(nodes) == view
+        assert b.view.view(nodes) == view
         ws.rename(work, b"n.txt", work, b"m.txt")
-        assert set(b._store_nodes("work")[0]) == {"a.txt", "m.txt"}
+        assert set(b.view.nodes("work")[0]) == {"a.txt", "m.txt"}
         ws.unlink(work, b"a.txt")
-        assert set(b._store_nodes("work")[0]) == {"m.txt"}
+        assert set(b.view.nodes("work")[0]) == {"m.txt"}
         await ws.commit()
         await ws.undo()  # the tree is replaced (the rename and unlink undone): walked again
-        assert set(b._store_nodes("work")[0]) == {"a.txt", "n.txt"}
+        assert set(b.view.nodes("work")[0]) == {"a.txt", "n.txt"}
     finally:
         b.close()
         ws.store.close()

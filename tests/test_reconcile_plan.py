@@ -213,26 +213,6 @@ def test_status_counts_what_disk_owes_by_evidence():
                                                                                               1)
 
 
-def test_gather_on_one_branch():
-    from memfs.reconcile.plan import gather_on_one_branch
-
-    branches = iter(["b", "b", "b"])
-    current = ["a"]
-
-    def selected():
-        return current[0]
-
-    def gather(branch):
-        current[0] = next(branches)  # the branch moves while we gather, once
-        return {"branch": branch}
-
-    got = gather_on_one_branch(selected, gather)
-    assert got.branch == "b" and got.inputs == {"branch": "b"} and got.incomplete is None
-    flip = iter(range(100))
-    never = gather_on_one_branch(lambda: str(next(flip)), lambda b: b)
-    assert never.inputs is None and "changed" in never.incomplete
-
-
 def test_accept_root_sets_evidence_aside_and_nothing_reads_deleted(tmp_path: Path):
     """After accept_root the old evidence is aside: a file the new root lacks stays in the
     workspace, a new one is taken in, nothing is taken as deleted; a second sync is a no-op."""

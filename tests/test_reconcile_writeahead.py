@@ -41,6 +41,7 @@ CHILD = textwrap.dedent("""
     from memfs.reconcile import apply
     from memfs.reconcile.contained import RootId
     from memfs.reconcile.rule import ABSENT
+    from memfs.testing import crash_point
     from memfs.store.journal import Journal
     op, db, root, dev, ino, store_file, old, new, shell = sys.argv[1:10]
     hx = lambda s: xxhash.xxh3_128(s.encode()).hexdigest()
@@ -55,13 +56,17 @@ CHILD = textwrap.dedent("""
     elif op == "unlink":
         apply.push_unlink(j, "work", root, rid, "f.txt", expected=hx(old), branch="main")
     elif op == "adopt":
-        def commit():
-            with open(store_file, "w") as f:
-                json.dump({"f.txt": shell}, f)
-                f.flush()
-                os.fsync(f.fileno())
-        apply.adopt(j, "work", "f.txt", old=hx(old), new=hx(shell), branch="main",
-                    commit=commit, root=rid)
+        # An adoption's order, as a pass runs it (memfs.backing.passes): the intent (the store
+        # side's old and new values), the tree change made durable, then the completion.
+        iid = j.begin_intent("work", "f.txt", "adopt", old=hx(old), new=hx(shell),
+                             branch="main", root=(rid.dev, rid.ino))
+        crash_point("apply:after-intent")
+        with open(store_file, "w") as f:
+            json.dump({"f.txt": shell}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        crash_point("apply:after-effect")
+        j.complete_intent(iid)
 """)
 
 

@@ -92,3 +92,86 @@ def test_old_store_mounts_and_reads_every_commit(mount_factory, old_root: Path) 
     check_first_commit(w)
     res = m.cli("fsck", check=False)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# --- the schema version: read at open, older stores upgraded in place -----------------------
+
+
+def _meta_schema(root: Path) -> str | None:
+    row = sqlite3.connect(root / "store.db").execute(
+        "SELECT value FROM meta WHERE key='schema'").fetchone()
+    return row[0] if row else None
+
+
+def _tables(db: Path) -> set[str]:
+    return {r[0] for r in sqlite3.connect(db).execute(
+        "SELECT name FROM sqlite_master WHERE type IN ('table', 'index', 'trigger')")}
+
+
+def test_an_old_store_is_upgraded_in_place_to_todays_schema(old_root: Path, tmp_path: Path):
+    """The old store (version 1 in its meta row, as every store memfs wrote before versions
+    were read, and without the tables added since) gets every table a new store has, and
+    the version, at its first open; what it held reads unchanged (the tests above) and a
+    second open changes nothing."""
+    from memfs.store.schema import SCHEMA_VERSION
+
+    assert _meta_schema(old_root) == "1"
+    before = _tables(old_root / "store.db")
+    assert "dropped_commits" not in before and "journal_evidence" not in before
+    fresh = Store.open(tmp_path / "fresh")
+    fresh.close()
+    store = Store.open(old_root, create=False)
+    try:
+        assert store.fsck() == []
+    finally:
+        store.close()
+    assert _meta_schema(old_root) == str(SCHEMA_VERSION)
+    assert _tables(old_root / "store.db") == _tables(tmp_path / "fresh" / "store.db")
+    data_version = sqlite3.connect(old_root / "store.db").execute(
+        "PRAGMA schema_version").fetchone()[0]
+    Store.open(old_root, create=False).close()
+    assert sqlite3.connect(old_root / "store.db").execute(
+        "PRAGMA schema_version").fetchone()[0] == data_version  # nothing migrated twice
+
+
+def test_a_store_from_a_newer_memfs_is_refused_before_anything_changes(tmp_path: Path):
+    from memfs.errors import MemfsError
+    from memfs.store.schema import SCHEMA_VERSION
+
+    root = tmp_path / "root"
+    Store.open(root).close()
+    conn = sqlite3.connect(root / "store.db")
+    conn.execute("UPDATE meta SET value=? WHERE key='schema'", (str(SCHEMA_VERSION + 1),))
+    conn.commit()
+    conn.close()
+    before = (root / "store.db").read_bytes()
+    for opener in (lambda: Store.open(root, create=False), lambda: Store.open_readonly(root)):
+        with pytest.raises(MemfsError, match=f"schema version {SCHEMA_VERSION + 1}") as err:
+            opener()
+        assert "newer memfs" in err.value.remedy
+    assert (root / "store.db").read_bytes() == before
+
+
+def test_a_journal_opened_by_itself_gets_its_tables_and_columns(tmp_path: Path):
+    """The journal shares the store's file but may be opened alone (a daemon-less command,
+    the tests): it makes its own tables, and adds the columns an older journal lacks."""
+    from memfs.store.journal import Journal
+
+    db = tmp_path / "store.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE journal_intents (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                 "mount TEXT NOT NULL, path TEXT NOT NULL, op TEXT NOT NULL, branch TEXT, "
+                 "old TEXT, new TEXT, state TEXT NOT NULL DEFAULT 'pending', "
+                 "created_at REAL NOT NULL, settled_at REAL)")  # as the first release made it
+    conn.commit()
+    conn.close()
+    j = Journal(db)
+    try:
+        iid = j.begin_intent("work", "a.txt", "adopt", old=None, new="1" * 32, prior=None,
+                             mode=0o644)
+        (got,) = j.pending_intents("work")
+        assert got.id == iid and got.prior == "" and got.mode == 0o644
+    finally:
+        j.close()
+    cols = {r[1] for r in sqlite3.connect(db).execute("PRAGMA table_info(journal_intents)")}
+    assert {"prior", "mode"} <= cols

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.stub_server import StubServer
 
 from memfs.consolidate.providers import (
     ProviderTruncated,
@@ -19,7 +20,6 @@ from memfs.consolidate.providers import (
     make_provider,
     request_max_tokens,
 )
-from memfs.consolidate.stub_server import StubServer
 from memfs.consolidate.worker import (
     CONSOLIDATOR_VERSION,
     Budget,

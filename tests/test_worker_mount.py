@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from test_worker_e2e import PUT_TABS, consolidate, make_session
-
-from memfs.consolidate.stub_server import StubServer
+from helpers.stub_server import StubServer
+from helpers.worker import PUT_TABS, consolidate, make_session
 
 
 @pytest.mark.mount

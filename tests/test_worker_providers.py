@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 import trio
+from helpers.stub_server import StubServer
 
 from memfs.consolidate.providers import (
     AnthropicProvider,
@@ -23,7 +24,6 @@ from memfs.consolidate.providers import (
     make_provider,
     request_max_tokens,
 )
-from memfs.consolidate.stub_server import StubServer
 from memfs.errors import MemfsError
 
 TOOL = ToolSpec("memory_review_propose", "propose", {"type": "object", "properties": {}})

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from memfs.cli.answer import ask
 from memfs.cli.history_text import (
     change_lines,
     commit_line,
@@ -28,7 +29,7 @@ from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 from memfs.store import StoreBackend as Store
-from memfs.store import history, open_store, open_store_readonly, undo
+from memfs.store import history, open_store_readonly, undo
 from memfs.store.history import History, parse_when
 from memfs.store.opspan import walk
 from memfs.store.treediff import DIR, FILE, LINK, diff_trees, file_pieces, find_entry
@@ -121,16 +122,8 @@ def _read(args) -> Store:
 
 
 def _ask(args, op: str, direct, **kw):
-    """The daemon's answer, or `direct(store)` on the store opened for writing."""
-    root = _root(args)
-    try:
-        return call(root, op, **kw)
-    except NoDaemon:
-        store = open_store(root, create=False)
-        try:
-            return direct(store)
-        finally:
-            store.close()
+    """The daemon's answer, or `direct(store)` (memfs.cli.answer)."""
+    return ask(_root(args), op, direct, **kw)
 
 
 def _commit_pending(args) -> None:

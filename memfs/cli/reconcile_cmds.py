@@ -97,8 +97,8 @@ def _ask(args, op: str, **kw) -> dict:
 def _direct(root: Path, op: str, kw: dict) -> dict:
     import trio
 
+    from memfs.backing import Backing
     from memfs.store import open_store
-    from memfs.workspace.backing import Backing
     from memfs.workspace.workspace import Workspace
 
     async def run() -> dict:
@@ -107,7 +107,7 @@ def _direct(root: Path, op: str, kw: dict) -> dict:
         try:
             result = await backing.control(op, kw)
             await ws.commit(op.replace("backing_", ""))
-            return result  # type: ignore[return-value]
+            return result
         finally:
             backing.close()
             ws.store.close()
@@ -126,7 +126,7 @@ def attach_before_mount(root: Path, name: str, directory: str) -> dict:
 def _store_path(root: Path, path: str | None) -> str | None:
     """MOUNT[/PATH] as given, or a path through the running mount's mountpoint, taken by its
     spelling after the mountpoint: not normalized, so an alias ('//', '.', '..') reaches the
-    daemon's one parser (backing_paths.parse_store_path) and is refused there as it would be
+    daemon's one parser (memfs.backing.paths.parse_store_path) and is refused there as it would be
     in MOUNT/PATH form."""
     if path is None or not path.startswith("/"):
         return path

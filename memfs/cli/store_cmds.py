@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from memfs.cli.answer import ask
 from memfs.cli.main import add_json_flag, emit
-from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 from memfs.store import StoreBackend as Store
@@ -47,16 +47,8 @@ def _root(args) -> Path:
 
 
 def _ask(args, op: str, direct, **kw):
-    """The daemon's answer, or `direct(store)` when no daemon serves the root."""
-    root = _root(args)
-    try:
-        return call(root, op, **kw)
-    except NoDaemon:
-        store = open_store(root, create=False)
-        try:
-            return direct(store)
-        finally:
-            store.close()
+    """The daemon's answer, or `direct(store)` (memfs.cli.answer)."""
+    return ask(_root(args), op, direct, **kw)
 
 
 def cmd_restore(args) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from memfs.backing import Backing
 from memfs.control import MAX_LINE, encode_reply
 from memfs.errors import MemfsError
 from memfs.fs.operations import MemfsOperations
@@ -28,7 +29,6 @@ from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, rea
 from memfs.rootdir import control_socket
 from memfs.store.backend import require_embedded
 from memfs.workspace.agent_memory import recover_reviews
-from memfs.workspace.backing import Backing
 from memfs.workspace.hosts import Hosts
 from memfs.workspace.lifecycle import Lifecycle
 from memfs.workspace.workspace import Workspace
@@ -134,20 +134,19 @@ def run_daemon(root: Path, mountpoint: Path, commit_interval: float, debug: bool
 def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path,
                      options: set[str]) -> None:
     store = ws.store
-    Backing(ws)
-    if store.kind == "sqlite":  # retention and GC are the embedded store's (docs/lifecycle.md)
-        Lifecycle(ws)
+    backing = Backing(ws)
+    # Retention and GC are the embedded store's (docs/lifecycle.md): none on PostgreSQL.
+    lifecycle = Lifecycle(ws) if store.kind == "sqlite" else None
     ops = MemfsOperations(ws)
     try:
         pyfuse3.init(ops, str(mountpoint), options)
     except RuntimeError as exc:  # libfuse printed why just before (unknown option, fuse.conf)
-        if ws.backing is not None:
-            ws.backing.close()
+        backing.close()
         store.close()
         raise MemfsError(f"FUSE could not mount {mountpoint} ({exc})",
                          "the fuse line before this one says why") from None
     try:
-        trio.run(_serve, ws, ops, root, lock)
+        trio.run(_serve, ws, backing, lifecycle, ops, root, lock)
     except BaseException:
         log.exception("daemon stopped by an error")
         raise
@@ -155,8 +154,7 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
         try:
             pyfuse3.close(unmount=True)
         finally:
-            if ws.backing is not None:
-                ws.backing.close()
+            backing.close()
             if ws.read_only is None:  # a clean end: the next writer needs no takeover
                 store.release(ws.branch)
             store.close()
@@ -165,39 +163,38 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
                 sock.unlink()
 
 
-async def _serve(ws: Workspace, ops: MemfsOperations, root: Path, lock: RootLock) -> None:
-    hosts = ws.hosts = Hosts(ws)
+async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle | None,
+                 ops: MemfsOperations, root: Path, lock: RootLock) -> None:
+    hosts = Hosts(ws)
+    ws.hosts = hosts
     await hosts.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
-        if ws.lifecycle is not None:  # the embedded store's GC (none on PostgreSQL)
-            nursery.start_soon(ws.lifecycle.run)
+        if lifecycle is not None:  # the embedded store's GC (none on PostgreSQL)
+            nursery.start_soon(lifecycle.run)
         nursery.start_soon(hosts.run, ops.drain_invalidations)
         nursery.start_soon(_signals, ws)
         nursery.start_soon(_heartbeat, ws, lock)
-        await nursery.start(_control_server, ws, ops, root)
-        nursery.start_soon(_initial_passes, ws, ops)
-        if ws.backing is not None:
-            nursery.start_soon(ws.backing.run_watchers, ops.drain_invalidations)
+        await nursery.start(_control_server, ws, backing, ops, root)
+        nursery.start_soon(_initial_passes, backing, ops)
+        nursery.start_soon(backing.run_watchers, ops.drain_invalidations)
         await pyfuse3.main()
-        await _stop(ws)
+        await _stop(ws, backing)
         nursery.cancel_scope.cancel()
 
 
-async def _stop(ws: Workspace) -> None:
+async def _stop(ws: Workspace, backing: Backing) -> None:
     """The mount has ended. Backing work first: watchers stopped, queued work drained, new work
     refused (backing.stop). Then the workspace refuses changes, and what is pending is
     committed. A drain that outlasts STOP_DRAIN_LIMIT (a pass stuck on a hung disk) is no
     longer waited for before the commit (the write-ahead intents make that no worse than a
     crash); work already in a thread or a shielded scope still holds the process's exit."""
-    if ws.backing is not None:
-        log.info("mount ended; stopping backing work")
-        with trio.move_on_after(STOP_DRAIN_LIMIT) as limit:
-            await ws.backing.stop()
-        if limit.cancelled_caught:
-            log.warning("backing work still running after %d s; stopping anyway",
-                        STOP_DRAIN_LIMIT)
-            ws.backing.stopped = True
+    log.info("mount ended; stopping backing work")
+    with trio.move_on_after(STOP_DRAIN_LIMIT) as limit:
+        await backing.stop()
+    if limit.cancelled_caught:
+        log.warning("backing work still running after %d s; stopping anyway", STOP_DRAIN_LIMIT)
+        backing.stopped = True
     log.info("committing what is pending")
     ws.stopped = True
     await ws.final_commit("unmount", STOP_COMMIT_LIMIT)
@@ -218,10 +215,11 @@ async def _heartbeat(ws: Workspace, lock: RootLock) -> None:
         await trio.sleep(HEARTBEAT)
 
 
-async def _initial_passes(ws: Workspace, ops: MemfsOperations) -> None:
+async def _initial_passes(backing: Backing, ops: MemfsOperations) -> None:
     """Backed mounts are observed once at start (the mount shows disk's truth from the start)."""
-    if ws.backing is not None and ws.backing.bindings:
-        log.info("initial passes: %s", await ws.backing.pass_all())
+    if backing.bindings:
+        done = await backing.pass_all()
+        log.info("initial passes: %s", {m: r.to_json() for m, r in done.items()})
         await ops.drain_invalidations()
 
 
@@ -236,7 +234,7 @@ async def _signals(ws: Workspace) -> None:
             return
 
 
-async def _control_server(ws: Workspace, ops: MemfsOperations, root: Path,
+async def _control_server(ws: Workspace, backing: Backing, ops: MemfsOperations, root: Path,
                           task_status=trio.TASK_STATUS_IGNORED) -> None:
     path = control_socket(root)
     if path.exists():
@@ -249,10 +247,10 @@ async def _control_server(ws: Workspace, ops: MemfsOperations, root: Path,
     async with trio.open_nursery() as nursery:
         while True:
             conn, _ = await sock.accept()
-            nursery.start_soon(_handle_client, conn, ws, ops)
+            nursery.start_soon(_handle_client, conn, ws, backing, ops)
 
 
-async def _handle_client(conn, ws: Workspace, ops: MemfsOperations) -> None:
+async def _handle_client(conn, ws: Workspace, backing: Backing, ops: MemfsOperations) -> None:
     stream = trio.SocketStream(conn)
     try:
         async with stream:
@@ -264,7 +262,7 @@ async def _handle_client(conn, ws: Workspace, ops: MemfsOperations) -> None:
                 buf += chunk
             try:
                 req = json.loads(buf)
-                result = await _dispatch(ws, ops, req["op"], req.get("args") or {})
+                result = await _dispatch(ws, backing, ops, req["op"], req.get("args") or {})
                 reply = encode_reply(result)
             except Exception as exc:  # noqa: BLE001 - every failure is answered
                 log.warning("control request failed: %s", exc)
@@ -285,7 +283,8 @@ async def _undo(ws: Workspace, args: dict) -> dict:
     return (await ws.undo_operations(int(args.get("ops", 1)))).to_json()
 
 
-async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) -> object:
+async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: str,
+                    args: dict) -> object:
     store = ws.store
     if ws.stopped and op not in READ_ONLY_OPS:
         where = ws.served_by.mountpoint if ws.served_by else "MNT"
@@ -295,11 +294,13 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
         return {"pid": os.getpid(),
                 "mountpoint": ws.served_by.mountpoint if ws.served_by else None}
     if op == "status":
+        await backing.refresh_status()
         return ws.status()
     if op == "requests":
         return dict(ops.requests)
     if op == "sync":
         await ws.sync()
+        await backing.refresh_status()
         return ws.status()
     if op == "log":
         return [c.to_json() for c in store.log(args.get("branch"), int(args.get("n", 20)))]
@@ -323,19 +324,22 @@ async def _dispatch(ws: Workspace, ops: MemfsOperations, op: str, args: dict) ->
     elif op == "branch_switch":
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
     elif op in ("gc", "du"):
-        if ws.lifecycle is None:
+        lifecycle = ws.lifecycle
+        if lifecycle is None:  # a store in PostgreSQL: refused with the remedy
             require_embedded(ws.store, f"memfs {op}")
-        result = await ws.lifecycle.collect(dry_run=op == "du" or bool(args.get("dry_run")),
-                                            trigger="manual" if op == "gc" else "du")
+        assert lifecycle is not None  # the daemon installs one on an embedded store
+        result = await lifecycle.collect(dry_run=op == "du" or bool(args.get("dry_run")),
+                                         trigger="manual" if op == "gc" else "du")
     elif op == "takeover":
+        assert ws.hosts is not None  # installed before serving
         result = await ws.hosts.takeover(args["branch"])
-    elif op.startswith("backing_") and ws.backing is not None:
+    elif op.startswith("backing_"):
         if op == "backing_after_batch":  # an agent's tool batch ended: an operation boundary
             await ws.mark(args.get("agent") or "after-batch")
-        result = await ws.backing.control(op, args)
+        result = await backing.control(op, args)
     else:
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
-    if op in ("undo", "restore", "branch_switch", "takeover") and ws.backing is not None:
-        await ws.backing.pass_all()  # disk-only nodes are not in any commit: show them again
+    if op in ("undo", "restore", "branch_switch", "takeover"):
+        await backing.pass_all()  # disk-only nodes are not in any commit: show them again
     await ops.drain_invalidations()
     return result

@@ -82,6 +82,12 @@ class MemFile:
         return self.ws is not None and self.name == (INDEX_NAME + RECORD_SUFFIX).encode()
 
 
+def _ws(d: MemDir) -> str:
+    """A workspace directory's workspace (only `ws` directories have one)."""
+    assert d.ws is not None, d.kind
+    return d.ws
+
+
 def is_record_name(name: bytes) -> bool:
     return name.endswith(RECORD_SUFFIX.encode()) and not name.startswith(b".")
 
@@ -128,7 +134,8 @@ class MemoryView:
             return [(b"global.md", self.global_file), (b"workspaces", self.list)]
         if d.kind == "list":
             return [(w.encode(), self._ws_dir(w)) for w in self.workspaces()]
-        out = [(n, self._record_file(d.ws, n)) for n in self._record_names(d.ws)]
+        ws = _ws(d)
+        out = [(n, self._record_file(ws, n)) for n in self._record_names(ws)]
         out += sorted(d.scratch.items())
         return sorted(out)
 
@@ -170,7 +177,7 @@ class MemoryView:
             if name == (INDEX_NAME + RECORD_SUFFIX).encode():
                 raise MemError(errno.EPERM)
             self._check_record_name(name)
-            f = self._record_file(d.ws, name)
+            f = self._record_file(_ws(d), name)
             f.pending, f.changed = bytearray(), True
             return f
         f = self._add(MemFile(self._alloc(), d.ws, name, scratch=True, pending=bytearray()))
@@ -196,7 +203,7 @@ class MemoryView:
     def write(self, f: MemFile, off: int, data: bytes) -> int:
         if f.pending is None:
             self.open_for_write(f, False)
-        buf = bytearray(f.pending)
+        buf = bytearray(f.pending or b"")  # open_for_write gave it one
         if len(buf) < off:
             buf.extend(bytes(off - len(buf)))
         buf[off:off + len(data)] = data
@@ -207,7 +214,7 @@ class MemoryView:
     def truncate(self, f: MemFile, size: int) -> None:
         if f.pending is None:
             self.open_for_write(f, False)
-        buf = bytearray(f.pending)
+        buf = bytearray(f.pending or b"")  # open_for_write gave it one
         if size < len(buf):
             del buf[size:]
         else:
@@ -266,12 +273,17 @@ class MemoryView:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise MemError(errno.EINVAL, f"not UTF-8 ({exc.reason})") from None
+        store = self.store
         if ws is None:
-            fn, args = self.store.replace_global, (text,)
+            def call() -> str:
+                return store.replace_global(text)
         else:
-            fn, args = self.store.put_record, (ws, record, text)
+            assert record is not None  # a workspace's file is a record
+
+            def call() -> str:
+                return store.put_record(ws, record, text)
         try:
-            await trio.to_thread.run_sync(fn, *args)
+            await trio.to_thread.run_sync(call)
         except MemfsError as exc:
             raise MemError(errno.EINVAL, str(exc)) from None
 
@@ -284,8 +296,8 @@ class MemoryView:
         f = self.lookup(d, name)
         if not isinstance(f, MemFile) or f.is_index:
             raise MemError(errno.EPERM)
-        if f.record in self.store.workspace_generation(d.ws).records:
-            await trio.to_thread.run_sync(self.store.delete_record, d.ws, f.record)
+        if f.record in self.store.workspace_generation(_ws(d)).records:
+            await trio.to_thread.run_sync(self.store.delete_record, _ws(d), f.record)
         f.pending, f.changed = None, False
 
     async def rename(self, od: MemDir, oname: bytes, nd: MemDir, nname: bytes) -> None:
@@ -299,7 +311,8 @@ class MemoryView:
             self._check_record_name(nname)
             target = nname[: -len(RECORD_SUFFIX)].decode()
             if not src.scratch and src.pending is None:
-                await trio.to_thread.run_sync(self.store.rename_record, od.ws, src.record, target)
+                await trio.to_thread.run_sync(self.store.rename_record, _ws(od), src.record,
+                                              target)
             else:
                 await self._commit(nd.ws, target, data)
                 if src.scratch:

@@ -1,101 +1,39 @@
 """pyfuse3 Operations over the workspace: thin translation, no policy of its own.
 
-Every handler runs through `_guard`: a WorkspaceError becomes its errno, anything else is
-logged with the operation and answered EIO, because an exception other than FUSEError
-would end pyfuse3.main() and leave a dead mount behind.
+Every handler runs through `guard` or `reader` (memfs.fs.handlers): a WorkspaceError becomes
+its errno, anything else is logged with the operation and answered EIO. Attributes and statfs
+are memfs.fs.attrs, the open-file table memfs.fs.handles, telling the kernel what changed
+behind it memfs.fs.invalidation. Its own state (lookup counts, request counts, handles) is
+the loop's only.
 """
 
 from __future__ import annotations
 
 import collections
 import errno
-import functools
 import logging
 import os
 import stat
-from collections.abc import Callable
+from typing import Any
 
 import pyfuse3
 import trio
 
-from memfs.fs.memory_view import MemDir, MemError, MemFile, MemoryView
+from memfs.fs.attrs import entry_attributes, negative, negative_timeout, statvfs
+from memfs.fs.handlers import fuse_error, guard, reader
+from memfs.fs.handles import Handle, Handles
+from memfs.fs.invalidation import Invalidations
+from memfs.fs.memory_view import MemDir, MemFile, MemoryView
 from memfs.fs.virtual import VDir, VFile, VirtualTree
-from memfs.store.trees import name_to_str
+from memfs.fs.xattrs import check_settable, user_value
 from memfs.workspace.agent_memory import open_memory
-from memfs.workspace.attribution import CURRENT
+from memfs.workspace.hooks import BackingHooks
 from memfs.workspace.nodes import KIND_OF_MODE, Node, WorkspaceError
 from memfs.workspace.workspace import BLK, CHR, DIR, FILE, LINK, ROOT_ID, Workspace
 
 log = logging.getLogger("memfs.fs")
 
-CACHE_TIMEOUT = 300.0  # safe: every change made behind the kernel's back is invalidated
 CONTROL_NAME = b".memfs"
-BLKSIZE = 128 * 1024
-HISTORY_TIMEOUT = 60.0  # a past commit's tree never changes (garbage collection aside)
-STATE_XATTRS = (b"user.memfs.state", b"user.memfs.conflict")  # backed mounts (backing.py)
-
-
-def _guard(fn: Callable) -> Callable:
-    """For a request that may change the tree: its operation (attribution.py's CURRENT, set by
-    note_process) ends with it, so the next request this pyfuse3 task serves starts unnamed."""
-    name = fn.__name__
-
-    @functools.wraps(fn)
-    async def wrapper(self, *args):
-        self.requests[name] += 1
-        token = CURRENT.set(None)  # a request's operation ends with it (attribution.py)
-        try:
-            return await fn(self, *args)
-        except pyfuse3.FUSEError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount
-            raise _fuse_error(fn.__name__, args, exc) from None
-        finally:
-            CURRENT.reset(token)
-
-    return wrapper
-
-
-def _reader(fn: Callable) -> Callable:
-    """_guard for a request that never changes the tree itself and never names an operation
-    (lookups, attributes, reads, closes): no context variable to set and reset per request.
-    A backing pass it starts names its own operation (attribution.labelled)."""
-    name = fn.__name__
-
-    @functools.wraps(fn)
-    async def wrapper(self, *args):
-        self.requests[name] += 1
-        try:
-            return await fn(self, *args)
-        except pyfuse3.FUSEError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount
-            raise _fuse_error(fn.__name__, args, exc) from None
-
-    return wrapper
-
-
-def _fuse_error(op: str, args: tuple, exc: Exception) -> pyfuse3.FUSEError:
-    """A WorkspaceError is its errno; another OSError is logged with its errno; anything else
-    is logged with its traceback and answered EIO."""
-    if isinstance(exc, (WorkspaceError, MemError)):
-        return pyfuse3.FUSEError(exc.errno)
-    if isinstance(exc, OSError):
-        log.error("%s%r failed: %s", op, args[:2], exc)
-        return pyfuse3.FUSEError(exc.errno or errno.EIO)
-    log.error("%s%r failed", op, args[:2], exc_info=exc)
-    return pyfuse3.FUSEError(errno.EIO)
-
-
-class Handle:
-    __slots__ = ("node", "data", "writable", "mem", "who")
-
-    def __init__(self, node: Node | None, data: bytes | None = None, writable: bool = False,
-                 mem: MemFile | None = None, who: tuple[int, int] | None = None):
-        self.node, self.data, self.writable, self.mem = node, data, writable, mem
-        # (pid, uid) of the opener: pyfuse3 passes no context to write(), and the commit
-        # should still say which process changed the file.
-        self.who = who
 
 
 class MemfsOperations(pyfuse3.Operations):
@@ -105,6 +43,8 @@ class MemfsOperations(pyfuse3.Operations):
     # backing-disk ingest) would be ignored. Reads are still cached (keep_cache).
     enable_writeback_cache = False
     supports_dot_lookup = True
+    virtual: VirtualTree
+    mem: MemoryView
 
     def __init__(self, ws: Workspace, extra_virtual: dict | None = None) -> None:
         super().__init__()
@@ -112,7 +52,7 @@ class MemfsOperations(pyfuse3.Operations):
         extra = dict(extra_virtual or {})
         extra[b"memory"] = lambda: self.mem.top
         extra[b"conflicts"] = lambda: self.virtual.path_dir(
-            lambda: ws.backing.conflict_files() if ws.backing is not None else {})
+            lambda: ws.backing.conflict_files())
         self.virtual = VirtualTree(ws, ws.store.root, extra)
         self.mem = MemoryView(
             open_memory(ws.store.root),
@@ -123,13 +63,10 @@ class MemfsOperations(pyfuse3.Operations):
         # Requests answered, by operation: `memfs status --requests` and scripts/bench read it
         # (one dict increment per request; the loop is its only writer).
         self.requests: collections.Counter[str] = collections.Counter()
-        self.handles: dict[int, Handle] = {}
-        self._next_fh = 1
-        self._dir_snapshots: dict[int, list[tuple[bytes, object]]] = {}
-        self._pending_inval: list[tuple[list[tuple[int, bytes]], list[int]]] = []
-        ws.invalidate = self._queue_invalidation
-        ws.held_nodes = lambda: [h.node for h in self.handles.values()
-                                 if isinstance(h.node, Node)]
+        self.handles = Handles()
+        self.invalidations = Invalidations(self.lookups)
+        ws.invalidate = self.invalidations.queue
+        ws.held_nodes = lambda: list(self.handles.nodes())
 
     # -- helpers -----------------------------------------------------------------
     def _node(self, ino: int) -> Node | VDir | VFile | MemDir | MemFile:
@@ -147,51 +84,8 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EROFS)
         return node
 
-    def _attr(self, node: Node | VDir | VFile) -> pyfuse3.EntryAttributes:
-        a = pyfuse3.EntryAttributes()
-        a.entry_timeout = CACHE_TIMEOUT
-        a.attr_timeout = CACHE_TIMEOUT
-        a.st_blksize = BLKSIZE
-        if isinstance(node, Node):
-            a.st_ino = node.id
-            a.st_mode = node.st_mode()
-            if node.readonly:
-                a.st_mode &= ~0o222
-            # Exact link counts: a file's names (0 once unlinked but still open), a directory's
-            # 2 + subdirectories (0 once removed), as ext4 says.
-            a.st_nlink = self.ws.dir_nlink(node) if node.kind == DIR else node.nlink
-            a.st_rdev = node.rdev
-            if node.readonly:  # views of branches move with the branch head: never cached;
-                # a past commit's never changes
-                a.entry_timeout = a.attr_timeout = HISTORY_TIMEOUT if \
-                    self.ws.immutable_view(node) else 0
-            a.st_uid, a.st_gid = node.uid, node.gid
-            a.st_size = node.size()
-            a.st_atime_ns, a.st_mtime_ns, a.st_ctime_ns = node.atime_ns, node.mtime_ns, node.ctime_ns
-        else:
-            a.st_ino = node.id
-            a.entry_timeout, a.attr_timeout = getattr(node, "timeouts", (0, 0))
-            if isinstance(node, (MemDir, MemFile)):
-                a.st_mode = self.mem.mode(node)
-                if isinstance(node, MemFile):
-                    a.st_size = len(self.mem.content(node))
-            elif isinstance(node, VDir):
-                a.st_mode = stat.S_IFDIR | 0o555
-            else:
-                a.st_mode = stat.S_IFREG | 0o444
-                a.st_size = len(node.render())
-            a.st_nlink = 1
-            a.st_uid, a.st_gid = os.getuid(), os.getgid()
-            when = getattr(node, "mtime", None)  # history views: their commit's time
-            mtime = when() if when is not None else None
-            if mtime is None:
-                mtime = self.ws.store.root.stat().st_mtime_ns
-            a.st_atime_ns = a.st_mtime_ns = a.st_ctime_ns = mtime
-        if isinstance(node, Node) and node.kind == FILE:
-            a.st_blocks = (self.ws.stored_bytes(node) + 511) // 512
-        else:
-            a.st_blocks = (a.st_size + 511) // 512
-        return a
+    def _attr(self, node: Node | VDir | VFile | MemDir | MemFile) -> pyfuse3.EntryAttributes:
+        return entry_attributes(self.ws, self.mem, node)
 
     def _counted(self, node) -> pyfuse3.EntryAttributes:
         attr = self._attr(node)
@@ -211,16 +105,9 @@ class MemfsOperations(pyfuse3.Operations):
             vdir.cache[name] = found
         return found
 
-    def _queue_invalidation(self, entries: list[tuple[int, bytes]], inodes: list[int]) -> None:
-        self._pending_inval.append((entries, inodes))
-
     async def drain_invalidations(self) -> None:
-        """Tell the kernel to forget what changed behind it (from a thread: see NOTES)."""
-        while self._pending_inval:
-            entries, inodes = self._pending_inval.pop(0)
-            known = [i for i in inodes if self.lookups.get(i)]
-            known_entries = [(p, n) for p, n in entries if self.lookups.get(p) or p == ROOT_ID]
-            await trio.to_thread.run_sync(_invalidate, known_entries, known)
+        """Tell the kernel to forget what changed behind it (memfs.fs.invalidation)."""
+        await self.invalidations.drain()
 
     async def _on_access(self, node: Node, wait: bool, name: bytes | None = None) -> None:
         """Backed mounts: observe the scope first (rate-limited in backing.on_access). Inside
@@ -230,7 +117,7 @@ class MemfsOperations(pyfuse3.Operations):
             if wait:
                 await self.drain_invalidations()
             else:
-                trio.lowlevel.spawn_system_task(self._drain_quietly)
+                self._drain_later()
 
     async def _observe_at_open(self, node: Node) -> None:
         """Backed mounts: an open observes its file first (one contained stat against the
@@ -240,14 +127,17 @@ class MemfsOperations(pyfuse3.Operations):
         the open answers ESTALE and the kernel walks the path once more, revalidating every name
         (LOOKUP_REVAL), and opens the new inode (or finds the name gone). A descriptor opened
         before for reading keeps the old bytes, as with a file replaced by rename on a local
-        filesystem; one open for writing keeps the node in place (Backing.held_writers)."""
+        filesystem; one open for writing keeps the node in place (memfs.backing.applier)."""
         if node.parent is None:
             return  # already unlinked (an open through /proc/PID/fd): no path to observe
         if not await self.ws.backing.on_access(node):
             return
-        trio.lowlevel.spawn_system_task(self._drain_quietly)
+        self._drain_later()
         if node.parent is None:
             raise pyfuse3.FUSEError(errno.ESTALE)
+
+    def _drain_later(self) -> None:
+        trio.lowlevel.spawn_system_task(self._drain_quietly)
 
     async def _drain_quietly(self) -> None:
         """A drain on its own (system) task: an error is logged, never ends the mount."""
@@ -256,12 +146,12 @@ class MemfsOperations(pyfuse3.Operations):
         except Exception:  # noqa: BLE001
             log.exception("invalidation after an on-access pass failed")
 
-    def _bound(self):
-        """The workspace's Backing when some mount is bound to a directory, else None: with
-        nothing bound, its per-request hooks (observe on access, note a path's origin) have
-        nothing to do, and skipping them saves a path walk on every lookup and create."""
+    def _bound(self) -> BackingHooks | None:
+        """The workspace's backing hooks when some mount is bound to a directory, else None:
+        with nothing bound, its per-request hooks (observe on access, note a path's origin)
+        have nothing to do, and skipping them saves a path walk on every lookup and create."""
         backing = self.ws.backing
-        return backing if backing is not None and backing.bindings else None
+        return backing if backing.bindings else None
 
     def _disk_only(self, parent: Node, name: bytes) -> bool:
         child = self.ws.children(parent).get(name) if parent.kind == DIR else None
@@ -276,7 +166,7 @@ class MemfsOperations(pyfuse3.Operations):
         await self.ws.enter(ctx.pid, ctx.uid)
 
     # -- lookups and attributes -------------------------------------------------------
-    @_reader
+    @reader
     async def lookup(self, parent_inode, name, ctx=None):
         parent = self._node(parent_inode)
         if isinstance(parent, VDir):
@@ -292,32 +182,14 @@ class MemfsOperations(pyfuse3.Operations):
         try:
             node = self.ws.lookup(parent, name)
         except WorkspaceError as exc:
-            if exc.errno == errno.ENOENT and (timeout := self._negative_timeout(parent)):
-                return _negative(timeout)
+            if exc.errno == errno.ENOENT and (timeout := negative_timeout(self.ws, parent)):
+                return negative(timeout)
             raise
         return self._counted(node)
 
-    def _negative_timeout(self, parent: Node) -> float:
-        """How long the kernel may remember that a name is missing in `parent` (0: not at
-        all). A live directory's names only appear through the kernel (which replaces the
-        negative entry itself) or from behind it, by an undo, a restore or a branch switch,
-        which invalidate every name they add (Workspace._remap_dir). A directory of a bound
-        mount is not cached: a lookup of a missing name is what observes a file just made on
-        disk. A past commit's view never changes; a branch's view moves with its head."""
-        if parent.readonly:
-            return HISTORY_TIMEOUT if self.ws.immutable_view(parent) else 0.0
-        backing = self._bound()
-        if backing is not None and parent.id != ROOT_ID:
-            top = parent
-            while top.parent is not None and top.parent.id != ROOT_ID:
-                top = top.parent
-            if top.parent is None or name_to_str(top.name) in backing.bindings:
-                return 0.0
-        return CACHE_TIMEOUT
-
     async def forget(self, inode_list):
         # pyfuse3 awaits forget with no error handling: anything raised here, even a
-        # FUSEError, would end pyfuse3.main(). So it is not _guard-ed; it logs and goes on.
+        # FUSEError, would end pyfuse3.main(). So it is not guard-ed; it logs and goes on.
         self.requests["forget"] += 1
         try:
             self._forget(inode_list)
@@ -325,7 +197,7 @@ class MemfsOperations(pyfuse3.Operations):
             log.exception("forget%r failed", inode_list[:4])
 
     def _forget(self, inode_list) -> None:
-        held = {h.node.id for h in self.handles.values() if isinstance(h.node, Node)}
+        held = {node.id for node in self.handles.nodes()}
 
         def referenced(ino: int) -> bool:
             return ino in held or ino in self.lookups
@@ -339,11 +211,11 @@ class MemfsOperations(pyfuse3.Operations):
             if ino not in self.virtual.nodes and ino not in self.mem.nodes and ino not in held:
                 self.ws.forget(ino, referenced)
 
-    @_reader
+    @reader
     async def getattr(self, inode, ctx=None):
         return self._attr(self._node(inode))
 
-    @_guard
+    @guard
     async def setattr(self, inode, attr, fields, fh, ctx):
         mem = self._node(inode)
         if isinstance(mem, MemFile):
@@ -364,7 +236,7 @@ class MemfsOperations(pyfuse3.Operations):
         )
         return self._attr(node)
 
-    @_reader
+    @reader
     async def readlink(self, inode, ctx):
         node = self._node(inode)
         if not isinstance(node, Node) or node.kind != LINK:
@@ -388,17 +260,17 @@ class MemfsOperations(pyfuse3.Operations):
             self.ws.backing.note_created(node, node.path())
         return node
 
-    @_guard
+    @guard
     async def mkdir(self, parent_inode, name, mode, ctx):
         await self._enter(ctx)
         return self._counted(self._new(parent_inode, name, DIR, mode, ctx))
 
-    @_guard
+    @guard
     async def symlink(self, parent_inode, name, target, ctx):
         await self._enter(ctx)
         return self._counted(self._new(parent_inode, name, LINK, 0o777, ctx, target))
 
-    @_guard
+    @guard
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         """Regular files, FIFOs, sockets (bind) and devices: memfs keeps them; the kernel
         checks CAP_MKNOD before asking and opens FIFOs and devices itself."""
@@ -409,21 +281,20 @@ class MemfsOperations(pyfuse3.Operations):
         return self._counted(self._new(parent_inode, name, kind, mode, ctx,
                                        rdev=rdev if kind in (CHR, BLK) else 0))
 
-    @_guard
+    @guard
     async def create(self, parent_inode, name, mode, flags, ctx):
         parent = self._node(parent_inode)
         if isinstance(parent, MemDir):
             f = self.mem.create(parent, name)
-            fh = self._open_handle(Handle(None, writable=True, mem=f))
+            fh = self.handles.open(Handle(None, writable=True, mem=f))
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False), self._counted(f)
         await self._enter(ctx)
         node = self._new(parent_inode, name, FILE, mode, ctx)
-        fh = self._open_handle(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
-        if self.ws.backing is not None:
-            self.ws.backing.held_writers[node.id] += 1  # released like any writable handle
+        fh = self.handles.open(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
+        self.ws.backing.hold_writer(node)  # released like any writable handle
         return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._counted(node)
 
-    @_guard
+    @guard
     async def link(self, inode, new_parent_inode, new_name, ctx):
         node = self._node(inode)
         if not isinstance(node, Node):
@@ -438,7 +309,7 @@ class MemfsOperations(pyfuse3.Operations):
             self.ws.backing.note_created(node, parent.path() + b"/" + new_name)
         return self._counted(node)
 
-    @_guard
+    @guard
     async def unlink(self, parent_inode, name, ctx):
         mem = self._node(parent_inode)
         if isinstance(mem, MemDir):
@@ -458,7 +329,7 @@ class MemfsOperations(pyfuse3.Operations):
         if self.ws.wants_spill(node) and any(h.node is node for h in self.handles.values()):
             await self.ws.spill(node)  # still open: what it holds in memory goes to disk
 
-    @_guard
+    @guard
     async def rmdir(self, parent_inode, name, ctx):
         await self._enter(ctx)
         parent = self._wnode(parent_inode)
@@ -467,7 +338,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBUSY)
         self.ws.rmdir(parent, name)
 
-    @_guard
+    @guard
     async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
         mo, mn = self._node(parent_inode_old), self._node(parent_inode_new)
         if isinstance(mo, MemDir) and isinstance(mn, MemDir):
@@ -496,25 +367,21 @@ class MemfsOperations(pyfuse3.Operations):
         backing.note_created(moved, new_path)
 
     # -- files ------------------------------------------------------------------------
-    def _open_handle(self, h: Handle) -> int:
-        fh = self._next_fh
-        self._next_fh += 1
-        self.handles[fh] = h
-        return fh
-
-    @_guard
+    @guard
     async def open(self, inode, flags, ctx):
         node = self._node(inode)
         writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC | os.O_APPEND)
         if isinstance(node, MemFile):
             if writing:
                 self.mem.open_for_write(node, bool(flags & os.O_TRUNC))
-            fh = self._open_handle(Handle(None, writable=bool(writing), mem=node))
+            fh = self.handles.open(Handle(None, writable=bool(writing), mem=node))
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         if isinstance(node, VFile):
             if writing:
                 raise pyfuse3.FUSEError(errno.EROFS)
-            fh = self._open_handle(Handle(None, node.render()))
+            if node.prepare is not None:
+                await node.prepare()
+            fh = self.handles.open(Handle(None, node.render()))
             return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
         if isinstance(node, (VDir, MemDir)):
             raise pyfuse3.FUSEError(errno.EISDIR)
@@ -527,14 +394,14 @@ class MemfsOperations(pyfuse3.Operations):
         if flags & os.O_TRUNC:  # libfuse asks for atomic O_TRUNC: ours to do (mtime too)
             await self._enter(ctx)
             self.ws.truncate(node, 0)
-        fh = self._open_handle(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
-        if writing and self.ws.backing is not None:
-            self.ws.backing.held_writers[node.id] += 1  # a pass leaves this node in place
+        fh = self.handles.open(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
+        if writing:
+            self.ws.backing.hold_writer(node)  # a pass leaves this node in place
         # A disk-only file is read from disk, which changes without memfs (a same-size rewrite
         # with its mtime kept leaves the same node): the kernel drops its pages at each open.
         return pyfuse3.FileInfo(fh=fh, keep_cache=node.id not in self.ws.disk_only)
 
-    @_reader
+    @reader
     async def read(self, fh, off, size):
         h = self.handles[fh]
         if h.mem is not None:
@@ -545,7 +412,7 @@ class MemfsOperations(pyfuse3.Operations):
             return await self.ws.backing.read_disk(h.node, off, size)
         return self.ws.read(h.node, off, size)
 
-    @_guard
+    @guard
     async def write(self, fh, off, buf):
         h = self.handles[fh]
         if h.mem is not None:
@@ -578,21 +445,21 @@ class MemfsOperations(pyfuse3.Operations):
         except pyfuse3.FUSEError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount
-            raise _fuse_error("flush", (fh,), exc) from None
+            raise fuse_error("flush", (fh,), exc) from None
 
-    @_reader
+    @reader
     async def release(self, fh):
         h = self.handles.pop(fh, None)
         if h is not None and h.mem is not None and not any(
                 o.mem is h.mem for o in self.handles.values()):
             self.mem.released(h.mem)
-        if h is not None and h.node is not None and h.writable and self.ws.backing is not None:
+        if h is not None and h.node is not None and h.writable:
             self.ws.backing.release_writer(h.node)
         if h is not None and h.node is not None and h.node.parent is None \
                 and not self.lookups.get(h.node.id):
             self.ws.forget(h.node.id)
 
-    @_guard
+    @guard
     async def fsync(self, fh, datasync):
         await self._sync()
 
@@ -606,19 +473,18 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EIO) from None
 
     # -- directories ------------------------------------------------------------------
-    @_reader
+    @reader
     async def opendir(self, inode, ctx):
         node = self._node(inode)
         if isinstance(node, (VFile, MemFile)) or (isinstance(node, Node) and node.kind != DIR):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if isinstance(node, Node) and node.id != ROOT_ID and self._bound() is not None:
             await self._on_access(node, wait=True)
-        fh = self._open_handle(Handle(node if isinstance(node, Node) else None))
-        self._dir_snapshots[fh] = []
-        self.handles[fh].data = inode  # type: ignore[assignment]
+        fh = self.handles.open(Handle(node if isinstance(node, Node) else None, inode))
+        self.handles.dir_snapshots[fh] = []
         return fh
 
-    def _listing(self, ino: int) -> list[tuple[bytes, object]]:
+    def _listing(self, ino: int) -> list[tuple[bytes, Any]]:
         node = self._node(ino)
         if isinstance(node, MemDir):
             return self.mem.listing(node)
@@ -630,18 +496,19 @@ class MemfsOperations(pyfuse3.Operations):
                 except pyfuse3.FUSEError:
                     continue
             return out
+        assert isinstance(node, Node)  # readdir is asked of directories only
         return sorted(self.ws.children(node).items())
 
-    @_reader
+    @reader
     async def readdir(self, fh, start_id, token):
         # Offsets 1 and 2 are "." and ".."; then offsets index a snapshot taken when the
         # listing starts, so they stay stable while the directory changes. A rewind
         # (offset 0) takes a fresh snapshot.
         ino = self.handles[fh].data
-        if start_id == 0 or not self._dir_snapshots.get(fh):
-            self._dir_snapshots[fh] = self._listing(ino)  # type: ignore[arg-type]
-        snap = self._dir_snapshots[fh]
-        dir_node = self._node(ino)  # type: ignore[arg-type]
+        if start_id == 0 or not self.handles.dir_snapshots.get(fh):
+            self.handles.dir_snapshots[fh] = self._listing(ino)
+        snap = self.handles.dir_snapshots[fh]
+        dir_node = self._node(ino)
         if start_id < 1 and not pyfuse3.readdir_reply(token, b".", self._attr(dir_node), 1):
             return
         if start_id < 2:
@@ -658,41 +525,24 @@ class MemfsOperations(pyfuse3.Operations):
                 return
             self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
 
-    @_reader
+    @reader
     async def releasedir(self, fh):
-        self._dir_snapshots.pop(fh, None)
-        self.handles.pop(fh, None)
+        self.handles.close_dir(fh)
 
-    @_guard
+    @guard
     async def fsyncdir(self, fh, datasync):
         await self._sync()
 
     # -- filesystem -------------------------------------------------------------------
-    @_reader
+    @reader
     async def statfs(self, ctx):
-        """The store filesystem's own size and use (df on the mount and on the store's disk
-        agree), with what waits in memory counted as used and the headroom commits need
-        (memfs.store.space) kept out of what is available. Inode counts are the store
-        filesystem's: a file here takes none of them, so they bound nothing of memfs's."""
-        sp = self.ws.space()
-        pending = self.ws.pending_bytes
-        s = pyfuse3.StatvfsData()
-        s.f_bsize = s.f_frsize = 4096
-        s.f_blocks = sp.size // 4096
-        s.f_bfree = max(0, sp.free - pending) // 4096
-        s.f_bavail = min(s.f_bfree, self.ws.free_bytes() // 4096)
-        s.f_files, s.f_ffree, s.f_favail = sp.files, sp.ffree, sp.favail
-        s.f_namemax = 255
-        return s
+        return statvfs(self.ws)
 
     # -- extended attributes ------------------------------------------------------------
-    @_guard
+    @guard
     async def setxattr(self, inode, name, value, ctx):
         node = self._wnode(inode)
-        if not name.startswith(b"user."):
-            raise pyfuse3.FUSEError(errno.ENOTSUP)
-        if name.startswith(b"user.memfs."):
-            raise pyfuse3.FUSEError(errno.EPERM)
+        check_settable(name)
         await self._enter(ctx)
         self.ws.set_xattr(node, name, value)
 
@@ -705,71 +555,32 @@ class MemfsOperations(pyfuse3.Operations):
         if not name.startswith(b"user."):
             raise pyfuse3.FUSEError(errno.ENODATA)
         try:
-            return await self._user_xattr(inode, name)
+            return await user_value(self.ws, self._node(inode), name, self._drain_later)
         except pyfuse3.FUSEError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount
-            raise _fuse_error("getxattr", (inode, name), exc) from None
+            raise fuse_error("getxattr", (inode, name), exc) from None
 
-    async def _user_xattr(self, inode, name):
-        node = self._node(inode)
-        if name in STATE_XATTRS and isinstance(node, Node) and self.ws.backing is not None:
-            state, ran = await self.ws.backing.state_now(node)  # observes the path first
-            if ran:
-                trio.lowlevel.spawn_system_task(self._drain_quietly)
-            value = None if state is None else state[name == STATE_XATTRS[1]]
-            if value is None:
-                raise pyfuse3.FUSEError(errno.ENODATA)
-            return value.encode()
-        if not isinstance(node, Node) or name not in node.xattrs:
-            raise pyfuse3.FUSEError(errno.ENODATA)
-        return node.xattrs[name]
-
-    @_reader
+    @reader
     async def listxattr(self, inode, ctx):
         node = self._node(inode)
         if not isinstance(node, Node):
             return []
-        # The state xattrs are answered by name only, never listed: `cp -a` and `rsync -X`
-        # copy every listed xattr, and would stamp a user's own files with memfs's states.
-        return list(node.xattrs)
+        return list(node.xattrs)  # never the state xattrs (memfs.fs.xattrs.user_value)
 
-    @_guard
+    @guard
     async def removexattr(self, inode, name, ctx):
         await self._enter(ctx)
         node = self._wnode(inode)
         self.ws.remove_xattr(node, name)
 
-    @_reader
+    @reader
     async def access(self, inode, mode, ctx):
         return True
 
     def destroy(self) -> None:
         self.lookups.clear()
         self.handles.clear()
-
-
-def _negative(timeout: float) -> pyfuse3.EntryAttributes:
-    """A lookup's answer that the name does not exist, which the kernel caches for `timeout`
-    (an ENOENT error is never cached): inode 0, holding no reference to forget."""
-    a = pyfuse3.EntryAttributes()
-    a.st_ino = 0
-    a.entry_timeout = timeout
-    a.attr_timeout = 0
-    return a
-
-
-def _invalidate(entries: list[tuple[int, bytes]], inodes: list[int]) -> None:
-    for parent, name in entries:
-        try:
-            pyfuse3.invalidate_entry(parent, name)
-        except (FileNotFoundError, OSError):
-            pass
-    for ino in inodes:
-        try:
-            pyfuse3.invalidate_inode(ino)
-        except (FileNotFoundError, OSError):
-            pass
 
 
 __all__ = ["MemfsOperations", "FILE"]

@@ -3,14 +3,15 @@
 `.memfs` is reachable by name from the mount root but never listed there, so `find`, `du`,
 `grep -r` and `git add -A` never walk into history. Everything below it is read-only.
 Entries are generated when looked up; files render their content at open, so a `cat`
-always shows the present.
+always shows the present. Loop thread only (the FUSE handlers); a file that must count
+something slowly does it in its `prepare`, in a worker thread.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,9 @@ class VFile:
     id: int
     render: Callable[[], bytes]
     mtime: Callable[[], int | None] | None = None  # ns; None: the store root's mtime
+    # Awaited at open, before render: facts that must be fresh and cannot be made fresh on
+    # the loop without waiting (status: what disk owes, counted in a worker thread).
+    prepare: Callable[[], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -61,14 +65,15 @@ class VirtualTree:
         self.nodes[d.id] = d
         return d
 
-    def _file(self, render, mtime=None) -> VFile:
-        f = VFile(self._id(), render, mtime)
+    def _file(self, render, mtime=None, prepare=None) -> VFile:
+        f = VFile(self._id(), render, mtime, prepare)
         self.nodes[f.id] = f
         return f
 
     def _top_children(self) -> dict[bytes, Callable[[], object]]:
         items = {
-            b"status": lambda: self._file(self._status),
+            b"status": lambda: self._file(
+                self._status, prepare=lambda: self.ws.backing.refresh_status()),
             b"branches": lambda: self._dir(self._branch_lookup, self._branch_list),
             b"history": lambda: self.history.history_dir(),
             b"checkpoints": lambda: self.history.checkpoints_dir(),

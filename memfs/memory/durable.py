@@ -10,20 +10,12 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from memfs.durable import fsync_dir, write_all
-
-CRASH_ENV = "MEMFS_CRASH_AT"
-
-
-def crash_point(name: str) -> None:
-    """Die by SIGKILL here if MEMFS_CRASH_AT names this point (crash tests only)."""
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+from memfs.testing import CRASH_ENV, crash_point  # noqa: F401 - the memory code's points
 
 
 class FsOps:
@@ -70,6 +62,22 @@ class FsOps:
             path.unlink(missing_ok=True)
         else:
             shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def shared_if_free(lock_path: Path) -> Iterator[bool]:
+    """Take flock(LOCK_SH) only if no one holds it exclusively now; yields whether it did.
+    For readers that must not wait (the FUSE loop): they read without it then."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
 
 
 @contextmanager

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from memfs.memory.durable import FsOps, crash_point, flocked
+from memfs.memory.durable import FsOps, crash_point, flocked, shared_if_free
 from memfs.memory.errors import InvalidRecord, MemoryDamaged, NoSuchRecord, StaleRevision
 from memfs.memory.generation import (
     GlobalGeneration,
@@ -62,6 +62,7 @@ MANIFEST = ".manifest.json"
 INDEX_FILE = INDEX_NAME + RECORD_SUFFIX
 GLOBAL_FILE = "global.md"
 KEEP_GENERATIONS = 32
+UNLOCKED_TRIES = 3  # reads without the lock (a commit holds it) start again this often
 _GEN_RE = re.compile(r"^(\d{8})-([0-9a-f]{16})$")
 T = TypeVar("T")
 
@@ -114,9 +115,23 @@ class MemoryStore:
         return self.root / "generations" / "global"
 
     def _read_locked(self, fn: Callable[[], T]) -> T:
+        """A read that never waits for a commit (the FUSE layer reads memory on its event
+        loop, and a review may hold the exclusive lock across fsyncs). With the lock free it
+        reads under LOCK_SH as before. While a commit holds it, it reads without: the link
+        only ever names a complete, fsynced generation, which the commit never changes and
+        prunes only once KEEP_GENERATIONS newer ones exist, so the read sees the generation
+        before the commit or the one after. Should a generation vanish under the read (that
+        many commits during it), the read starts again from the link."""
         if not self.root.is_dir():
             return fn()
-        with flocked(self._lock, exclusive=False):
+        with shared_if_free(self._lock) as locked:
+            if locked:
+                return fn()
+            for _ in range(UNLOCKED_TRIES - 1):
+                try:
+                    return fn()
+                except (FileNotFoundError, MemoryDamaged):
+                    continue
             return fn()
 
     # ---- reads -------------------------------------------------------------------------

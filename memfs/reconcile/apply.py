@@ -15,18 +15,23 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import Literal, Protocol, TypeVar
 
 from memfs.errors import MemfsError
-from memfs.reconcile.contained import Refused, RootId, crash_point
+from memfs.reconcile.contained import Refused, RootId
 from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
 from memfs.reconcile.plan import MaterializePlan
 from memfs.reconcile.rule import ABSENT, Decision, Pending, _Absent
+from memfs.testing import crash_point
+
+T = TypeVar("T")
 
 
 class JournalLike(Protocol):
-    def begin_intent(self, mount: str, path: str, op: str, *, old: str | None, new: str | None,
-                     branch: str | None = None, root: tuple[int, int] | None = None,
+    def begin_intent(self, mount: str, path: str, op: Literal["write", "unlink", "adopt"], *,
+                     old: str | None, new: str | None, branch: str | None = None,
+                     root: tuple[int, int] | None = None, prior: str | None | bool = False,
                      mode: int | None = None) -> int: ...
     def complete_intent(self, intent_id: int) -> None: ...
     def abandon_intent(self, intent_id: int) -> None: ...
@@ -47,17 +52,8 @@ def push_write(
     permission bits written, recorded in P with the digest on completion."""
     iid = journal.begin_intent(mount, rel, "write", old=_col(expected), new=new_digest,
                                branch=branch, root=(root.dev, root.ino), mode=mode)
-    crash_point("apply:after-intent")
-    try:
-        written = write_file(root_path, rel, data, root=root, expected=expected, force=force,
-                             mode=mode)
-    except EffectFailed:
-        raise
-    except Refused as exc:
-        if not exc.touched:
-            journal.abandon_intent(iid)
-        raise
-    crash_point("apply:after-effect")
+    written = _effect(journal, iid, partial(write_file, root_path, rel, data, root=root,
+                                            expected=expected, force=force, mode=mode))
     if written.digest != new_digest:
         journal.abandon_intent(iid)
         raise Refused(f"{rel}: the bytes written are not the ones the intent named",
@@ -73,9 +69,18 @@ def push_unlink(
     """Intent, unlink, completion (P := absent)."""
     iid = journal.begin_intent(mount, rel, "unlink", old=expected, new=None, branch=branch,
                                root=(root.dev, root.ino))
+    removed = _effect(journal, iid, partial(unlink_file, root_path, rel, root=root,
+                                            expected=expected, force=force))
+    journal.complete_intent(iid)
+    return removed
+
+
+def _effect(journal: JournalLike, iid: int, effect: Callable[[], T]) -> T:
+    """An effect after its intent: a refusal that touched nothing abandons the intent (disk
+    is unchanged); a failure after it touched disk leaves the intent pending, to be settled."""
     crash_point("apply:after-intent")
     try:
-        removed = unlink_file(root_path, rel, root=root, expected=expected, force=force)
+        result = effect()
     except EffectFailed:
         raise
     except Refused as exc:
@@ -83,23 +88,7 @@ def push_unlink(
             journal.abandon_intent(iid)
         raise
     crash_point("apply:after-effect")
-    journal.complete_intent(iid)
-    return removed
-
-
-def adopt(
-    journal: JournalLike, mount: str, rel: str, *, old: str | _Absent, new: str | _Absent,
-    branch: str | None, commit: Callable[[], None], root: RootId | None = None,
-) -> None:
-    """Take disk into the tree: intent (old/new are the store side), then `commit` — the
-    caller's tree change, which must be durable (synced) when it returns — then completion,
-    which records P := new."""
-    iid = journal.begin_intent(mount, rel, "adopt", old=_col(old), new=_col(new), branch=branch,
-                               root=(root.dev, root.ino) if root else None)
-    crash_point("apply:after-intent")
-    commit()
-    crash_point("apply:after-effect")
-    journal.complete_intent(iid)
+    return result
 
 
 def settle(journal: JournalLike, mount: str, decisions: dict[str, Decision],
@@ -167,20 +156,14 @@ def run_materialize(
                    for s in mplan.skipped]
     if mplan.refused:
         return out
+
     def write(w) -> None:
         if not _still(still_selected, out, w.path):
             return
         data, digest = content(w.path)
-        try:
-            push_write(journal, mount, root_path, root, w.path, data, new_digest=digest,
-                       expected=w.expected, force=w.force, branch=branch, mode=w.mode)
-            out.written.append(w.path)
-        except EffectFailed as exc:
-            out.failed.append({"path": w.path, "reason": exc.reason, "message": exc.message,
-                               "remedy": exc.remedy})
-        except Refused as exc:
-            out.skipped.append({"path": w.path, "state": "refused", "reason": exc.message,
-                                "remedy": exc.remedy})
+        _record(out, w.path, out.written, partial(
+            push_write, journal, mount, root_path, root, w.path, data, new_digest=digest,
+            expected=w.expected, force=w.force, branch=branch, mode=w.mode))
 
     # Writes before unlinks (a move in the workspace: the new name is on disk before the old
     # goes), except a write below a file this plan unlinks, which can only go after it.
@@ -190,20 +173,28 @@ def run_materialize(
     for u in mplan.unlinks:
         if not _still(still_selected, out, u.path):
             continue
-        try:
-            push_unlink(journal, mount, root_path, root, u.path, expected=u.expected,
-                        force=u.force, branch=branch)
-            out.removed.append(u.path)
-        except EffectFailed as exc:
-            out.failed.append({"path": u.path, "reason": exc.reason, "message": exc.message,
-                               "remedy": exc.remedy})
-        except Refused as exc:
-            out.skipped.append({"path": u.path, "state": "refused", "reason": exc.message,
-                                "remedy": exc.remedy})
+        _record(out, u.path, out.removed, partial(
+            push_unlink, journal, mount, root_path, root, u.path, expected=u.expected,
+            force=u.force, branch=branch))
     for w in mplan.writes:
         if w.after_unlinks:
             write(w)
     return out
+
+
+def _record(out: MaterializeResult, path: str, done: list[str],
+            effect: Callable[[], object]) -> None:
+    """Run one write-ahead effect and record how it ended: done, failed after it touched disk
+    (it stays pending) or refused (disk unchanged, the path stays owed)."""
+    try:
+        effect()
+        done.append(path)
+    except EffectFailed as exc:
+        out.failed.append({"path": path, "reason": exc.reason, "message": exc.message,
+                           "remedy": exc.remedy})
+    except Refused as exc:
+        out.skipped.append({"path": path, "state": "refused", "reason": exc.message,
+                            "remedy": exc.remedy})
 
 
 def _still(still_selected: Callable[[], bool], out: MaterializeResult, path: str) -> bool:

@@ -13,9 +13,7 @@ import ctypes
 import ctypes.util
 import errno
 import os
-import signal
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import xxhash
@@ -64,20 +62,6 @@ class Refused(MemfsError):
         super().__init__(message, remedy)
         self.reason = reason
         self.touched = touched
-
-
-FAULT_HOOKS: dict[str, Callable[[], None]] = {}
-"""Fault-injection shim for tests: a callable run at a named point (e.g. an edit racing a check)."""
-
-
-def crash_point(name: str) -> None:
-    """A named point of an effect: MEMFS_CRASH_AT=<name> SIGKILLs this process here (crash
-    tests), and a test may run a FAULT_HOOKS callable here (race tests)."""
-    if os.environ.get("MEMFS_CRASH_AT") == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-    hook = FAULT_HOOKS.get(name)
-    if hook is not None:
-        hook()
 
 
 def components(rel: str) -> list[str]:
@@ -269,3 +253,48 @@ def open_contained_file(root_path: str | os.PathLike[str], rel: str, *,
     finally:
         close_chain(chain)
         os.close(root_fd)
+
+
+# --- contained readers (what the backing layer reads from a backing root) --------------------
+
+def read_contained(root_dir: str, expected: RootId | None, rel: str,
+                   digest: str | None) -> bytes | None:
+    """A backing file's bytes through dir fds from the held root; None if it is not the file
+    the decision saw (digest differs), is gone, or is not a regular file."""
+    try:
+        fd, _ = open_contained_file(root_dir, rel, root=expected)
+    except (RootUnavailable, Refused, OSError):
+        return None
+    try:
+        out = bytearray()
+        while piece := os.pread(fd, 1 << 20, len(out)):
+            out += piece
+    finally:
+        os.close(fd)
+    data = bytes(out)
+    if digest is not None and xxhash.xxh3_128_hexdigest(data) != digest:
+        return None
+    return data
+
+
+def pread_contained(root_dir: str, expected: RootId | None, rel: str, off: int,
+                    size: int) -> bytes:
+    """`size` bytes at `off` of a disk-only file, through a contained open. Raises
+    RootUnavailable (a replaced or missing root) and Refused (not a regular file inside it)."""
+    fd, _ = open_contained_file(root_dir, rel, root=expected)
+    try:
+        return os.pread(fd, size, off)
+    finally:
+        os.close(fd)
+
+
+def ctime_trusted(root_dir: str) -> bool:
+    """Does the backing root's filesystem keep ctime (the walk's allowlist)?"""
+    try:
+        fd = os.open(root_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return fs_magic(fd) in CTIME_TRUSTED
+    finally:
+        os.close(fd)

@@ -45,7 +45,6 @@ from memfs.reconcile.contained import (
     RootId,
     close_chain,
     components,
-    crash_point,
     hash_fd,
     ident,
     open_chain,
@@ -55,6 +54,7 @@ from memfs.reconcile.contained import (
     still_linked,
 )
 from memfs.reconcile.rule import ABSENT, MODE_BITS, _Absent
+from memfs.testing import crash_point
 
 HARD_LINK_REMEDY = (
     "force does not override this; to write this path alone, give it a copy of its own first "
@@ -137,6 +137,9 @@ def _check_fresh(fd: int, expected: str | _Absent, force: bool, rel: str) -> Non
                       reason="changed")
 
 
+# Long on purpose: its checks run in the order of the numbered steps in docs/reconciliation.md
+# ("Effects"), each before the next I/O on the same held fds; cut into helpers, the fds and the
+# order would pass between functions and the order would no longer read top to bottom.
 def write_file(
     root_path: str | os.PathLike[str],
     rel: str,

@@ -52,9 +52,12 @@ class Observed(Protocol):
     A path in `files` reads as that file's content whatever the regions say: `disk(path)` is
     then Content(fact.digest, fact.kind), which the unchanged fast path relies on."""
 
-    scope: str
-    files: Mapping[str, ObservedFile]
-    regions: Sequence[object]
+    @property
+    def scope(self) -> str: ...
+    @property
+    def files(self) -> Mapping[str, ObservedFile]: ...
+    @property
+    def regions(self) -> Sequence[object]: ...
 
     def disk(self, path: str) -> Disk: ...
 
@@ -119,12 +122,6 @@ class PassPlan:
 
     def adoptions(self) -> dict[str, Decision]:
         return {p: d for p, d in self.decisions.items() if d.action == Action.ADOPT_DISK}
-
-    def evidence_updates(self) -> dict[str, str | _Absent]:
-        return {p: d.record for p, d in self.decisions.items() if d.record is not None}
-
-    def owed(self) -> dict[str, Decision]:
-        return {p: d for p, d in self.decisions.items() if d.owes is not None}
 
 
 def plan_pass(
@@ -600,30 +597,3 @@ def count_owed(
         elif modes and s.mode is not None and modes.get(path, s.mode) != s.mode:
             changes += 1  # the workspace changed its mode only
     return OwedCounts(changes, deletions, conflicts)
-
-
-# --- one branch per decision -----------------------------------------------------------------
-
-
-@dataclass
-class Gathered:
-    """A pass's inputs gathered on one branch, or `incomplete` if the branch kept changing."""
-
-    branch: str | None
-    inputs: object | None
-    incomplete: str | None = None
-
-
-def gather_on_one_branch(
-    selected: Callable[[], str | None], gather: Callable[[str | None], object], *,
-    attempts: int = 3,
-) -> Gathered:
-    """Gather on the selected branch and check it is still selected afterwards; if it changed
-    under the gathering, gather again; if it keeps changing, say the pass is incomplete rather
-    than decide one branch's content with another's states."""
-    for _ in range(attempts):
-        branch = selected()
-        inputs = gather(branch)
-        if selected() == branch:
-            return Gathered(branch, inputs)
-    return Gathered(None, None, f"the selected branch changed during {attempts} gatherings")

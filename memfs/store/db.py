@@ -1,4 +1,4 @@
-"""The store's SQLite database: connection settings and schema.
+"""The store's SQLite database: connection settings (the tables are memfs.store.schema's).
 
 WAL with synchronous=FULL: a transaction that returned is on disk. Two connections per
 process: one writer (used only by the group-commit thread) and one reader (used by the
@@ -10,29 +10,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 1
 WAL_SIZE_LIMIT = 16 << 20
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
--- Content chunks: (pack file, offset, length). Packs are append-only files under packs/.
-CREATE TABLE IF NOT EXISTS chunks (
-    id TEXT PRIMARY KEY, pack INTEGER NOT NULL, off INTEGER NOT NULL, len INTEGER NOT NULL);
--- Tree objects: directory listings and file manifests, keyed by a BLAKE2b digest.
-CREATE TABLE IF NOT EXISTS objects (id TEXT PRIMARY KEY, data BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS commits (
-    id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, parent TEXT, tree TEXT NOT NULL,
-    branch TEXT NOT NULL, time_ns INTEGER NOT NULL, message TEXT NOT NULL,
-    processes TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS branches (name TEXT PRIMARY KEY, head TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS checkpoints (
-    name TEXT PRIMARY KEY, commit_id TEXT NOT NULL, branch TEXT NOT NULL, time_ns INTEGER NOT NULL);
--- Every move of a branch head that is not a plain commit (undo, reset), so nothing is lost.
-CREATE TABLE IF NOT EXISTS reflog (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, branch TEXT NOT NULL, old TEXT, new TEXT NOT NULL,
-    reason TEXT NOT NULL, time_ns INTEGER NOT NULL);
-"""
-
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Open the database with the durability settings the contract rests on."""
@@ -58,8 +36,8 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return conn
 
 
-def create_schema(conn: sqlite3.Connection) -> None:
-    conn.executescript(SCHEMA)
-    conn.execute(
-        "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-    )
+def create_schema(conn: sqlite3.Connection, where: object = "store.db") -> None:
+    """The store's tables at today's version (memfs.store.schema, where they are defined)."""
+    from memfs.store import schema
+
+    schema.migrate(conn, where)

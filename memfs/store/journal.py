@@ -15,15 +15,12 @@ then record a conflict from stale evidence. So the journal is poisoned: every ev
 write raises JournalNeedsReopen until `reopen()` (`memfs sync --reopen` does it in a running
 daemon, then observes again).
 
-Fault injection for tests: while $MEMFS_TEST_JOURNAL_FAULT names a file that exists, the next
-journal write commits and then fails as SQLite does when the WAL's fsync fails after its frames
-were written (the record may be in the file, the writer is told it failed), removing the file:
-a test arms exactly one failure, in a real daemon, at the moment it chooses.
+Fault injection for tests: memfs.testing.journal_fault, run after each write's COMMIT (the
+record may be in the file, the writer is told it failed).
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import threading
 import time
@@ -36,6 +33,8 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple, TypeVar
 
 from memfs.errors import MemfsError
+from memfs.store import schema
+from memfs.testing import journal_fault
 
 T = TypeVar("T")
 
@@ -48,89 +47,9 @@ _POISON_CODES = {
     26,  # SQLITE_NOTADB
 }
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS journal_roots (
-    mount TEXT PRIMARY KEY,
-    dev INTEGER NOT NULL,
-    ino INTEGER NOT NULL,
-    recorded_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS journal_evidence (
-    mount TEXT NOT NULL,
-    path TEXT NOT NULL,
-    digest TEXT,               -- NULL: disk and store agreed the path holds nothing
-    recorded_at REAL NOT NULL,
-    mode INTEGER,              -- the permission bits agreed on (NULL: not recorded)
-    PRIMARY KEY (mount, path)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS journal_evidence_aside (
-    mount TEXT NOT NULL,
-    path TEXT NOT NULL,
-    digest TEXT,
-    dev INTEGER,
-    ino INTEGER,
-    set_aside_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS journal_intents (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    mount TEXT NOT NULL,
-    path TEXT NOT NULL,
-    op TEXT NOT NULL CHECK (op IN ('write', 'unlink', 'adopt')),
-    branch TEXT,
-    old TEXT,                  -- expected value before ('' = absent)
-    new TEXT,                  -- value after ('' = absent)
-    prior TEXT,                -- adopt: the P its decision resolved ('' = absent, NULL = unrecorded)
-    mode INTEGER,              -- the permission bits the step sets (NULL: not recorded)
-    state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done', 'abandoned')),
-    created_at REAL NOT NULL,
-    settled_at REAL
-);
-CREATE INDEX IF NOT EXISTS journal_intents_pending
-    ON journal_intents (mount, path) WHERE state = 'pending';
-CREATE TABLE IF NOT EXISTS journal_fingerprints (
-    mount TEXT NOT NULL,
-    path TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    ctime_ns INTEGER NOT NULL,
-    ino INTEGER NOT NULL,
-    dev INTEGER NOT NULL,
-    digest TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    hashed_at_ns INTEGER NOT NULL,
-    mime TEXT,                 -- sniffed from the head when hashed (NULL: not recorded)
-    PRIMARY KEY (mount, path)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS journal_pins (
-    mount TEXT PRIMARY KEY,
-    branch TEXT NOT NULL,      -- the branch disk was last materialized from
-    pinned_at REAL NOT NULL
-);
--- A count of row changes to the tables pass_inputs remembers, kept by triggers, so by every
--- connection that writes them (any process, any version of memfs): a remembered snapshot is
--- good while the count is unchanged, whatever else commits to the file.
-CREATE TABLE IF NOT EXISTS journal_changes (
-    id INTEGER PRIMARY KEY CHECK (id = 0),
-    n INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO journal_changes VALUES (0, 0);
-""" + "".join(
-    f"CREATE TRIGGER IF NOT EXISTS {table}_{what} AFTER {what} ON {table} "
-    "BEGIN UPDATE journal_changes SET n = n + 1 WHERE id = 0; END;\n"
-    for table in ("journal_evidence", "journal_fingerprints")
-    for what in ("INSERT", "UPDATE", "DELETE"))
-
-# Columns added after the first release: a journal made before them gets them at open
-# (ALTER TABLE ... ADD COLUMN; their rows read NULL, "not recorded", which each reader handles).
-ADDED_COLUMNS = (
-    ("journal_intents", "prior", "TEXT"),
-    ("journal_fingerprints", "mime", "TEXT"),
-    ("journal_evidence", "mode", "INTEGER"),
-    ("journal_intents", "mode", "INTEGER"),
-)
+# Its tables and the columns added since its first release are memfs.store.schema's.
 
 _ABSENT_COL = ""  # how an absent old/new/prior value is stored in journal_intents
-FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"  # tests: a file whose existence fails the next write
 REOPEN_REMEDY = ("run `memfs sync --reopen` (it reopens the journal's view of the store in the "
                  "running daemon, then observes again; restarting memfs does the same) before any "
                  "sync, listing or materialize; files the workspace already holds stay readable")
@@ -178,20 +97,6 @@ class FingerprintRow(NamedTuple):
     kind: str
     hashed_at_ns: int
     mime: str | None = None  # None: not recorded (a row older than the column)
-
-
-def _fault_point() -> None:
-    """The tests' one injected failure (see the module docstring): consumed as it fires."""
-    trigger = os.environ.get(FAULT_ENV)
-    if not trigger:
-        return
-    try:
-        os.unlink(trigger)
-    except FileNotFoundError:
-        return
-    exc = sqlite3.OperationalError("disk I/O error (injected)")
-    exc.sqlite_errorcode = 10  # type: ignore[attr-defined]  # SQLITE_IOERR
-    raise exc
 
 
 @dataclass(frozen=True)
@@ -247,28 +152,6 @@ def _text(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-def _add_columns(conn: sqlite3.Connection) -> None:
-    """Bring a journal made by an older memfs up to ADDED_COLUMNS, under the write lock (two
-    processes opening one old journal at once add each column once)."""
-    def missing() -> list[tuple[str, str, str]]:
-        have: dict[str, set[str]] = {}
-        for table, _, _ in ADDED_COLUMNS:
-            if table not in have:
-                have[table] = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
-        return [c for c in ADDED_COLUMNS if c[1] not in have[c[0]]]
-
-    if not missing():
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        for table, col, decl in missing():
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {col} {decl}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-
-
 def _is_poison(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is None:
@@ -303,8 +186,7 @@ class Journal:
         conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
-        conn.executescript(SCHEMA)
-        _add_columns(conn)
+        schema.ensure_journal(conn)
         return conn
 
     def reopen(self) -> None:
@@ -375,7 +257,7 @@ class Journal:
                 for key, entry in self._stale.items():
                     self._memo.setdefault(key, entry)
                 conn.execute("COMMIT")
-                _fault_point()
+                journal_fault()
             except BaseException as exc:
                 self._memo.clear()  # patched for a transaction that did not commit
                 try:

@@ -27,12 +27,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from memfs.errors import MemfsError
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS dropped_commits (
-    id TEXT PRIMARY KEY, parent TEXT, seq INTEGER NOT NULL, branch TEXT NOT NULL,
-    time_ns INTEGER NOT NULL, dropped_ns INTEGER NOT NULL, reason TEXT NOT NULL
-) WITHOUT ROWID;
-"""
+# Its table, dropped_commits, is defined in memfs.store.schema.
 META_KEY = "retention"
 FOREVER = float("inf")
 HOUR, DAY = 3600.0, 86400.0

@@ -3,10 +3,8 @@ reflog rows and the history queries (memfs.store.backend.Records lists them).
 
 Mixed into Store (reads through its reader, any thread) and Transaction (writes on the
 writer connection, inside the caller's transaction), so memfs.store.history and fsck speak to
-either backend through the same methods and no SQL leaves the backend that owns it. The
-schema is the one memfs.store.history created before there was a second backend: a store
-made by older code reads unchanged, and a store opened read-only that predates a table reads
-it as empty.
+either backend through the same methods and no SQL leaves the backend that owns it. Their
+tables are in memfs.store.schema with every other table of store.db.
 """
 
 from __future__ import annotations
@@ -17,20 +15,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from memfs.store.backend import DroppedCommit
     from memfs.store.store import Commit
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS commit_ops (commit_id TEXT PRIMARY KEY, data TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS marks (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, commit_id TEXT NOT NULL,
-    branch TEXT NOT NULL, time_ns INTEGER NOT NULL, label TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS marks_commit ON marks(commit_id);
-CREATE INDEX IF NOT EXISTS commits_time ON commits(time_ns);
-"""
-
-
-def create_schema(conn: sqlite3.Connection) -> None:
-    conn.executescript(SCHEMA)
-
 
 def _marks(n: int) -> str:
     return ",".join("?" * n)

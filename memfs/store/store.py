@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
-from memfs.store import db, retention
+from memfs.store import db, retention, schema
 from memfs.store.backend import SingleHost
 from memfs.store.chunks import ChunkStore
 from memfs.store.refs import CommitRefs, commit_refs
@@ -30,19 +30,6 @@ from memfs.store.trees import Entry, decode_inodes, decode_manifest, encode_dir,
 DEFAULT_BRANCH = "main"
 EMPTY_TREE = encode_dir([])
 BINDING_KEY = "backing:"  # meta key prefix: a store mount's backing directory (not per branch)
-
-# Branch intent of backed mounts, per commit (memfs.workspace.backing): {mount: object id of the
-# intent bytes}, so it rewinds with undo and branch switch exactly as the tree does.
-INTENT_SCHEMA = """
-CREATE TABLE IF NOT EXISTS commit_intents (commit_id TEXT PRIMARY KEY, data TEXT NOT NULL);
-"""
-
-# The inode table of a commit whose tree has hard-linked inodes (memfs.store.trees): absent for
-# every other commit, so stores made before hard links read unchanged.
-INODES_SCHEMA = """
-CREATE TABLE IF NOT EXISTS commit_inodes (commit_id TEXT PRIMARY KEY, inodes TEXT NOT NULL);
-"""
-
 
 @dataclass(frozen=True)
 class Commit:
@@ -138,15 +125,11 @@ class Store(SqliteRecords, SingleHost):
         self._write_lock = threading.RLock()  # re-entered by exclusive()
         self._writer = None if readonly else db.connect(self.db_path)
         if self._writer is not None:
-            from memfs.store import sqlite_records
-
-            db.create_schema(self._writer)
-            self._writer.executescript(INTENT_SCHEMA)
-            self._writer.executescript(INODES_SCHEMA)
-            self._writer.executescript(retention.SCHEMA)
-            sqlite_records.create_schema(self._writer)
+            db.create_schema(self._writer, self.db_path)  # read the version, migrate
             fsync_dir(root)  # store.db's name (SQLite syncs the file, not the directory entry)
         self._reader = db.connect(self.db_path, readonly=readonly)
+        if readonly:
+            schema.check_known(self._reader, self.db_path)  # a newer memfs's store: refused
         self._reader_lock = threading.Lock()
         self.chunks = ChunkStore(root)
         self._objects: dict[str, bytes] = {}
@@ -413,7 +396,7 @@ class Store(SqliteRecords, SingleHost):
 
     # -- backing directories and their branch intent --------------------------------
     def bindings(self) -> dict[str, dict]:
-        """mount -> its backing binding (memfs.workspace.backing.Binding as JSON)."""
+        """mount -> its backing binding (memfs.backing.Binding as JSON)."""
         rows = self._query("SELECT key, value FROM meta WHERE key LIKE ?", (BINDING_KEY + "%",))
         return {k[len(BINDING_KEY):]: json.loads(v) for k, v in rows}
 
@@ -534,6 +517,3 @@ def check_new_name(tx, name: str, kind: str) -> None:
             raise StoreError(f"a {other} is named {name!r}: a {kind} of that name could never "
                              f"be reached by it", again)
 
-
-def open_readonly_probe(root: Path) -> sqlite3.Connection:
-    return db.connect(root / "store.db", readonly=True)

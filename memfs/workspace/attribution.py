@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from memfs.store.history import OpRecord
 
@@ -191,7 +192,7 @@ def acting(op: OpRecord, *, keep: bool = False) -> Iterator[OpRecord]:
         CURRENT.reset(token)
 
 
-def labelled(kind: str, describe: Callable[[object], str]):
+def labelled(kind: str, describe: Callable[[Any], str]):
     """For a Backing method taking (self, subject, ...): its tree changes are memfs's own
     operation of `kind`, named `describe(subject)` ("reconciler: disk changes in work"). An
     operation already set in the task stays (a materialize's pass is the materialize's)."""

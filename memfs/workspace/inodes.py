@@ -17,6 +17,7 @@ from memfs.store.trees import FILE, LINK, Entry, encode_inodes, encode_row, name
 
 if TYPE_CHECKING:
     from memfs.workspace.nodes import Node
+    from memfs.workspace.snapshot import FileJob
 
 
 class Inodes:
@@ -42,17 +43,17 @@ class Inodes:
         plan.rows = dict(self.load_rows(store))
         plan.jobs = []
         for node in self.changed:
+            key = node.ikey
+            assert key is not None  # a node is in `changed` for its row in the table
             if not alive(node):  # its last name is gone: the row goes
-                plan.jobs.append(InodeJob(node, node.ver, node.ikey, None))
+                plan.jobs.append(InodeJob(node, node.ver, key, None))
             elif node.kind == FILE and (node.dirty or node.ref is None):
                 fjob = snap_file(node)
                 plan.file_jobs.append(fjob)
-                plan.jobs.append(InodeJob(node, node.ver, node.ikey, node.entry("", fjob.size),
-                                          fjob))
+                plan.jobs.append(InodeJob(node, node.ver, key, node.entry("", fjob.size), fjob))
             else:
                 ref = name_to_str(node.target) if node.kind == LINK else node.ref or ""
-                plan.jobs.append(InodeJob(node, node.ver, node.ikey,
-                                          node.entry(ref, node.size())))
+                plan.jobs.append(InodeJob(node, node.ver, key, node.entry(ref, node.size())))
         return plan
 
 
@@ -65,7 +66,7 @@ class InodeJob:
     ver: int
     key: str
     entry: Entry | None
-    file: object | None = None  # the workspace's _FileJob for a dirty file
+    file: FileJob | None = None  # the content job of a dirty file (memfs.workspace.snapshot)
 
 
 @dataclass
@@ -80,15 +81,17 @@ class TablePlan:
         """Commit thread, after the content jobs: the new table (None once empty)."""
         if self.jobs is None:
             return
+        rows = self.rows
+        assert rows is not None  # the snapshot copied them with the jobs
         for j in self.jobs:
             if j.entry is None:
-                self.rows.pop(j.key, None)
+                rows.pop(j.key, None)
                 continue
             if j.file is not None:
                 j.entry.ref = j.file.ref
-            self.rows[j.key] = j.entry
-        self.table = tx.put_object(encode_inodes([encode_row(e) for e in self.rows.values()])) \
-            if self.rows else None
+            rows[j.key] = j.entry
+        self.table = tx.put_object(encode_inodes([encode_row(e) for e in rows.values()])) \
+            if rows else None
 
     def apply(self) -> None:
         """Back on the loop once durable: clean what did not change meanwhile."""

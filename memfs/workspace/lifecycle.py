@@ -33,6 +33,7 @@ from memfs.store import gc
 from memfs.store.packs import pack_usage
 from memfs.store.refs import CHUNK, INODES, Ref, file_refs
 from memfs.store.space import Space, size_text
+from memfs.store.store import Store
 from memfs.store.trees import DIR, FILE
 
 if TYPE_CHECKING:
@@ -50,9 +51,12 @@ GROWTH_MIN = 256 << 20
 class Lifecycle:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
-        self.store = ws.store
+        store = ws.store
+        # The embedded store's alone: the daemon installs none on PostgreSQL (no GC there).
+        assert isinstance(store, Store), "GC runs on the embedded store only"
+        self.store = store
         self.running: gc.Collector | None = None
-        self.last: dict | None = gc.last_run(ws.store)
+        self.last: dict | None = gc.last_run(store)
         self._last_at = 0.0  # monotonic time of this process's last automatic run
         self._low_every = LOW_SPACE_EVERY  # grows while low-space runs give nothing back
         self._delay = 0.0
@@ -101,7 +105,7 @@ class Lifecycle:
         short = None
         if self.ws.health.full:
             short = "commits are failing for lack of space"
-        elif self.ws.space_refused:
+        elif self.ws.room.refused:
             short = "a write was refused for lack of space"
         elif policy.space_floor and space.avail < gc.space_floor(space, policy):
             short = f"free space {size_text(space.avail)} is under the {policy.space_floor:g}% floor"
@@ -124,7 +128,7 @@ class Lifecycle:
     async def collect(self, *, dry_run: bool = False, trigger: str = "manual") -> dict:
         async with self._lock:
             collector = gc.Collector(self.store, dry_run=dry_run, trigger=trigger,
-                                     pins=self._pins, short_of_space=self.ws.space_refused
+                                     pins=self._pins, short_of_space=self.ws.room.refused
                                      or self.ws.health.full)
             self.running = collector
             try:
@@ -139,9 +143,10 @@ class Lifecycle:
                     LOW_SPACE_MAX, self._low_every * 2)
             if not dry_run:
                 self.last = doc
-                self.ws.space_changed()
-                if doc["reserve_released"] or not self.ws.reserve.held():
-                    await trio.to_thread.run_sync(self.ws.take_reserve)  # for the next time
+                self.ws.room.changed()
+                reserve = self.ws.room.reserve  # None only on PostgreSQL, which has no GC
+                if doc["reserve_released"] or (reserve is not None and not reserve.held()):
+                    await trio.to_thread.run_sync(self.ws.room.take_reserve)  # for the next time
                 self.ws.health.poke()
             return doc
 

@@ -7,6 +7,8 @@ commit is durable, marks clean only those whose `ver` did not move meanwhile.
 File data is cut into CHUNK_SIZE pieces. Committed pieces are chunk ids in the store;
 changed pieces live in memory (`dirty`) until the next commit takes them. Absent pieces
 below `size` are holes and read as zeros, so a huge truncate costs nothing.
+
+Nodes are the trio loop's only: a commit's thread works on copies (memfs.workspace.snapshot).
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ KIND_BITS = {DIR: stat.S_IFDIR, FILE: stat.S_IFREG, LINK: stat.S_IFLNK, FIFO: st
              SOCK: stat.S_IFSOCK, CHR: stat.S_IFCHR, BLK: stat.S_IFBLK}
 KIND_OF_MODE = {bits: kind for kind, bits in KIND_BITS.items()}
 
+
+ROOT_ID = 1  # the mount root's node id (and inode number)
+DIRTY_BYTES_SOON = 16 << 20  # commit early when this much data waits in memory
 
 class WorkspaceError(OSError):
     """A refusal the FUSE layer answers with `errno`."""

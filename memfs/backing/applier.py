@@ -1,8 +1,17 @@
-"""What a pass changes in the live tree: disk's files put in, removed, shown disk-only.
+"""The tree applier: the only code that changes the live tree for the reconciler.
 
-Runs on the trio loop with no await (Backing.run_pass calls it between the check that the nodes
-a decision was made on are unchanged and the end of the tree change), and collects the kernel
-invalidations the FUSE layer then drains. One TreeEdit per pass and mount.
+What a pass takes (disk's files put in, removed, shown disk-only, modes taken in place),
+attach's mount directory and detach's removal of the disk-only nodes. Loop only, with no await
+inside a change: memfs.backing.passes calls `apply_batch` between the check that the nodes a
+decision was made on are unchanged and the end of the tree change. Each TreeEdit collects the
+kernel invalidations the FUSE layer then drains; one per pass and mount.
+
+Owns `overlay` ((mount, rel) -> the live disk-only node; their ids are also in
+`ws.disk_only`, which keeps them out of every commit) and `held` (node id -> writable
+descriptors open through the mount, counted by the FUSE layer's open/create and release: a pass
+never replaces or removes such a node, or the writes to come would land on a node no longer in
+the tree; it is taken by a pass after the last one closes). A replaced tree drops the overlay
+nodes that went with it.
 
 Type changes (issue 15): disk may replace a directory by a file or a file by a directory. The
 plan only puts a file where the store gives up everything in the way (plan._clashes makes the
@@ -15,28 +24,32 @@ same pass. A directory a removal of disk's leaves empty, which disk no longer ha
 
 from __future__ import annotations
 
+import collections
+import errno
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from memfs.backing.paths import under as _under
 from memfs.reconcile.observe import Observation
+from memfs.reconcile.plan import SyncPlan
 from memfs.reconcile.rule import ABSENT, MODE_BITS, Content
 from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
 from memfs.workspace.nodes import FileData, Node, WorkspaceError
 
 if TYPE_CHECKING:
+    from memfs.backing.storeview import StoreView
     from memfs.workspace.workspace import Workspace
 
-
-def _under(path: str, scope: str) -> bool:
-    return scope == "" or path == scope or path.startswith(scope + "/")
+BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
+BATCH_FILES = 4096
 
 
 @dataclass
 class TreeEdit:
-    """One pass's edits of one mount's subtree. `overlay` is Backing.overlay (mount, rel) ->
-    the live disk-only node, shared and changed in place."""
+    """One pass's edits of one mount's subtree. `overlay` is TreeApplier.overlay, shared and
+    changed in place."""
 
     ws: Workspace
     overlay: dict[tuple[str, str], Node]
@@ -211,4 +224,118 @@ class TreeEdit:
             self.inodes.append(parent.id)
 
 
-__all__ = ["TreeEdit"]
+def batches(take: Mapping[str, Content | object], obs: Observation) -> list[list[str]]:
+    """The paths a pass takes, cut so that one batch reads at most BATCH_BYTES of disk;
+    removals first, so a file disk made where a directory was (or the reverse) goes in once
+    what stood in its way is gone."""
+    out: list[list[str]] = [[]]
+    size = 0
+    for path in sorted(take, key=lambda p: (isinstance(take[p], Content), p)):
+        fact = obs.files.get(path)
+        n = fact.size if fact is not None and isinstance(take[path], Content) else 0
+        if out[-1] and (size + n > BATCH_BYTES or len(out[-1]) >= BATCH_FILES):
+            out.append([])
+            size = 0
+        out[-1].append(path)
+        size += n
+    return out if out[-1] else []
+
+
+class TreeApplier:
+    """The live tree's changes for the reconciler (module docstring)."""
+
+    def __init__(self, ws: Workspace, view: StoreView) -> None:
+        self.ws = ws
+        self.view = view
+        self.overlay: dict[tuple[str, str], Node] = {}
+        self.held: collections.Counter[int] = collections.Counter()
+
+    def edit(self, mount: str) -> TreeEdit:
+        return TreeEdit(self.ws, self.overlay, mount, self.view.mount_node(mount))
+
+    def release(self, node: Node) -> bool:
+        """One writable descriptor fewer; True once the last one closed."""
+        left = self.held[node.id] - 1
+        if left > 0:
+            self.held[node.id] = left
+            return False
+        del self.held[node.id]
+        return True
+
+    def tree_replaced(self) -> None:
+        self.overlay = {k: n for k, n in self.overlay.items() if n.parent is not None}
+
+    def apply_batch(self, edit: TreeEdit, batch: list[str], take: Mapping[str, object],
+                    contents: Mapping[str, bytes], obs: Observation,
+                    nodes: Mapping[str, Node], versions: Mapping[str, int],
+                    ) -> tuple[list[str], list[str], list[str]]:
+        """Take one batch: each path only if the node it was decided on is still there, with
+        the same version, and no descriptor has it open for writing. (applied, skipped, and
+        of those skipped the ones the store had no room for: nothing changed there.)"""
+        applied: list[str] = []
+        skipped: list[str] = []
+        no_room: list[str] = []
+        edit.mnode = self.view.mount_node(edit.mount)
+        for path in batch:
+            t = take[path]
+            if self.view.node_at(edit.mount, path) is not nodes.get(path) or (
+                    path in nodes and (nodes[path].ver != versions[path]
+                                       or nodes[path].id in self.held)):
+                skipped.append(path)  # changed in the workspace since it was decided,
+                continue  # or open for writing: the writes to come must reach the tree
+            if isinstance(t, Content):
+                data = contents.get(path)
+                put = False
+                if data is not None:
+                    try:
+                        put = edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
+                                            t.mode)
+                    except WorkspaceError as exc:
+                        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                            raise
+                        no_room.append(path)  # nothing changed there: decided again next
+                (applied if put else skipped).append(path)
+            else:
+                edit.remove_file(path, obs)
+                applied.append(path)
+        return applied, skipped, no_room
+
+    def apply_modes(self, edit: TreeEdit, sp: SyncPlan, nodes: Mapping[str, Node],
+                    versions: Mapping[str, int]) -> list[str]:
+        """Disk's permission bits taken where the store keeps its content (a chmod on disk):
+        the node's mode changes in place (no new inode; its attributes are invalidated), if
+        it is still the node decided on, unchanged since. Returns the paths skipped."""
+        edit.mnode = self.view.mount_node(edit.mount)
+        skipped = []
+        for path, mode in sorted(sp.take_modes.items()):
+            node = self.view.node_at(edit.mount, path)
+            if node is None or node is not nodes.get(path) or node.ver != versions.get(path):
+                skipped.append(path)  # changed in the workspace since: decided again next
+                continue
+            if node.mode & MODE_BITS != mode:
+                self.ws.setattr(node, mode=(node.mode & ~MODE_BITS) | mode)
+                edit.inodes.append(node.id)
+        return skipped
+
+    def ensure_mount_dir(self, mount: str) -> None:
+        """Attach: the store mount's top-level directory, made if missing."""
+        from memfs.errors import MemfsError
+
+        kids = self.ws.children(self.ws.root)
+        name = name_to_bytes(mount)
+        if name not in kids:
+            self.ws.create(self.ws.root, name, DIR, 0o755, os.getuid(), os.getgid())
+            self.ws.invalidate([(self.ws.root.id, name)], [self.ws.root.id])
+        elif kids[name].kind != DIR:
+            raise MemfsError(f"{mount!r} is not a directory", "pick another mount name")
+
+    def drop_mount(self, mount: str) -> TreeEdit:
+        """Detach: the mount's disk-only nodes go (the store's files stay)."""
+        edit = self.edit(mount)
+        for m, rel in list(self.overlay):
+            if m == mount:
+                edit.drop_overlay(rel)
+        return edit
+
+
+__all__ = ["BATCH_BYTES", "BATCH_FILES", "TreeApplier", "TreeEdit", "batches"]

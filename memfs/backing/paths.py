@@ -7,7 +7,9 @@ work//a.txt` took disk over a draft while materialize's own check refused '//', 
 `materialize --force work/./a.txt` named nothing and answered "nothing owed"). Every request
 that names a path goes through `parse_store_path` on the daemon's side (the CLI, the control
 socket and a daemon-less run all reach it), so each spelling is refused or taken the same way
-by every command. Pure; no thread state.
+by every command. Also `under`, the one prefix test every owner of the package uses.
+
+Pure; no state, any thread.
 """
 
 from __future__ import annotations
@@ -49,4 +51,15 @@ def parse_store_path(text: str) -> StorePath:
     return StorePath(parts[0], "/".join(parts[1:]))
 
 
-__all__ = ["StorePath", "parse_store_path"]
+def split_path(path: str) -> tuple[str, str]:
+    """'mount/a/b' -> ('mount', 'a/b'), by the one spelling every command takes."""
+    p = parse_store_path(path)
+    return p.mount, p.rel
+
+
+def under(path: str, scope: str) -> bool:
+    """Is `path` at or below `scope` ('' is the whole mount)?"""
+    return scope == "" or path == scope or path.startswith(scope + "/")
+
+
+__all__ = ["StorePath", "parse_store_path", "split_path", "under"]

@@ -1,4 +1,4 @@
-"""Fresh-eyes review of the FUSE layer: edge cases a real mount must get right.
+"""POSIX semantics through a real mount: edge cases a filesystem must get right.
 
 Each test drives a real mount with ordinary syscalls. A test that shows a known bug is marked
 xfail(strict=True) with the bug in one line, so it turns into a failure once the bug is fixed.
@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from helpers.mount import REPO, MemfsMount, NativeDir, fuse_missing_reason, memfs_cmd, native_mode
 from helpers.require import require_tool, root_missing, setpriv_missing
+from helpers.wait import wait_for
 
 pytestmark = pytest.mark.mount
 
@@ -532,7 +533,8 @@ def test_small_writes_cost_one_request_each(mount_factory, memfs_root: Path) -> 
             os.write(fd, b"x" * 100)
     finally:
         os.close(fd)
-    time.sleep(0.3)
+    # The daemon's debug log is written as it goes: wait until it shows every write.
+    assert wait_for(lambda: m.log_text(tail=10 << 20).count("opcode: WRITE") >= 200)
     log = m.log_text(tail=10 << 20)
     getxattrs = log.count("opcode: GETXATTR")
     assert log.count("opcode: WRITE") >= 200

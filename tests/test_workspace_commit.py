@@ -1,5 +1,5 @@
-"""Fresh-eyes review of Workspace/Store logic, driven directly (no mount): commits racing
-with changes, history moves racing with changes, deep trees, metadata round trips, space.
+"""The workspace driven directly (no mount): commits racing with changes, history moves racing
+with changes, deep trees, metadata round trips, space.
 
 A commit runs its SQLite/pack work in a thread; `in_commit_thread` finds the moment the
 snapshot is taken and the thread runs, so a change can be made exactly there (the window

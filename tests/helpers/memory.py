@@ -1,4 +1,4 @@
-"""Helpers shared by the memory tests (this module holds no tests itself)."""
+"""Helpers shared by the memory tests: a snapshot of a memory root, a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def snapshot(root: Path) -> dict[str, str]:

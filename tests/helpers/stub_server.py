@@ -1,6 +1,7 @@
 """A scripted model on loopback that speaks OpenAI chat completions and Anthropic Messages.
 
-Tests and `scripts/demo-consolidate` run the real provider clients against it. The script is a
+Tests and `scripts/demo-consolidate` run the real provider clients against it. It lives with the
+tests, not in the installed package: nothing memfs ships talks to it. The script is a
 list of protocol-neutral moves, each rendered in whichever protocol the request arrived in, so
 one script drives both providers:
 
@@ -221,7 +222,7 @@ def _render_anthropic(move: dict[str, Any], n: int, model: str) -> dict[str, Any
 
 
 def main(argv: list[str]) -> int:
-    """`python -m memfs.consolidate.stub_server SCRIPT.json`: print the base URL, then serve
+    """`python tests/helpers/stub_server.py SCRIPT.json`: print the base URL, then serve
     until SIGTERM or SIGINT (so a shell can run it in the background and kill its pid)."""
     script = json.loads(open(argv[0]).read()) if argv else []
     stop = {signal.SIGTERM, signal.SIGINT}

@@ -1,0 +1,370 @@
+"""Backing: every backing binding of one workspace, composed from the package's owners.
+
+Like trio's Runner, this holds named helpers from their own modules and adds little of its
+own: it builds them, wires each to the few others it needs, implements the workspace's hooks
+(memfs.workspace.hooks.BackingHooks) by delegating, and installs itself as `ws.backing`.
+
+    binding      Bindings: the bound mounts and their pins
+    intent       BranchIntent: tombstones, store origin, conflicts, rewind marks
+    view         StoreView: the live tree's files and their digests (S)
+    settle       Settler: pending adoptions settled before a change
+    applier      TreeApplier: the only code that changes the live tree for the reconciler
+    passes       Passes: gather -> plan -> apply -> record
+    onaccess     OnAccess: lookups, opens and xattrs observing first; disk-only reads
+    materialize  Materializer: what disk owes, written through the write-ahead pushes
+    states       States: what the last passes found, per mount
+    status       rendering of status and listings
+    events       Events: the ring `memfs events` reads
+    gate         Gate: per-mount locks, admission, the clean stop
+    control      the one op table of the `backing_*` requests
+    tasks        fs-events watchers, the root poll, auto-materialize, after-batch scans
+
+Everything here runs on the trio loop; what runs in worker threads is said by each module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from memfs.backing import control, status
+from memfs.backing.applier import TreeApplier
+from memfs.backing.binding import Binding, Bindings, check_binding, check_dir, check_options
+from memfs.backing.conflicts import ConflictCopies
+from memfs.backing.events import Events
+from memfs.backing.gate import Gate
+from memfs.backing.intent import BranchIntent
+from memfs.backing.materialize import Materializer
+from memfs.backing.onaccess import OnAccess
+from memfs.backing.owed import OwedCounter
+from memfs.backing.passes import Passes
+from memfs.backing.paths import split_path
+from memfs.backing.planning import Planner
+from memfs.backing.results import (
+    Attached,
+    Detached,
+    Listing,
+    Listings,
+    Materialized,
+    PassDone,
+    PassError,
+    PassOutcome,
+    Reopened,
+    Synced,
+)
+from memfs.backing.settle import Settler
+from memfs.backing.states import StateRow, States
+from memfs.backing.storeview import StoreView
+from memfs.backing.tasks import BackgroundTasks
+from memfs.backing.tasks.afterbatch import AfterBatch
+from memfs.backing.tasks.automaterialize import AutoMaterialize
+from memfs.backing.tasks.watchers import FsEventsWatchers, RootPoll
+from memfs.errors import MemfsError
+from memfs.store.journal import Journal
+from memfs.workspace.attribution import labelled
+from memfs.workspace.nodes import Node
+
+if TYPE_CHECKING:
+    from memfs.workspace.workspace import Workspace
+
+log = logging.getLogger("memfs.backing")
+
+
+class Backing:
+    """Every backing binding of one workspace; installs itself as `ws.backing`."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.store = ws.store
+        self.journal = Journal(ws.store.db_path)
+        self.config = Bindings({m: Binding.from_json(d) for m, d in
+                                self.store.bindings().items()})
+        self.config.pins = self._read_pins()
+        self.events = Events()
+        self.gate = Gate()
+        self.states = States()
+        self.view = StoreView(ws)
+        self.intent = BranchIntent(ws, lambda: self.config.bindings)
+        self.settle = Settler(self.journal, self.view)
+        self.settle.load(self.settle.read(self.config.bindings), ws.branch)
+        self.conflicts = ConflictCopies(Path(self.store.root))
+        self.applier = TreeApplier(ws, self.view)
+        self.planner = Planner()
+        self.onaccess = OnAccess(ws, self.config, self.states, self.gate,
+                                 lambda mount, scope: self.run_pass(mount, scope))
+        self.passes = Passes(ws, self.journal, self.config, self.states, self.view,
+                             self.intent, self.settle, self.conflicts, self.events, self.gate,
+                             self.applier, self.planner, self.onaccess)
+        self.materializer = Materializer(self.passes)
+        self.owed = OwedCounter(lambda: ws.branch, self.journal, self.view, self.intent)
+        self.agent = AfterBatch(self.config, self.events, self._pass)
+        self.auto = AutoMaterialize(ws, self.config, self.view, self.gate, self.materializer,
+                                    self.events)
+        self.tasks = BackgroundTasks(
+            self.agent, self.auto,
+            lambda after: FsEventsWatchers(self.config, self.states, self.events, self._pass,
+                                           after),
+            lambda after: RootPoll(self.config, self.states, self.events, self.journal,
+                                   self._pass, after))
+        ws.backing = self
+
+    def close(self) -> None:
+        self.journal.close()
+
+    def _read_pins(self) -> dict[str, str]:
+        return {m: p for m in self.config.bindings if (p := self.journal.pin(m)) is not None}
+
+    async def _pass(self, mount: str, scope: str) -> PassOutcome:
+        return await self.run_pass(mount, scope)
+
+    # -- the hooks (memfs.workspace.hooks.BackingHooks) ------------------------------------
+    @property
+    def bindings(self) -> Mapping[str, Binding]:
+        return self.config.bindings
+
+    @property
+    def stopped(self) -> bool:
+        return self.gate.stopped
+
+    @stopped.setter
+    def stopped(self, value: bool) -> None:
+        self.gate.stopped = value
+
+    def settle_before_change(self, d: Node, name: bytes) -> None:
+        self.settle.before_change(self.config.backed, d, name)
+
+    def intent_bytes(self) -> dict[str, bytes] | None:
+        return self.intent.encoded()
+
+    def before_tree_replace(self) -> None:
+        """Workspace._replace_tree calls this first (on the loop, the tree committed): the
+        refs of every backed file, to tell afterwards which files an undo or restore changed."""
+        self.intent.before_replace(self.view.file_refs)
+
+    def tree_replaced(self) -> None:
+        """Undo/restore/switch: intent rewinds with the tree; disk-only nodes went with it."""
+        self.view.tree_replaced()
+        self.settle.select(self.ws.branch)
+        self.applier.tree_replaced()
+        self.states.reset_windows()
+        self.intent.replaced(self.view.file_refs)
+
+    async def before_rewind(self) -> None:
+        """Workspace.restore calls this before it rewinds: disk's changes so far are taken in
+        (or recorded as conflicts) against the tree they happened to, so what the restore
+        brings back is decided against them and not by when a pass happened to run (`rm -rf`
+        on disk, then a restore: the restored files come back as drafts owed to disk, instead
+        of being taken as deleted by the next pass). Not for undo: its steps count from the
+        head the user saw, and a commit of this pass would become the step undone. `off`
+        mounts are left alone (observed only on sync)."""
+        for mount, b in list(self.config.bindings.items()):
+            if b.watch == "off" or self.gate.stopped:
+                continue
+            try:
+                await self.run_pass(mount)
+            except MemfsError as exc:
+                log.warning("pass before the rewind of %s failed: %s", mount, exc)
+
+    def status_json(self) -> dict[str, object]:
+        """Rendered from facts: nothing is computed or read here (every stat of
+        `.memfs/status` asks)."""
+        return status.render(self.config, self.states, self.journal, self.owed.last.get,
+                             self.agent.status, self.auto.status)
+
+    async def refresh_status(self) -> None:
+        """Before status is answered: what disk owes, counted again (memfs.backing.owed)."""
+        if self.config.bindings and not self.journal.needs_reopen:
+            await self.owed.refresh(sorted(self.config.bindings))
+
+    async def on_access(self, node: Node, name: bytes | None = None) -> bool:
+        return await self.onaccess.on_access(node, name)
+
+    async def state_now(self, node: Node) -> tuple[StateRow | None, bool]:
+        state, ran = await self.onaccess.state_now(node, self._state_at)
+        return state, ran  # type: ignore[return-value]
+
+    def state_of(self, node: Node) -> StateRow | None:
+        """(state, conflict kind) of a node in a backed mount, or None (not backed/unknown)."""
+        mount, rel = self.config.backed(node.path())
+        return None if mount is None or not rel else self._state_at(mount, rel)
+
+    def _state_at(self, mount: str, rel: str) -> StateRow | None:
+        st = self.states.get(mount)
+        if st is None:
+            return None
+        if st.unavailable is not None or self.journal.needs_reopen:
+            return ("unverified", None)  # nothing is verified while the evidence is unreadable
+        return st.states.get(rel)
+
+    def note_created(self, node: Node, path: bytes) -> None:
+        if self.config.bindings:
+            self.intent.note(self.config.backed, node, path, removed=False)
+
+    def note_removed(self, node: Node, path: bytes) -> None:
+        if self.config.bindings:
+            self.intent.note(self.config.backed, node, path, removed=True)
+
+    def hold_writer(self, node: Node) -> None:
+        self.applier.held[node.id] += 1
+
+    def release_writer(self, node: Node) -> None:
+        if self.applier.release(node) and node.id in self.auto.held:
+            mount, _ = self.config.backed(node.path())
+            self.auto.writer_closed(node, mount)
+
+    async def read_disk(self, node: Node, off: int, size: int) -> bytes:
+        return await self.onaccess.read_disk(node, off, size)
+
+    def conflict_files(self) -> dict[str, Path | None]:
+        return self.conflicts.files(self.intent.tables)
+
+    # -- passes and materialize ------------------------------------------------------------
+    async def run_pass(self, mount: str, scope: str = "", *, path_sync: bool = False,
+                       accept_root: bool = False, asked_on: str | None = None) -> PassOutcome:
+        return await self.passes.run_pass(mount, scope, path_sync=path_sync,
+                                          accept_root=accept_root, asked_on=asked_on)
+
+    async def pass_all(self) -> dict[str, PassOutcome | PassError]:
+        return await self.passes.pass_all()
+
+    async def materialize(self, paths: Iterable[str] | None, *, force: bool = False,
+                          apply_deletions: bool = False) -> Materialized:
+        return await self.materializer.materialize(paths, force=force,
+                                                   apply_deletions=apply_deletions)
+
+    def listing(self, mount: str, scope: str = "") -> Listing:
+        return status.listing(self.states, mount, scope)
+
+    # -- the control plane -------------------------------------------------------------------
+    async def control(self, op: str, args: Mapping[str, object]) -> dict[str, object]:
+        """The daemon's `backing_*` requests (also run on a daemon-less workspace), as JSON."""
+        with self.gate.admitted():
+            return await control.dispatch(self, op, args)
+
+    async def after_batch(self, agent: str | None = None) -> dict[str, object]:
+        return await self.agent.after_batch(agent)
+
+    @labelled("attach", lambda b: f"attach: {b.mount} -> {b.dir}")
+    async def attach(self, binding: Binding) -> Attached:
+        mount = binding.mount
+        check_binding(binding)
+        # Every look at the directory runs in a thread: a path into our own mount would
+        # otherwise block the loop that has to answer it.
+        await trio.to_thread.run_sync(check_dir, binding.dir, Path(self.store.root))
+        old = self.config.get(mount)
+        if old is not None and os.path.realpath(old.dir) != os.path.realpath(binding.dir):
+            raise MemfsError(f"mount {mount!r} is already bound to {old.dir}",
+                             f"`memfs detach {mount}` first")
+        check_options(binding)
+        st = await trio.to_thread.run_sync(os.stat, binding.dir)
+        recorded = await trio.to_thread.run_sync(self.journal.root, mount)
+        if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
+            # Attaching names the directory on purpose: evidence of another one is set aside.
+            await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
+            self.passes.root_accepted(mount)
+        await self.ws.boundary()  # what attach changes is an operation of its own
+        self.applier.ensure_mount_dir(mount)
+        # The store's writer lock is held across a group commit's fdatasync: not on the loop.
+        await trio.to_thread.run_sync(self.store.set_binding, mount, binding.to_json())
+        self.config.bindings[mount] = binding
+        self.intent.bound(mount)
+        result = await self.run_pass(mount)
+        return Attached(mount, binding.dir, binding.watch, result)
+
+    async def detach(self, mount: str) -> Detached:
+        if mount not in self.config.bindings:
+            raise MemfsError(f"mount {mount!r} is not bound", "see `memfs status`")
+        async with self.gate.lock(mount):
+            edit = self.applier.drop_mount(mount)
+            await trio.to_thread.run_sync(self.store.set_binding, mount, None)
+            await trio.to_thread.run_sync(self.journal.clear_pin, mount)
+            self.config.pins.pop(mount, None)
+            del self.config.bindings[mount]
+            self.states.forget(mount)
+            self.intent.unbound(mount)
+            self.onaccess.forget(mount)
+            self.passes.forget(mount)
+            self.planner.forget(mount)
+            self.owed.forget(mount)
+            self.ws.invalidate(edit.entries, edit.inodes)
+        return Detached(mount)
+
+    async def sync(self, path: str | None, *, accept_root: bool = False,
+                   reopen: bool = False) -> Synced:
+        """`memfs sync [PATH]`: without a path every bound mount, never discarding a draft; a
+        path (MOUNT[/REL]) takes disk under it and lists what it `discarded`. `reopen` first
+        reopens the journal (after a failed write), so the passes decide from the file."""
+        if accept_root and path is not None:
+            raise MemfsError(
+                f"--accept-root takes a mount's whole root, not a path ({path!r})",
+                "run `memfs sync --accept-root` without a path to take the replaced directory; "
+                "`memfs sync PATH` takes disk at a path once the root is available")
+        reopened = await self.reopen() if reopen else None
+        out: dict[str, PassOutcome] = {}
+        if path is None:
+            for mount in list(self.config.bindings):
+                out[mount] = await self.run_pass(mount, accept_root=accept_root)
+        else:
+            mount, rel = split_path(path)
+            out[mount] = await self.run_pass(mount, rel, path_sync=True,
+                                             accept_root=accept_root, asked_on=self.ws.branch)
+        return Synced(out, reopened)
+
+    async def reopen(self) -> Reopened:
+        """Reopen the journal's view of the store in this process, without a restart: clears a
+        failed write's poison (Journal.reopen). Every mount's lock is held meanwhile, so no
+        pass or materialize straddles the old view and the new one; what this process keeps
+        from the journal (the pins, the pending adoptions to settle) is read again, since a
+        failed write may have reached the file. A reopen that fails leaves the journal
+        refusing, and says why."""
+        refusal = self.journal.refusal()
+        async with contextlib.AsyncExitStack() as held:
+            for mount in sorted(self.config.bindings):
+                await held.enter_async_context(self.gate.lock(mount))
+            try:
+                await trio.to_thread.run_sync(self.journal.reopen)
+                pins = await trio.to_thread.run_sync(self._read_pins)
+                known = await trio.to_thread.run_sync(self.settle.read,
+                                                      list(self.config.bindings))
+            except sqlite3.Error as exc:
+                raise MemfsError(f"the journal could not be reopened ({exc})",
+                                 "check the disk that holds the store (free space, dmesg), "
+                                 "then run `memfs sync --reopen` again") from None
+            self.config.pins = pins
+            self.settle.load(known, self.ws.branch)
+            self.states.reset_windows()  # on-access windows: observe afresh from the new view
+        was = None if refusal is None else refusal.message
+        self.events.record("journal-reopened", was_refusing=was)
+        return Reopened(was)
+
+    async def states_of(self, path: str | None) -> Listings:
+        """`memfs ls --states [PATH]`: observe the scope first, then list it."""
+        mounts = [split_path(path)] if path else [(m, "") for m in sorted(self.config.bindings)]
+        out = []
+        for mount, rel in mounts:
+            res = await self.run_pass(mount, rel)
+            got = self.listing(mount, rel)
+            out.append(Listing(got.mount, got.path, got.unavailable, got.entries, got.regions,
+                               res.bytes_read if isinstance(res, PassDone) else 0))
+        return Listings(out)
+
+    # -- the daemon's background work ------------------------------------------------------
+    async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:
+        """The daemon's background work (memfs.backing.tasks), until cancelled."""
+        await self.tasks.run(after_change)
+
+    async def stop(self) -> None:
+        """Stop cleanly (seed 002's stop): the background tasks first, so no new work is
+        generated, then every admitted piece of work, then refuse new work."""
+        await self.tasks.stop()
+        await self.gate.drain_and_stop()
+
+
+__all__ = ["Backing"]

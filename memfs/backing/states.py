@@ -1,0 +1,101 @@
+"""What the last passes found, per mount: the listing states, regions, availability.
+
+Owns `MountState` records (one per bound mount), written on the trio loop only: by a pass
+when it applies its plans (`record_states`: the only writer of `states`, `disk_only` and
+`regions`), by the gather (`unavailable`, `incomplete`), by on-access (`observed`, its once-a-
+second windows, cleared when the tree is replaced or the journal reopened) and by the
+fs-events watcher (`watch_error`). Status and listings render these facts; nothing here
+computes them again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memfs.backing.paths import under
+from memfs.reconcile.observe import Observation
+from memfs.reconcile.plan import PassPlan, SyncPlan
+from memfs.reconcile.rule import ABSENT
+
+StateRow = tuple[str, str | None]  # (state, conflict kind)
+
+
+@dataclass
+class MountState:
+    """What the last passes found for one mount."""
+
+    states: dict[str, StateRow] = field(default_factory=dict)
+    disk_only: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, MIME)
+    regions: dict[str, str] = field(default_factory=dict)
+    unavailable: tuple[str, str] | None = None  # (what happened, remedy)
+    last_pass: float | None = None
+    last_error: str | None = None
+    incomplete: str | None = None
+    observed: dict[str, float] = field(default_factory=dict)  # scope -> monotonic time
+    watch_error: str | None = None  # fs-events: why no watcher runs now
+    # (scope, plan, sync plan, nothing skipped) the states were last written from
+    applied: tuple[str, PassPlan, SyncPlan, bool] | None = None
+
+
+class States:
+    """Every mount's MountState."""
+
+    def __init__(self) -> None:
+        self.mounts: dict[str, MountState] = {}
+
+    def of(self, mount: str) -> MountState:
+        return self.mounts.setdefault(mount, MountState())
+
+    def get(self, mount: str) -> MountState | None:
+        return self.mounts.get(mount)
+
+    def forget(self, mount: str) -> None:
+        self.mounts.pop(mount, None)
+
+    def reset_windows(self) -> None:
+        """The on-access windows: observe afresh (a replaced tree, a reopened journal)."""
+        for st in self.mounts.values():
+            st.observed.clear()
+
+
+def record_states(st: MountState, scope: str, obs: Observation, plan: PassPlan,
+                  sp: SyncPlan, skipped: set[str]) -> None:
+    """Write a pass's listing over its scope. The same plans (memfs.backing.passes' memo)
+    applied over the same scope, nothing skipped either time: the states already hold what
+    this would write."""
+    applied = (scope, plan, sp, not skipped)
+    if st.applied is not None and st.applied[0] == scope and st.applied[1] is plan and \
+            st.applied[2] is sp and st.applied[3] and not skipped:
+        return
+    st.applied = applied
+    for p in [p for p in st.states if under(p, scope)]:
+        del st.states[p]
+    for p in [p for p in st.disk_only if under(p, scope)]:
+        del st.disk_only[p]
+    for p in [p for p in st.regions if under(p, scope)]:
+        del st.regions[p]
+    listing = plan.listing()
+    for path, take in sp.take.items():
+        if path in skipped:
+            # Not taken (changed in the workspace since, open for writing, disk changed
+            # since): the next pass decides it; until then it is not known synced.
+            listing[path] = ("unverified", None)
+            continue
+        if path not in listing:
+            continue
+        fact = obs.files.get(path)
+        if take is ABSENT and fact is None:
+            listing.pop(path, None)
+        elif take is ABSENT:
+            listing[path] = ("disk-only", None)
+        else:
+            listing[path] = ("synced", None)
+    st.states.update(listing)
+    for path, (state, _) in listing.items():
+        if state == "disk-only" and (fact := obs.files.get(path)) is not None:
+            st.disk_only[path] = (fact.size, fact.mime)
+    for r in obs.regions:
+        st.regions[r.path] = r.reason
+
+
+__all__ = ["MountState", "StateRow", "States", "record_states"]

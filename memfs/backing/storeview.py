@@ -1,0 +1,249 @@
+"""The store side of a pass: a mount's files in the live tree and their digests, the rule's S.
+
+Owns three caches, all written on the trio loop only:
+- `digests`: (committed ref, size) -> xxh3-128. A ref is immutable, so an entry never goes
+  stale; it only grows. Refs not cached yet are hashed by a pass's worker thread
+  (`ref_digest`, reading the store) and handed back; the loop merges them (`learn`).
+- `draft_digests`: node id -> (ver, digest) of a dirty file, hashed from its live bytes. `ver`
+  moves on every write and truncate, so a remembered digest is served only for the bytes it
+  was computed from (a stale one could read a draft as agreed and let a disk edit overwrite
+  it). Cleared past 4096 entries (committed or deleted drafts would linger).
+- the memo of the last walk: (mount, scope, epoch, ws.mutation_seq, ws.head, mount node) ->
+  the file nodes, the refs they need hashed, and the view S built from them. Every create,
+  unlink, rename, write and truncate bumps `mutation_seq`; a commit that marks drafts
+  committed moves `head` in the same loop turn; a replaced tree (undo, restore, switch)
+  bumps `epoch` (`tree_replaced`). Any of them moving makes the next question walk again.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Protocol
+
+import xxhash
+
+from memfs.reconcile.contained import components
+from memfs.reconcile.rule import MODE_BITS, Content, text_content
+from memfs.store.chunks import CHUNK_SIZE
+from memfs.store.trees import DIR, FILE, LINK, name_to_bytes, name_to_str
+from memfs.workspace.nodes import Node
+
+if TYPE_CHECKING:
+    from memfs.workspace.workspace import Workspace
+
+EMPTY_DIGEST = xxhash.xxh3_128_hexdigest(b"")
+RefKey = tuple[str, int]  # (committed ref, size)
+_KIND_NAMES = {"p": "FIFO", "s": "socket", "c": "character device", "b": "block device"}
+
+
+class ChunkReader(Protocol):
+    def file_chunks(self, ref: str) -> dict[int, str]: ...
+    def read_chunk(self, chunk_id: str) -> bytes: ...
+
+
+def ref_chunks(store: ChunkReader, ref: str, size: int) -> Iterator[bytes]:
+    """A committed file's content, chunk by chunk (holes and short chunks as zeros)."""
+    chunks = store.file_chunks(ref)
+    pos = 0
+    for idx in range((size + CHUNK_SIZE - 1) // CHUNK_SIZE):
+        n = min(CHUNK_SIZE, size - pos)
+        piece = store.read_chunk(chunks[idx])[:n] if idx in chunks else b""
+        yield piece + bytes(n - len(piece)) if len(piece) < n else piece
+        pos += n
+
+
+def ref_digest(store: ChunkReader, ref: str, size: int) -> str:
+    """xxh3-128 of a committed file's whole content, streamed chunk by chunk."""
+    h = xxhash.xxh3_128()
+    for piece in ref_chunks(store, ref, size):
+        h.update(piece)
+    return h.hexdigest()
+
+
+def hash_refs(store: ChunkReader, refs: Iterator[RefKey] | list[RefKey]) -> dict[RefKey, str]:
+    """The digests of committed refs (a worker thread's part of a pass: it reads the store)."""
+    return {key: sys.intern(ref_digest(store, *key)) for key in refs}
+
+
+class StoreView:
+    """The live tree's side of one workspace's backed mounts (see the module docstring)."""
+
+    def __init__(self, ws: Workspace) -> None:
+        self.ws = ws
+        self.epoch = 0  # bumped when the tree is replaced (undo, restore, branch switch)
+        self.digests: dict[RefKey, str] = {}
+        self.draft_digests: dict[int, tuple[int, str]] = {}
+        # [key, nodes, refs still to hash, view or None]
+        self._memo: list[Any] | None = None
+
+    def tree_replaced(self) -> None:
+        self.epoch += 1
+
+    def learn(self, digests: Mapping[RefKey, str]) -> None:
+        """Digests a worker thread computed, merged on the loop."""
+        self.digests.update(digests)
+
+    # -- finding nodes ---------------------------------------------------------------
+    def mount_node(self, mount: str) -> Node | None:
+        node = self.ws.children(self.ws.root).get(name_to_bytes(mount))
+        return node if node is not None and node.kind == DIR else None
+
+    def node_at(self, mount: str, rel: str) -> Node | None:
+        """The store file node at rel (None: none, or a disk-only node)."""
+        node = self.mount_node(mount)
+        for part in components(rel):
+            if node is None or node.kind != DIR:
+                return None
+            node = self.ws.children(node).get(name_to_bytes(part))
+        if node is None or node.kind != FILE or node.id in self.ws.disk_only:
+            return None
+        return node
+
+    def nodes(self, mount: str, scope: str = "") -> tuple[Mapping[str, Node], list[RefKey]]:
+        """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),
+        read-only, and the committed refs whose digest is not cached yet. Remembered while
+        nothing it depends on moved (module docstring): a pass asks twice, and a quiet tree's
+        next pass asks the same question again; at 100k files the walk and the view cost
+        more than the decisions."""
+        top = self.mount_node(mount)
+        key = self._key(mount, scope, top)
+        memo = self._memo
+        if memo is None or memo[0] != key:
+            nodes = self._walk(top, scope)
+            refs: dict[RefKey, None] = {}
+            for node in nodes.values():
+                if not node.dirty and node.ref is not None:
+                    refs[(node.ref, node.data.size if node.data is not None else 0)] = None
+            memo = self._memo = [key, MappingProxyType(nodes), refs, None]
+        digests = self.digests  # only grows: a ref digested since is no longer wanted
+        if memo[2]:
+            memo[2] = {ref: None for ref in memo[2] if ref not in digests}
+        return memo[1], list(memo[2])
+
+    def _key(self, mount: str, scope: str, top: Node | None = None) -> tuple[object, ...]:
+        ws = self.ws
+        if top is None:
+            top = self.mount_node(mount)
+        return (mount, scope, self.epoch, ws.mutation_seq, ws.head, top)
+
+    def _walk(self, top: Node | None, scope: str) -> dict[str, Node]:
+        nodes: dict[str, Node] = {}
+        for part in components(scope):
+            if top is None or top.kind != DIR:
+                return nodes
+            top = self.ws.children(top).get(name_to_bytes(part))
+        if top is None or top.id in self.ws.disk_only:
+            return nodes
+        if top.kind == FILE:
+            nodes[scope] = top
+            return nodes
+        # Once per file: locals instead of attribute lookups. Paths are interned, as the
+        # journal's and the walk's are: a pass looks each one up in five maps, and equal keys
+        # that are one object compare without touching their bytes (at 100k files that is
+        # memory traffic the pass waits on).
+        children, disk_only, intern = self.ws.children, self.ws.disk_only, sys.intern
+        stack: list[tuple[Node, str]] = [(top, scope + "/" if scope else "")]
+        while stack:
+            d, prefix = stack.pop()
+            for name, child in children(d).items():
+                if child.id in disk_only:
+                    continue
+                kind = child.kind
+                if kind == FILE:
+                    nodes[intern(prefix + name.decode("utf-8", "surrogateescape"))] = child
+                elif kind == DIR:
+                    stack.append((child, prefix + name.decode("utf-8", "surrogateescape") + "/"))
+        return nodes
+
+    # -- digests -----------------------------------------------------------------------
+    def digest_now(self, node: Node) -> str:
+        """The store side's digest: a committed file's by its immutable (ref, size), a draft's
+        from its live bytes by (node id, ver) (module docstring)."""
+        if not node.dirty and node.ref is not None:
+            key = (node.ref, node.size())
+            digest = self.digests.get(key)
+            if digest is None:
+                digest = self.digests[key] = sys.intern(ref_digest(self.ws.store, *key))
+            return digest
+        ver = node.ver  # read before the bytes: a write meanwhile leaves a ver never asked for
+        hit = self.draft_digests.get(node.id)
+        if hit is not None and hit[0] == ver:
+            return hit[1]
+        h = xxhash.xxh3_128()
+        size = node.size()
+        for off in range(0, size, CHUNK_SIZE):
+            h.update(self.ws.read(node, off, CHUNK_SIZE))
+        digest = h.hexdigest() if size else EMPTY_DIGEST
+        if len(self.draft_digests) >= 4096:
+            self.draft_digests.clear()
+        self.draft_digests[node.id] = (ver, digest)
+        return digest
+
+    def view(self, nodes: Mapping[str, Node]) -> dict[str, Content]:
+        """The rule's S for each store file (`digest_now`, one shared Content per digest)."""
+        memo = self._memo
+        if memo is not None and memo[1] is nodes and memo[3] is not None and \
+                memo[0] == self._key(memo[0][0], memo[0][1]):
+            return memo[3]  # the same nodes, nothing moved: the same digests (read-only)
+        digests, out = self.digests, {}
+        for p, n in nodes.items():
+            # The committed, already-hashed case inline: nearly every file of a quiet tree.
+            digest = None if n.dirty or n.ref is None or n.data is None else \
+                digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
+            out[p] = text_content(digest if digest is not None else self.digest_now(n),
+                                  n.mode & MODE_BITS)
+        if memo is not None and memo[1] is nodes and memo[0] == self._key(memo[0][0],
+                                                                             memo[0][1]):
+            memo[3] = out  # shared from here on: nobody writes a view
+        return out
+
+    def drafts_to_hash(self, nodes: Mapping[str, Node]) -> list[Node]:
+        """The dirty files whose digest is not remembered for their current bytes."""
+        out = []
+        for n in nodes.values():
+            if n.dirty or n.ref is None:
+                hit = self.draft_digests.get(n.id)
+                if hit is None or hit[0] != n.ver:
+                    out.append(n)
+        return out
+
+    def file_refs(self, mount: str) -> dict[str, str | None]:
+        """path -> committed ref of each file of the mount (None: a draft, changed for sure)."""
+        nodes, _ = self.nodes(mount)
+        return {p: (None if n.dirty else n.ref) for p, n in nodes.items()}
+
+    # -- what no write can put on disk --------------------------------------------------
+    def unwritable(self, nodes: Mapping[str, Node], mount: str) -> dict[str, str]:
+        """Store entries no write can put on disk as they are, with why (materialize lists
+        them, forced or not): a file with other hard links (disk would get separate copies,
+        never the link), a FIFO, socket or device (no effect makes special files on disk)."""
+        out = {}
+        for path, node in nodes.items():
+            links = getattr(node, "nlink", 1) or 1
+            if links > 1:
+                out[path] = (f"a hard link ({links} names share this file in the workspace): "
+                             "written to disk it would be separate copies, so it is not written")
+        for path, kind in self._specials(mount).items():
+            out[path] = (f"a {_KIND_NAMES.get(kind, 'special file')} in the workspace: no "
+                         "materialize makes special files on disk")
+        return out
+
+    def _specials(self, mount: str) -> dict[str, str]:
+        """path -> kind of the mount's entries that are neither file, directory nor symlink."""
+        top = self.mount_node(mount)
+        out: dict[str, str] = {}
+        stack: list[tuple[Node, str]] = [(top, "")] if top is not None else []
+        while stack:
+            d, prefix = stack.pop()
+            for name, child in self.ws.children(d).items():
+                rel = prefix + name_to_str(name)
+                if child.kind == DIR:
+                    stack.append((child, rel + "/"))
+                elif child.kind not in (FILE, LINK):
+                    out[rel] = child.kind
+        return out
+
+
+__all__ = ["EMPTY_DIGEST", "RefKey", "StoreView", "hash_refs", "ref_chunks", "ref_digest"]

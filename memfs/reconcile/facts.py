@@ -1,0 +1,193 @@
+"""What an observation is made of: facts about disk the rule can trust, and the regions that
+prove nothing (memfs.reconcile.observe walks; see its docstring for the trust rule).
+
+Pure values; any thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from memfs.reconcile.contained import (
+    RootId,
+)
+from memfs.reconcile.rule import ABSENT, Content, Disk, DiskUnknown, Kind
+
+VCS_DIRS = frozenset({".git", ".hg", ".svn", ".jj", "_darcs", ".bzr", "CVS"})
+DEFAULT_MAX_FILE_SIZE = 64 * 1024 * 1024
+RACY_NS = 2_000_000_000
+HEAD = 8192  # bytes read to tell text from binary and sniff a MIME type
+CHUNK = 1 << 20
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+_MAGIC_MIME = [
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
+    (b"\x1f\x8b", "application/gzip"),
+    (b"\x7fELF", "application/x-elf"),
+    (b"\x00asm", "application/wasm"),
+]
+
+
+def sniff(head: bytes) -> tuple[Kind, str]:
+    """Text or binary, and a MIME type, from a file's first bytes."""
+    for magic, mime in _MAGIC_MIME:
+        if head.startswith(magic):
+            return "binary", mime
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "binary", "image/webp"
+    if b"\0" in head:
+        return "binary", "application/octet-stream"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # not just a character cut at the end of the head
+            return "binary", "application/octet-stream"
+    return "text", "text/plain"
+
+
+class Fingerprint(NamedTuple):
+    """Compared by value; a NamedTuple because a walk builds one per file."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> Fingerprint:
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+new_tuple = tuple.__new__
+OCTET = "application/octet-stream"
+MIME_OF_KIND = {"text": "text/plain"}  # other kinds: the MIME sniffed when hashed (cached)
+
+
+def no_cache(path: str) -> None:
+    """The cache lookup where fingerprints are never trusted: every file is hashed."""
+    return None
+
+
+class CachedHash(Protocol):
+    """What the fingerprint cache holds per path (memfs.store.journal.FingerprintRow fits)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def mtime_ns(self) -> int: ...
+    @property
+    def ctime_ns(self) -> int: ...
+    @property
+    def ino(self) -> int: ...
+    @property
+    def dev(self) -> int: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def hashed_at_ns(self) -> int: ...
+    @property
+    def mime(self) -> str | None: ...  # sniffed when hashed (None: not recorded)
+
+
+@dataclass(frozen=True)
+class HashRecord:
+    """A fresh cache entry; field names match memfs.store.journal.FingerprintRow."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+    digest: str
+    kind: str
+    hashed_at_ns: int
+    mime: str | None = None
+
+
+class FileFact(NamedTuple):
+    path: str
+    size: int
+    fingerprint: Fingerprint
+    digest: str | None  # None: an untracked oversize file seen by a head read only
+    kind: Kind
+    mime: str
+    rehashed: bool  # False when a trusted fingerprint vouched for the cached digest
+    mode: int | None = None  # permission bits (rule.MODE_BITS) as lstat gave them
+
+
+@dataclass(frozen=True)
+class Region:
+    """A part of the tree not (completely) observed; it proves no absence."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class Observation:
+    root: RootId
+    scope: str
+    files: dict[str, FileFact] = field(default_factory=dict)
+    listed: set[str] = field(default_factory=set)  # directories listed completely
+    regions: list[Region] = field(default_factory=list)
+    hashed: dict[str, HashRecord] = field(default_factory=dict)  # cache entries to store
+    bytes_read: int = 0
+
+    def disk(self, path: str) -> Disk:
+        """The rule's D for a path: content, ABSENT only where absence is proven, or unknown."""
+        fact = self.files.get(path)
+        if fact is not None:
+            return _content(fact.digest, fact.kind, fact.mode)
+        for r in self.regions:
+            if r.path == "" or path == r.path or path.startswith(r.path + "/"):
+                return DiskUnknown(r.reason)
+        if not _under(path, self.scope):
+            return DiskUnknown("outside the observed scope")
+        if path in self.listed:
+            return ABSENT  # a directory, listed completely: no file there
+        parts = path.split("/")
+        for i in range(len(parts) - 1, -1, -1):
+            ancestor = "/".join(parts[:i])
+            if ancestor in self.listed or ancestor in self.files:
+                # The nearest completely listed ancestor lacks the next component, or a file
+                # stands where a directory would be: proven absent.
+                return ABSENT
+        return DiskUnknown("not observed")
+
+    @property
+    def complete(self) -> bool:
+        return not self.regions
+
+    def same_disk(self, other: Observation) -> bool:
+        """Does `other` show the rule the same disk (root, scope, facts, listings, regions)?"""
+        return (self.root == other.root and self.scope == other.scope
+                and self.regions == other.regions and self.listed == other.listed
+                and (self.files is other.files or self.files == other.files))
+
+
+def _under(path: str, scope: str) -> bool:
+    return scope == "" or path == scope or path.startswith(scope + "/")
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _content(digest: str | None, kind: Kind, mode: int | None) -> Content:
+    """D for a fact, one object per (digest, kind, mode)."""
+    return Content(digest, kind, mode)
+
+
+SPECIAL_MIME = {stat.S_IFIFO: "inode/fifo", stat.S_IFSOCK: "inode/socket",
+                 stat.S_IFCHR: "inode/chardevice", stat.S_IFBLK: "inode/blockdevice"}
+
+

@@ -1,0 +1,73 @@
+"""Test support inside the package, in one home: crash points, fault hooks, test shims.
+
+Every hook here is inert unless a test arms it, from the environment of the process under
+test (a daemon started by a test) or, in-process, through FAULT_HOOKS. Production code calls
+these functions at the named points; nothing else in memfs reads a MEMFS_TEST_* variable or
+MEMFS_CRASH_AT.
+
+- `crash_point(name)`: MEMFS_CRASH_AT=<name> SIGKILLs the process there (ordering tests:
+  kills prove what was durable when), and a FAULT_HOOKS callable registered under the name
+  runs there (race tests: an edit made exactly between a check and its use).
+- `push_delay()`: MEMFS_TEST_PUSH_DELAY=<s>, seconds a materialize's push sleeps before each
+  effect (switching the branch mid-push).
+- `scan_delay()`: MEMFS_TEST_SCAN_DELAY=<s>, seconds each after-batch scan sleeps first
+  (coalescing and deadline misses).
+- `journal_fault()`: while MEMFS_TEST_JOURNAL_FAULT names a file that exists, the next journal
+  write commits and then fails as SQLite does when the WAL's fsync fails after its frames were
+  written; the file is removed, so a test arms exactly one failure at the moment it chooses.
+
+Any thread; FAULT_HOOKS is written only by tests, before the code under test runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+from collections.abc import Callable
+
+CRASH_ENV = "MEMFS_CRASH_AT"
+PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"
+SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"
+JOURNAL_FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"
+
+FAULT_HOOKS: dict[str, Callable[[], None]] = {}
+
+
+def crash_point(name: str) -> None:
+    """A named point: killed here if MEMFS_CRASH_AT names it; a registered hook runs here."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+    hook = FAULT_HOOKS.get(name)
+    if hook is not None:
+        hook()
+
+
+def _seconds(env: str) -> float:
+    return float(os.environ.get(env) or 0)
+
+
+def push_delay() -> float:
+    return _seconds(PUSH_DELAY_ENV)
+
+
+def scan_delay() -> float:
+    return _seconds(SCAN_DELAY_ENV)
+
+
+def journal_fault() -> None:
+    """The one injected journal failure (module docstring), consumed as it fires."""
+    trigger = os.environ.get(JOURNAL_FAULT_ENV)
+    if not trigger:
+        return
+    try:
+        os.unlink(trigger)
+    except FileNotFoundError:
+        return
+    exc = sqlite3.OperationalError("disk I/O error (injected)")
+    exc.sqlite_errorcode = 10  # type: ignore[attr-defined]  # SQLITE_IOERR
+    raise exc
+
+
+__all__ = ["CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PUSH_DELAY_ENV", "SCAN_DELAY_ENV",
+           "crash_point", "journal_fault", "push_delay", "scan_delay"]

@@ -1,0 +1,97 @@
+"""Room for writes: the store filesystem's space as memfs counts it, the refusals for lack of
+it, and the space reserve a full disk's GC gets (memfs.store.space, docs/guarantees.md).
+
+Owns the briefly cached statvfs figures (stale 0.5 s after they were read, and at once after a
+commit or a GC, which move bytes between memory and disk), whether the last write that needed
+space was refused (the lifecycle's GC reads it), and the reserve. Loop thread, except
+`take_reserve`, which creates or checks a file and so runs in a worker thread; it writes only
+`reserve_checked` (when it last ran, a float the loop reads to decide when to run it again).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from memfs.store.space import Reserve, Space, headroom
+from memfs.workspace.nodes import fail
+
+if TYPE_CHECKING:
+    from memfs.workspace.workspace import Workspace
+
+log = logging.getLogger("memfs.workspace")
+
+
+class Room:
+    def __init__(self, ws: Workspace) -> None:
+        self._ws = ws
+        self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
+        # The full-disk reserve is the embedded store's (SQLite needs room to delete); a
+        # store in PostgreSQL keeps nothing of its own on this disk but caches.
+        self.reserve = Reserve(ws.store.root) if ws.store.kind == "sqlite" else None
+        self.refused = False  # the last write that needed space was refused
+        self.reserve_checked = 0.0
+
+    def space(self) -> Space:
+        """The store filesystem's space, read at most every 0.5 s (and again after each
+        commit, which moves pending bytes from memory to disk)."""
+        now = time.monotonic()
+        if self._space is None or now - self._space[0] > 0.5:
+            self._space = (now, Space.of(self._ws.store.root))
+        return self._space[1]
+
+    def changed(self) -> None:
+        """Space was given or taken (a commit, a GC): read it again before the next write."""
+        self._space = None
+
+    def free_bytes(self) -> int:
+        """What writes may still take: the store filesystem's available space, less what
+        waits in memory to be committed and the headroom its commits need."""
+        sp = self.space()
+        return max(0, sp.avail - self._ws.pending_bytes - headroom(sp.size))
+
+    def require(self, nbytes: int) -> None:
+        """Refuse (ENOSPC) `nbytes` of new data that would not fit in what is free, less what
+        already waits, or while commits fail for space. The reconciler asks before it replaces
+        a file with disk's bytes, so a take-in that cannot be stored changes nothing."""
+        if not nbytes:
+            return
+        if not self._ws.health.full and nbytes > self.free_bytes():
+            self._space = None  # a refusal is decided on fresh figures (space freed just now)
+        if self._ws.health.full or nbytes > self.free_bytes():
+            self._refuse()
+        self.refused = False
+
+    def _refuse(self) -> None:
+        lifecycle = self._ws.lifecycle
+        if not self.refused and lifecycle is not None:
+            lifecycle.poke()  # a GC may make room
+        self.refused = True
+        raise fail(errno.ENOSPC)
+
+    def short(self) -> bool:
+        """Does the space free right now (read again) fall short of what waits in memory?
+        Someone else may have filled the disk since the writes were let in."""
+        self._space = None
+        sp = self.space()
+        return sp.avail < self._ws.pending_bytes + headroom(sp.size) // 2
+
+    def take_reserve(self) -> None:
+        """Hold the space reserve (memfs.store.space) when there is room for it (worker
+        thread)."""
+        self.reserve_checked = time.monotonic()
+        if self.reserve is None:
+            return
+        try:
+            self.reserve.ensure()
+        except OSError as exc:
+            log.warning("could not take the space reserve: %s", exc)
+
+    def status(self) -> dict:
+        """statfs's figures and what memfs keeps of them (bytes)."""
+        sp = self.space()
+        return {**sp.to_json(), "pending_bytes": self._ws.pending_bytes,
+                "writable": self.free_bytes(), "headroom": headroom(sp.size),
+                "reserve": self.reserve.held() if self.reserve is not None else 0}

@@ -8,6 +8,7 @@ wait is on a condition with a deadline, never a bare sleep.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import signal
 import subprocess
@@ -249,3 +250,29 @@ def test_a_clean_unmount_gives_the_branch_back(hosts) -> None:
     assert b.status()["read_only"] is None
     assert (b.work / "last.txt").read_bytes() == b"a's last words\n"
     write_synced(b.work / "next.txt", b"b goes on at once\n")
+
+
+def test_writing_more_than_this_hosts_disk_holds_goes_through(small_fs: Path, mount_factory,
+                                                              pg_url: str) -> None:
+    """On a store in PostgreSQL the bytes written go to the server; this host's disk holds
+    copies. Three times what that disk holds is written, fsynced and read back after a
+    remount, and the cache leaves a quarter of the disk free (it used to fill it with copies
+    of what was written, and then every write was refused, ENOSPC, with the server far from
+    full and nothing in the mount to delete)."""
+    root = host_root(small_fs, "a", pg_url)
+    m = mount_factory(root=root, name="small-mnt")
+    sums = {}
+    for i in range(24):  # 96 MiB on a 32 MiB filesystem, in 4 MiB files each fsynced
+        data = os.urandom(4 << 20)
+        write_synced(m.work / f"f{i:02}.bin", data)
+        sums[f"f{i:02}.bin"] = hashlib.sha256(data).hexdigest()
+    st = os.statvfs(small_fs)
+    assert st.f_bavail * st.f_frsize >= 6 << 20, "the cache took the host's last quarter"
+    assert m.status()["space"]["writable"] >= 4 << 20
+    m.umount()
+    m.remount()  # a new daemon: every read comes from the cache or the database
+    for name, digest in sums.items():
+        assert hashlib.sha256((m.work / name).read_bytes()).hexdigest() == digest, name
+    st = os.statvfs(small_fs)
+    assert st.f_bavail * st.f_frsize >= 6 << 20, "reading back filled the host's disk"
+    store_check(root)

@@ -4,7 +4,10 @@ Objects and chunks never change once named, so a copy is never stale; each is ch
 against its name when read (xxh3-128 for a chunk, BLAKE2b for an object), so a torn or
 damaged copy is a miss, never wrong bytes. Only committed rows are copied in, so a copy
 also says the database has the row. Chunks are files under `cache/chunks/` (bounded: the
-least recently used go first past `limit` bytes); objects are rows of `cache/objects.db`.
+least recently used go first past `limit` bytes, and before a copy would take the last
+quarter of the filesystem: the host's writes are measured against what is free there, so a
+cache that filled it would have every write refused with the server far from full); objects
+are rows of `cache/objects.db`.
 Deleting the folder, even under a running daemon, costs only reads from the database.
 
 Thread-safe: one lock around the bookkeeping; file reads and writes run outside it.
@@ -21,11 +24,18 @@ from pathlib import Path
 
 from memfs.durable import mkdir_durable
 from memfs.store.chunks import chunk_digest
+from memfs.store.space import headroom
 from memfs.store.trees import object_id
 
 log = logging.getLogger("memfs.pg")
 DEFAULT_LIMIT = 1 << 30
 LIMIT_ENV = "MEMFS_CACHE_BYTES"
+
+
+def keep_free(size: int) -> int:
+    """Bytes of its filesystem (of `size`) the chunk cache leaves free: a quarter, at least
+    the commits' headroom (memfs.store.space)."""
+    return max(headroom(size), size // 4)
 
 
 def cache_limit() -> int:
@@ -103,6 +113,8 @@ class ChunkCache:
         with self._lock:
             if cid in self._sizes:
                 return
+        if not self._room_for(len(data)):
+            return
         tmp = self._path(f"{cid}.{threading.get_ident()}.tmp")
         try:
             tmp.write_bytes(data)
@@ -122,6 +134,28 @@ class ChunkCache:
                 victims.append(old)
         for old in victims:
             self._path(old).unlink(missing_ok=True)
+
+    def _room_for(self, n: int) -> bool:
+        """Room for n more bytes that leaves the filesystem's `keep_free`: the least recently
+        used copies go first; False (the copy is not kept) when even that is not enough."""
+        try:
+            st = os.statvfs(self.dir)
+        except OSError:
+            return False
+        short = n + keep_free(st.f_blocks * st.f_frsize) - st.f_bavail * st.f_frsize
+        if short <= 0:
+            return True
+        victims = []
+        with self._lock:
+            while short > 0 and self._sizes:
+                old, size = self._sizes.popitem(last=False)
+                self.total -= size
+                self._verified.pop(old, None)
+                victims.append(old)
+                short -= size
+        for old in victims:
+            self._path(old).unlink(missing_ok=True)
+        return short <= 0
 
     def _forget(self, cid: str) -> None:
         with self._lock:

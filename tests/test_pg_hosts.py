@@ -256,7 +256,7 @@ def test_writing_more_than_this_hosts_disk_holds_goes_through(small_fs: Path, mo
                                                               pg_url: str) -> None:
     """On a store in PostgreSQL the bytes written go to the server; this host's disk holds
     copies. Three times what that disk holds is written, fsynced and read back after a
-    remount, and the cache leaves a quarter of the disk free (it used to fill it with copies
+    remount, and the cache leaves a quarter of this small disk free (it used to fill it with copies
     of what was written, and then every write was refused, ENOSPC, with the server far from
     full and nothing in the mount to delete)."""
     root = host_root(small_fs, "a", pg_url)

@@ -4,10 +4,10 @@ Objects and chunks never change once named, so a copy is never stale; each is ch
 against its name when read (xxh3-128 for a chunk, BLAKE2b for an object), so a torn or
 damaged copy is a miss, never wrong bytes. Only committed rows are copied in, so a copy
 also says the database has the row. Chunks are files under `cache/chunks/` (bounded: the
-least recently used go first past `limit` bytes, and before a copy would take the last
-quarter of the filesystem: the host's writes are measured against what is free there, so a
-cache that filled it would have every write refused with the server far from full); objects
-are rows of `cache/objects.db`.
+least recently used go first past `limit` bytes, and before a copy would take what writes
+need of the filesystem, `keep_free`: the host's writes are measured against what is free
+there, so a cache that filled it would have every write refused with the server far from
+full); objects are rows of `cache/objects.db`.
 Deleting the folder, even under a running daemon, costs only reads from the database.
 
 Thread-safe: one lock around the bookkeeping; file reads and writes run outside it.
@@ -32,10 +32,13 @@ DEFAULT_LIMIT = 1 << 30
 LIMIT_ENV = "MEMFS_CACHE_BYTES"
 
 
+WRITE_ROOM = 64 << 20  # what writes may still take beside the commits' headroom
+
+
 def keep_free(size: int) -> int:
-    """Bytes of its filesystem (of `size`) the chunk cache leaves free: a quarter, at least
-    the commits' headroom (memfs.store.space)."""
-    return max(headroom(size), size // 4)
+    """Bytes of its filesystem (of `size`) the chunk cache leaves free: the commits' headroom
+    (memfs.store.space) and room for writes beside it, or a quarter of a small filesystem."""
+    return min(size // 4, headroom(size) + WRITE_ROOM)
 
 
 def cache_limit() -> int:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from memfs.store import Store, history, undo
+from memfs.store import StoreBackend as Store
+from memfs.store import history, undo
 from memfs.store.history import Checkpoint, Mark
 from memfs.store.undo import UndoPlan
 from memfs.workspace.nodes import Node, WorkspaceError

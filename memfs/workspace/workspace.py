@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from memfs.liveness import DaemonRecord
-from memfs.store import Store, history
+from memfs.store import StoreBackend as Store
+from memfs.store import history, open_store
+from memfs.store.backend import NO_RETENTION
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
 from memfs.store.space import Space
 from memfs.store.store import Commit
+from memfs.store.store import Store as EmbeddedStore
 from memfs.store.trees import (
     BLK,
     CHR,
@@ -61,6 +64,7 @@ from memfs.workspace.room import Room
 from memfs.workspace.spill import SPILL_AT, spill_pieces
 
 if TYPE_CHECKING:
+    from memfs.workspace.hosts import Hosts
     from memfs.workspace.lifecycle import Lifecycle
 
 log = logging.getLogger("memfs.workspace")
@@ -91,6 +95,11 @@ class Workspace(HistoryOps):
         self.dirty_since: float | None = None
         self.last_error: str | None = None
         self.served_by: DaemonRecord | None = None  # the daemon serving it (status shows it)
+        # Why this host may not change the branch (another host holds its writer lease:
+        # memfs.workspace.hosts), or None. On the embedded store every claim succeeds.
+        claim = store.claim(self.branch)
+        self.read_only: str | None = None if claim.writable else claim.reason()
+        self.hosts: Hosts | None = None  # while a daemon serves it
         # The operations whose changes the next commit holds (key -> record, requesters),
         # in the order of their last change; attribution.py says who a request is.
         self.attribution = Attribution()
@@ -121,7 +130,7 @@ class Workspace(HistoryOps):
     @classmethod
     def open(cls, root, commit_interval: float = 0.1) -> Workspace:
         """The workspace of the store at `root` (created if missing)."""
-        return cls(Store.open(root), commit_interval)
+        return cls(open_store(root), commit_interval)
 
     # -- node table (loading and numbering: memfs.workspace.loading) ----------------------
     def get(self, nid: int) -> Node:
@@ -249,6 +258,8 @@ class Workspace(HistoryOps):
     def _writable(self, node: Node) -> None:
         if node.readonly:
             raise fail(errno.EROFS)
+        if self.read_only is not None:
+            raise fail(errno.EROFS, self.read_only)
 
     def _settle_first(self, d: Node | None, name: bytes) -> None:
         """Seed 002: every change first settles a pending adoption of what it changes (only a
@@ -523,13 +534,22 @@ class Workspace(HistoryOps):
             return target
 
     async def switch_branch(self, name: str) -> str:
+        self.store.head(name)  # an unknown branch is refused before anything moves
+        # Its writer lease: a round trip on PostgreSQL (a worker thread), an answer from
+        # memory on the embedded store (no thread hop before the settle, as before leases).
+        claim = (self.store.claim(name) if self.store.kind == "sqlite"
+                 else await trio.to_thread.run_sync(self.store.claim, name))
         async with self._commit_lock:
+            old = self.branch
             await self._settle_locked("before switch")
             head = self.store.head(name)
             self.store.set_current_branch(name)
             self.branch = name
+            self.read_only = None if claim.writable else claim.reason()
             self._replace_tree(head)
-            return head
+        if old != name:
+            await trio.to_thread.run_sync(self.store.release, old)
+        return head
 
     async def create_branch(self, name: str, at: str | None) -> str:
         async with self._commit_lock:
@@ -562,6 +582,8 @@ class Workspace(HistoryOps):
         return node
 
     def retention_status(self) -> dict:
+        if not isinstance(self.store, EmbeddedStore):  # PostgreSQL keeps every commit
+            return {"policy": None, "summary": NO_RETENTION}
         policy = self.store.policy()
         return {**policy.to_json(), "summary": policy.summary()}
 
@@ -583,6 +605,7 @@ class Workspace(HistoryOps):
             **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),
             "mounts": mounts,
             "daemon": self.served_by.identity() if self.served_by else None,
+            "read_only": self.read_only,
             **({"backing": backing} if (backing := self.backing.status_json()) is not None
                else {}),
         }

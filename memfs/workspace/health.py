@@ -62,8 +62,9 @@ def explain(exc: BaseException, space: Space | None, root: str, pending: int,
     later = (f"the {pending} pending change(s) stay in memory and commit by themselves once "
              "it is possible (`memfs status` shows it)")
     if isinstance(exc, MemfsError) and not isinstance(exc, OSError) and exc.remedy:
-        # the store said what happened and what to do (a PostgreSQL server out of reach):
-        # its words, not a guess from an errno it never had
+        # the store said what happened and what to do (a PostgreSQL server out of reach, or
+        # one whose disk is full: that one's `errno` is ENOSPC, so writes are refused as on
+        # a full embedded store): its words, not a guess from an errno
         reason, remedy = exc.message, f"{exc.remedy}; {later}"
     elif code in (errno.ENOSPC, errno.EDQUOT):
         reason, remedy = full_words(space, root, shared)

@@ -123,6 +123,11 @@ def test_a_full_disk_on_the_server_is_enospc_and_commits_once_it_has_room(
         res.stderr, res.stderr
     assert m.proc.poll() is None
     assert (m.work / unsure[0]).read_bytes() == unsure[1]
+    logged = [ln for ln in m.log.read_text().splitlines()
+              if "group commit failed" in ln]
+    assert logged and all(ln.count("no room left on its disk") == 1 and
+                          ln.count("free space on the server's disk") == 1 for ln in logged), \
+        logged  # the server's words and the remedy once each, not repeated
 
     # The server has room again: the pending commit goes through without a restart.
     filler.unlink()

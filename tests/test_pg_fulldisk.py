@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers.pg import PgCluster, pg_missing
 from helpers.require import require_tool
-from helpers.space import MiB
+from helpers.space import MiB, fill
 from helpers.store import store_check
 from test_pg_hosts import host_root, wait_for, write_synced
 
@@ -141,4 +141,34 @@ def test_a_full_disk_on_the_server_is_enospc_and_commits_once_it_has_room(
     for name, data in {**acked, unsure[0]: unsure[1]}.items():
         assert (m.work / name).read_bytes() == data, name
     assert (m.work / "more").read_bytes() == b"x" * 10000
+    m.umount()
+
+
+def test_a_memory_record_on_the_servers_full_disk_fails_its_close_with_enospc(
+        small_server, mount_factory, tmp_path: Path) -> None:
+    """Memory generations are rows too: a record written through `.memfs/memory/` while the
+    server's disk is full fails at close with ENOSPC (it was EIO: psycopg's error unmapped),
+    changes nothing, and is taken once the server has room."""
+    cluster, disk = small_server
+    url = cluster.new_database()
+    root = host_root(tmp_path, "a", url)
+    m = mount_factory(root=root, name="a")
+    (m.work / "x").write_text("so the workspace exists\n")
+    rec = m.mnt / ".memfs/memory/workspaces/work/editor.md"
+    rec.write_text("# Editor\nfirst\n")
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE memory_generations SET TABLESPACE small")
+    filler = fill(disk)
+    big = "# Editor\n" + os.urandom(30 << 10).hex() + "\n"  # under the 64 KiB cap
+    with pytest.raises(OSError) as refused:
+        rec.write_text(big)
+    assert refused.value.errno == errno.ENOSPC, repr(refused.value)
+    assert rec.read_text() == "# Editor\nfirst\n"
+    filler.unlink()
+    rec.write_text(big)
+    m.umount()
+    m.remount()
+    assert (m.mnt / ".memfs/memory/workspaces/work/editor.md").read_text() == big
     m.umount()

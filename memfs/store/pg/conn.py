@@ -26,7 +26,7 @@ class ServerError(MemfsError):
 
 
 class StoreUnreachable(ServerError):
-    pass
+    errno = errno.EIO  # what a write through the mount that needed the server answers
 
 
 class StoreFull(ServerError):
@@ -133,6 +133,13 @@ class Conn:
                     if attempt == 2:
                         raise server_error(self.url, exc) from None
         raise AssertionError("unreachable")
+
+    def failed(self, exc: psycopg.OperationalError) -> ServerError:
+        """`exc` of a write on this connection (the caller holds `lock` and rolls back), in
+        words; the connection is dropped unless the server answered on it (a full disk)."""
+        if not isinstance(exc, psycopg.errors.DiskFull):
+            self.drop()
+        return server_error(self.url, exc)
 
     def close(self) -> None:
         with self.lock:

@@ -137,9 +137,7 @@ class PgStore(PgRecords):
                 except psycopg.Error:
                     self._writer.drop()
                 if isinstance(exc, psycopg.OperationalError):
-                    if not isinstance(exc, psycopg.errors.DiskFull):  # that one kept it
-                        self._writer.drop()
-                    raise server_error(self.url, exc) from exc
+                    raise self._writer.failed(exc) from exc
                 raise
             try:
                 conn.commit()

@@ -85,6 +85,21 @@ class SharedMemoryStore:
             c.execute(DDL)
             c.commit()
 
+    def _rollback(self, c) -> None:
+        import psycopg
+
+        try:
+            c.rollback()
+        except psycopg.Error:
+            self.conn.drop()
+
+    def _told(self, exc: BaseException) -> BaseException:
+        """A commit's failure: the server's (out of reach, or its disk full) in words with
+        the errno a close through the mount answers (memfs.store.pg.conn), else `exc`."""
+        import psycopg
+
+        return self.conn.failed(exc) if isinstance(exc, psycopg.OperationalError) else exc
+
     def _read(self, sql: str, args: tuple) -> list[tuple]:
         with self.conn.lock:
             c = self.conn.get()
@@ -215,9 +230,9 @@ class SharedMemoryStore:
                 self._insert(c, ws, current.seq, current.revision, preview.revision,
                              json.dumps(preview.records, sort_keys=True))
                 c.commit()
-            except BaseException:
-                c.rollback()
-                raise
+            except BaseException as exc:
+                self._rollback(c)
+                raise self._told(exc) from exc
         return preview.revision
 
     def _commit_global(self, plan) -> str:
@@ -234,9 +249,9 @@ class SharedMemoryStore:
                 self._insert(c, GLOBAL, current.seq, current.revision, planned.revision,
                              planned.content)
                 c.commit()
-            except BaseException:
-                c.rollback()
-                raise
+            except BaseException as exc:
+                self._rollback(c)
+                raise self._told(exc) from exc
         return planned.revision
 
     @staticmethod

@@ -59,12 +59,15 @@ def explain(exc: BaseException, space: Space | None, root: str, pending: int,
     """The failure in words a user can act on (`shared`: the store is in PostgreSQL, and
     what is full is this host's root)."""
     code = getattr(exc, "errno", None) or errno.EIO
+    error = f"{type(exc).__name__}: {exc}"
     later = (f"the {pending} pending change(s) stay in memory and commit by themselves once "
              "it is possible (`memfs status` shows it)")
     if isinstance(exc, MemfsError) and not isinstance(exc, OSError) and exc.remedy:
-        # the store said what happened and what to do (a PostgreSQL server out of reach):
-        # its words, not a guess from an errno it never had
+        # the store said what happened and what to do (a PostgreSQL server out of reach, or
+        # one whose disk is full: that one's `errno` is ENOSPC, so writes are refused as on
+        # a full embedded store): its words, not a guess from an errno
         reason, remedy = exc.message, f"{exc.remedy}; {later}"
+        error = type(exc).__name__  # its words are the reason: the log says them once
     elif code in (errno.ENOSPC, errno.EDQUOT):
         reason, remedy = full_words(space, root, shared)
         if not shared:
@@ -78,7 +81,7 @@ def explain(exc: BaseException, space: Space | None, root: str, pending: int,
     else:
         reason = f"the store refuses the commit at {root}"
         remedy = f"see the daemon log (<root>/daemon.log); {later}"
-    return CommitFailure(code, f"{type(exc).__name__}: {exc}", reason, remedy, time.time())
+    return CommitFailure(code, error, reason, remedy, time.time())
 
 
 def full_words(space: Space | None, root: str, shared: bool) -> tuple[str, str]:

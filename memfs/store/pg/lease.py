@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 
 from memfs.store.backend import Claim
-from memfs.store.pg.conn import Conn, StoreUnreachable
+from memfs.store.pg.conn import Conn, ServerError
 from memfs.store.store import StoreError
 
 log = logging.getLogger("memfs.lease")
@@ -108,7 +108,7 @@ class Leases:
         try:
             self._conn.query("UPDATE leases SET expires = 0 WHERE branch = %s AND token = %s "
                              "RETURNING 1", (branch, token))
-        except StoreUnreachable as exc:  # it expires by itself; a takeover is then needed
+        except ServerError as exc:  # it expires by itself; a takeover is then needed
             log.warning("could not release the lease of %s: %s", branch, exc)
 
     def state(self, branch: str) -> Claim:
@@ -150,7 +150,7 @@ class Leases:
                     "UPDATE leases SET expires = extract(epoch FROM clock_timestamp()) + %s "
                     "WHERE branch = %s AND token = %s AND expires > 0 RETURNING 1",
                     (self.ttl, branch, token))
-            except StoreUnreachable as exc:  # fencing keeps this safe; try again next round
+            except ServerError as exc:  # fencing keeps this safe; try again next round
                 log.warning("could not renew the lease of %s: %s", branch, exc)
                 continue
             if not rows:

@@ -29,7 +29,7 @@ from memfs.store.backend import Location, redact
 from memfs.store.chunks import chunk_digest
 from memfs.store.pg import schema
 from memfs.store.pg.cache import ChunkCache, ObjectCache
-from memfs.store.pg.conn import Conn, StoreUnreachable, unreachable
+from memfs.store.pg.conn import Conn, ServerError, server_error
 from memfs.store.pg.lease import Claim, Leases
 from memfs.store.pg.local import LocalState
 from memfs.store.pg.records import COMMIT_COLUMNS, PgRecords
@@ -137,8 +137,7 @@ class PgStore(PgRecords):
                 except psycopg.Error:
                     self._writer.drop()
                 if isinstance(exc, psycopg.OperationalError):
-                    self._writer.drop()
-                    raise unreachable(self.url, exc) from exc
+                    raise self._writer.failed(exc) from exc
                 raise
             try:
                 conn.commit()
@@ -148,7 +147,7 @@ class PgStore(PgRecords):
                 if tx.commit_id:
                     self.unsure_commits.add(tx.commit_id)
                 self._writer.drop()
-                raise unreachable(self.url, exc) from exc
+                raise server_error(self.url, exc) from exc
         self.unsure_commits.clear()
         self.object_cache.put_many(tx.sent_objects)
         for cid, data in tx.chunks.items():
@@ -437,7 +436,7 @@ class PgStore(PgRecords):
     def _resync(self) -> None:
         try:
             heads = self.branches()
-        except StoreUnreachable:
+        except ServerError:
             return
         for branch, head in heads.items():
             if self._heads.get(branch) != head:
@@ -462,4 +461,4 @@ class _DatabaseChunks:
         return getattr(self._store, name)
 
 
-__all__ = ["PgStore", "StoreUnreachable"]
+__all__ = ["PgStore", "ServerError"]

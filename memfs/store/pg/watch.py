@@ -16,7 +16,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from memfs.store.pg.conn import StoreUnreachable, connect
+from memfs.store.pg.conn import ServerError, connect
 
 log = logging.getLogger("memfs.watch")
 
@@ -54,7 +54,7 @@ class Watcher:
                 while not self._stop.is_set():
                     for n in self._conn.notifies(timeout=0.5):
                         self._tell(Event(n.payload))
-            except (psycopg.Error, StoreUnreachable) as exc:
+            except (psycopg.Error, ServerError) as exc:
                 if self._stop.is_set():
                     break
                 log.warning("listening for other hosts' commits: %s (again in %.1f s)",

@@ -24,13 +24,16 @@ def mounted(mnt: Path) -> bool:
 class BenchMount:
     """A foreground daemon on `root`, mounted at `mnt`, its log in `log`."""
 
-    def __init__(self, root: Path, mnt: Path, log: Path, extra: list[str]) -> None:
+    def __init__(self, root: Path, mnt: Path, log: Path, extra: list[str],
+                 store: str | None = None) -> None:
         self.root, self.mnt, self.log, self.extra = root, mnt, log, extra
+        self.store = store  # a PostgreSQL URL, or None for the embedded store
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> BenchMount:
         self.mnt.mkdir(parents=True, exist_ok=True)
-        subprocess.run(memfs(self.root, "init"), check=True, cwd=REPO, capture_output=True)
+        init = ["init"] + (["--store", self.store] if self.store else [])
+        subprocess.run(memfs(self.root, *init), check=True, cwd=REPO, capture_output=True)
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(
                 memfs(self.root, "mount", str(self.mnt), "--foreground", *self.extra),

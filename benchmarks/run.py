@@ -135,14 +135,17 @@ def shown(r: float | None) -> str:
 
 
 def table(wl: list[Workload], native: dict[str, Measure], mem: dict[str, Measure],
-          other: dict[str, Measure] | None = None) -> str:
-    """One row per workload; with `other` (--compare DIR) a third column and memfs/other."""
+          other: dict[str, Measure] | None = None, pg: bool = False) -> str:
+    """One row per workload; with `other` (--compare DIR) a third column and memfs/other;
+    with `pg` (--store postgresql) `other` is memfs on PostgreSQL, and the last ratio is
+    PostgreSQL/SQLite."""
     head = "| workload | native | memfs |"
     rule = "|---|---|---|"
     if other is not None:
-        head += " compared |"
+        head += " memfs on PostgreSQL |" if pg else " compared |"
         rule += "---|"
-    head += " memfs/native |" + (" memfs/compared |" if other is not None else "")
+    head += " memfs/native |" + ("" if other is None else
+                                 " PostgreSQL/SQLite |" if pg else " memfs/compared |")
     head += " target | requests per unit (top 3) |"
     rule += "---|" * (4 if other is not None else 3)
     rows = [head, rule]
@@ -158,7 +161,8 @@ def table(wl: list[Workload], native: dict[str, Measure], mem: dict[str, Measure
             row += f" {cell(other.get(w.name), w.unit)} |"
         row += f" {shown(r)} |"
         if other is not None:
-            row += f" {shown(ratio(m, other.get(w.name)))} |"
+            o = other.get(w.name)
+            row += f" {shown(ratio(o, m) if pg else ratio(m, o))} |"
         row += f" {target} | {per_unit(m) if m else '-'} |"
         rows.append(row)
         pad = " |" * (3 if other is not None else 1)  # the ratio columns (and compared)
@@ -169,6 +173,37 @@ def table(wl: list[Workload], native: dict[str, Measure], mem: dict[str, Measure
         for key, value in (n.extra if n else {}).items():
             rows.append(f"| {key} | {value:,.1f} | |{pad} | |")
     return "\n".join(rows)
+
+
+def run_pg(store: str, wl: list[Workload], base: Path, scratch: Path, scale: float,
+           extra: list[str], forget: bool) -> dict[str, Measure]:
+    """The memfs side again, on a PostgreSQL store: at URL, or a throwaway loopback server
+    (tests/helpers/pg.py, as the tests start it) for "postgresql"."""
+    skipped = [w.name for w in wl if w.group == "gc"]
+    if skipped:  # it builds and collects an embedded store of its own (docs/lifecycle.md)
+        print(f"  memfs-pg {', '.join(skipped)}: GC is the embedded store's; not run on "
+              "PostgreSQL", file=sys.stderr, flush=True)
+        wl = [w for w in wl if w.group != "gc"]
+    cluster = None
+    url = store
+    if store == "postgresql":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+        from helpers.pg import PgCluster
+
+        cluster = PgCluster()
+        cluster.start()
+        url = cluster.new_database()
+    try:
+        with BenchMount(base / "pgroot", base / "pgmnt", base / "pgdaemon.log", extra,
+                        store=url) as bm:
+            d = bm.mnt / "bench"
+            d.mkdir()
+            assert bm.proc is not None
+            return run_side("memfs-pg", wl, d, scratch, scale, bm.proc.pid,
+                            request_counter(bm.root), forget_between=forget)
+    finally:
+        if cluster is not None:
+            cluster.destroy()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
                         "column; every side then starts each workload with the kernel's dentry "
                         "and inode caches dropped (a passthrough holds a descriptor per cached "
                         "inode and would run out)")
+    p.add_argument("--store", metavar="postgresql|URL",
+                   help="also run the memfs side on a PostgreSQL store (a throwaway server "
+                        "started here, or the database at URL), a third column and the "
+                        "PostgreSQL/SQLite ratio")
     args = p.parse_args(argv)
     load()
     wl = select(args.workloads)
@@ -214,15 +253,18 @@ def main(argv: list[str] | None = None) -> int:
                 assert bm.proc is not None
                 mem = run_side("memfs", wl, d, scratch, scale, bm.proc.pid,
                                request_counter(bm.root), forget_between=forget)
+        if args.store and not args.native_only:
+            other = run_pg(args.store, wl, base, scratch, scale, extra, forget)
         if args.json:
             print(json.dumps({"machine": info, "quick": args.quick, "results": {
                 w.name: {side: vars(r[w.name]) | {"rate": r[w.name].rate, "unit": w.unit}
-                         for side, r in (("native", native), ("memfs", mem), ("compare", other or {}))
+                         for side, r in (("native", native), ("memfs", mem),
+                                         ("postgresql" if args.store else "compare", other or {}))
                 if w.name in r}
                 for w in wl}}, indent=2))
         else:
             print(", ".join(f"{k}: {v}" for k, v in info.items()))
-            print(table(wl, native, mem, other))
+            print(table(wl, native, mem, other, pg=bool(args.store)))
         return 0
     finally:
         shutil.rmtree(base, ignore_errors=True)

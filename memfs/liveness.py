@@ -192,10 +192,10 @@ class DurableHead:
 
 
 def durable_head(root: Path) -> DurableHead | None:
-    from memfs.store import Store
+    from memfs.store import open_store
 
     try:
-        store = Store.open(root, create=False)
+        store = open_store(root, create=False)
     except (MemfsError, OSError, sqlite3.Error):
         return None
     try:

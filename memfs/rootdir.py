@@ -3,8 +3,11 @@
 One root directory per store. Everything memfs keeps is under it, so a root can be
 copied, backed up or deleted as one folder:
 
-    store.db      SQLite: trees, commits, branches, the journal
-    blobs/        content-addressed file chunks too large to keep inline
+    store.db      SQLite: trees, commits, branches, the journal (the embedded store)
+    packs/        content-addressed file chunks (the embedded store)
+    store.json    which store the root uses, when it is not embedded (memfs.store.backend)
+    host.db       a shared store's host side: branch, bindings, the journal (memfs.store.pg)
+    cache/        a shared store's chunks and objects read or written here (safe to delete)
     staging/      scratch files of a running daemon (safe to delete when none runs)
     memory/       agent memory generations (memfs.memory)
     sessions/     append-only agent sessions (memfs.memory.sessions)

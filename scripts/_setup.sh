@@ -30,6 +30,14 @@ if [ "${MEMFS_WANT_TEST_TOOLS:-0}" = 1 ]; then
     command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
     command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
 fi
+# The PostgreSQL backend's tests (and `scripts/demo --store postgresql`) start a throwaway server
+# of their own (tests/helpers/pg.py). Debian's `postgresql` brings its release's server (15 on
+# bookworm) under /usr/lib/postgresql/N/bin; the newest there is used (or $MEMFS_PG_BIN).
+if [ "${MEMFS_WANT_TEST_TOOLS:-0}" = 1 ] || [ "${MEMFS_WANT_PG:-0}" = 1 ]; then
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || [ -n "${MEMFS_PG_BIN:-}" ] \
+        || need_pkgs+=(postgresql)
+    command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
+fi
 if [ "${#need_pkgs[@]}" -gt 0 ]; then
     echo "memfs: installing Debian packages: ${need_pkgs[*]}" >&2
     sudo_cmd=""

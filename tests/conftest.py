@@ -7,6 +7,7 @@ the daemon; the daemon's log is attached to the report of a failing test.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,9 +24,73 @@ from helpers.mount import (
     fuse_missing_reason,
     native_mode,
 )
+from helpers.pg import PgCluster, pg_missing
 from helpers.require import REQUIRE_ENV, require_tool, tools_required
 
+from memfs.store.backend import STORE_ENV, Location, record_location
+
 MountFactory = Callable[..., MemfsMount | NativeDir]
+
+# The store and fs contract suites: every test in these modules runs once on each backend
+# (the embedded store and PostgreSQL), with the same assertions.
+BOTH_BACKENDS = frozenset({
+    "test_fs_edges", "test_fs_shell", "test_fs_git", "test_fs_tar", "test_fs_links",
+    "test_fs_history", "test_fs_operations", "test_fs_model", "test_fs_bigfile",
+    "test_fs_history_tools", "test_durability_restart", "test_durability_crash",
+    "test_history_workspace", "test_cli_smoke", "test_backing_fulldisk",
+})
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    embedded_only = metafunc.definition.get_closest_marker("embedded_only") is not None
+    if "store_backend" in metafunc.fixturenames and module in BOTH_BACKENDS \
+            and not embedded_only:
+        metafunc.parametrize("store_backend", ["sqlite", "postgresql"], indirect=True)
+
+
+@pytest.fixture
+def store_backend(request: pytest.FixtureRequest) -> str:
+    """"sqlite" (the embedded store), or "postgresql" in the BOTH_BACKENDS modules' second run."""
+    return getattr(request, "param", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgCluster]:
+    """One throwaway PostgreSQL server for the session (tests/helpers/pg.py)."""
+    require_tool(pg_missing())
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: PgCluster) -> str:
+    """A fresh, empty database of the session's server."""
+    return pg_cluster.new_database()
+
+
+@pytest.fixture
+def store_env(request: pytest.FixtureRequest, store_backend: str,
+              monkeypatch: pytest.MonkeyPatch) -> str:
+    """For tests that open stores themselves: $MEMFS_STORE names a fresh database on the
+    PostgreSQL run (a new root then uses it), and is unset on the embedded one."""
+    if store_backend == "postgresql":
+        monkeypatch.setenv(STORE_ENV, request.getfixturevalue("pg_url"))
+    else:
+        monkeypatch.delenv(STORE_ENV, raising=False)
+    return store_backend
+
+
+def prepare_root(request: pytest.FixtureRequest, root: Path, backend: str) -> None:
+    """A new root on the PostgreSQL run gets a database of its own (its store.json)."""
+    if backend != "postgresql" or (root / "store.json").exists() or (root / "store.db").exists():
+        return
+    url = request.getfixturevalue("pg_cluster").new_database()
+    record_location(root, Location("postgresql", url, os.urandom(8).hex()))
 
 
 MOUNTING = ("mount_factory", "mounted", "backed")  # fixtures that start a real daemon
@@ -72,7 +137,8 @@ def memfs_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def mount_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MountFactory]:
+def mount_factory(request: pytest.FixtureRequest, tmp_path: Path,
+                  store_backend: str) -> Iterator[MountFactory]:
     """make(root=None, name="mnt", extra_args=(), env=None) -> a started mount (env: extra
     environment for the daemon only, such as a test shim); all closed at teardown."""
     made: list[MemfsMount | NativeDir] = []
@@ -88,6 +154,7 @@ def mount_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Mo
         if root is None:
             root = tmp_path / f"root-{name}"
         root.mkdir(parents=True, exist_ok=True)
+        prepare_root(request, root, store_backend)
         m = MemfsMount(root, tmp_path / name, tmp_path / f"{name}-daemon.log", extra_args, env)
         made.append(m)
         m.start()

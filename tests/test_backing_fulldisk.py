@@ -7,10 +7,16 @@ store is full cannot keep its disk side, so the pass refuses by name, leaves no 
 `<root>/conflicts`, and the daemon keeps serving (it used to die in its first pass at start,
 every start, so the files that would free the space could not be deleted); once space is
 back, the same pass takes disk in.
+
+Both backends (tests/conftest.py BOTH_BACKENDS): on a store in PostgreSQL what fills is this
+host's root (its caches, spill files, conflict copies and host.db), filled by another program;
+the refusal names that root and its caches, never `memfs gc` (refused there), and the way back
+is freeing that filesystem.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from pathlib import Path
@@ -44,42 +50,66 @@ def fill_through_the_mount(m) -> list[Path]:
     pytest.fail(f"{writable} B still writable after {len(fillers)} fills: the store is not full")
 
 
-def make_room(m, fillers: list[Path]) -> None:
-    """The documented way back: delete in the mount, then `memfs gc`."""
+def fill_the_store(m, small_fs: Path, store_backend: str) -> list[Path]:
+    """The embedded store fills from the mount. On PostgreSQL the mount's bytes go to the
+    server, so another program fills this host's root up to what memfs keeps for its own
+    writes (the headroom, 2 MiB here: host.db's journal is written there), and a little more:
+    less than one take-in fits."""
+    if store_backend == "sqlite":
+        return fill_through_the_mount(m)
+    filler = fill(small_fs, "host-filler")
+    os.truncate(filler, filler.stat().st_size - 3 * MiB)
+    fillers = [filler]
+    writable = m.status()["space"]["writable"]
+    assert writable < len(TEXT), f"{writable} B still writable: the host's root is not full"
+    return fillers
+
+
+def make_room(m, fillers: list[Path], store_backend: str) -> None:
+    """The documented way back: delete in the mount, then `memfs gc` (the embedded store); on
+    PostgreSQL, free the host's filesystem (the filler was another program's)."""
     for filler in fillers:
         filler.unlink()
-    m.cli("gc")
+    if store_backend == "sqlite":
+        m.cli("gc")
 
 
-def full_message(out) -> str:
+def full_message(out, store_backend: str) -> str:
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
-    assert "full" in text and "memfs gc" in text, text  # what happened, and the remedy
-    assert "Errno" not in text and "Traceback" not in text, text
+    assert "full" in text and "Errno" not in text and "Traceback" not in text, text
+    if store_backend == "sqlite":
+        assert "memfs gc" in text, text  # what happened, and the remedy
+    else:  # gc is refused there: the host's root and its caches are what to free
+        assert "this host's root is full" in text and "/cache" in text, text
+        assert "memfs gc" not in text, text
     return text
 
 
 @pytest.fixture
-def small_backed(small_fs: Path, mount_factory, tmp_path: Path):
+def small_backed(small_fs: Path, mount_factory, tmp_path: Path, store_backend: str):
     disk = tmp_path / "proj"
     disk.mkdir()
     (disk / "a.txt").write_text("a1\n")
     m = mount_factory(root=small_fs / "root", name="small-mnt")
     # The automatic run gives space back while these tests read the full state (it has its own
     # tests in test_lifecycle_fulldisk.py); the way back here is the documented `memfs gc`.
-    m.cli("config", "gc-auto", "off")
+    # A store in PostgreSQL runs no GC.
+    if store_backend == "sqlite":
+        m.cli("config", "gc-auto", "off")
     m.cli("attach", "work", str(disk), "--watch", "off")
     assert (m.work / "a.txt").read_text() == "a1\n"
     return m, disk
 
 
-def test_a_take_in_that_does_not_fit_changes_nothing(small_fs, small_backed) -> None:
+def test_a_take_in_that_does_not_fit_changes_nothing(small_fs, small_backed,
+                                                     store_backend) -> None:
     m, disk = small_backed
     (disk / "a.txt").write_bytes(TEXT)  # a tracked file changed on disk
     (disk / "new.txt").write_bytes(TEXT)  # a file seen for the first time
-    fillers = fill_through_the_mount(m)
+    fillers = fill_the_store(m, small_fs, store_backend)
 
-    full_message(m.cli("sync", check=False))
+    full_message(m.cli("sync", check=False), store_backend)
     # Neither was taken: the store's version is still there, no empty file stands in.
     assert (m.work / "a.txt").read_text() == "a1\n"
     assert not (m.work / "new.txt").exists()
@@ -92,7 +122,7 @@ def test_a_take_in_that_does_not_fit_changes_nothing(small_fs, small_backed) -> 
     assert m.proc.poll() is None
 
     # Space back: the next sync takes both in, as disk has them.
-    make_room(m, fillers)
+    make_room(m, fillers, store_backend)
     m.cli("sync")
     assert (m.work / "a.txt").read_bytes() == TEXT
     assert (m.work / "new.txt").read_bytes() == TEXT
@@ -100,13 +130,13 @@ def test_a_take_in_that_does_not_fit_changes_nothing(small_fs, small_backed) -> 
     assert listed["work/a.txt"] == ("synced", None) and listed["work/new.txt"] == ("synced", None)
 
 
-def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs,
-                                                                   small_backed) -> None:
+def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs, small_backed,
+                                                                   store_backend) -> None:
     m, disk = small_backed
     (m.work / "a.txt").write_text("the mount's side\n")
     fsync_path(m.work)
     (disk / "a.txt").write_bytes(TEXT)  # both changed: a conflict, disk's side to be kept
-    fillers = fill_through_the_mount(m)
+    fillers = fill_the_store(m, small_fs, store_backend)
     other = fill(small_fs)  # and another program takes the headroom memfs kept
 
     m.kill()
@@ -117,7 +147,7 @@ def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs,
         assert time.monotonic() < deadline, "the first pass never reported"
         time.sleep(0.1)
     assert m.proc.poll() is None
-    full_message(m.cli("ls", "--states", check=False))
+    full_message(m.cli("ls", "--states", check=False), store_backend)
     conflicts = m.root / "conflicts"
     assert not [p for p in conflicts.iterdir() if p.name.endswith(".tmp")] \
         if conflicts.exists() else True
@@ -125,7 +155,7 @@ def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs,
     assert (m.work / "a.txt").read_text() == "the mount's side\n"
 
     other.unlink()
-    make_room(m, fillers)
+    make_room(m, fillers, store_backend)
     assert states(m)["work/a.txt"] == ("conflict", "both-changed")
     kept = [p for p in conflicts.iterdir() if not p.name.startswith(".")]
     assert [p.read_bytes() for p in kept] == [TEXT]  # disk's side, kept in full

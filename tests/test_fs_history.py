@@ -70,6 +70,12 @@ def test_undo_shows_earlier_tree_at_once(mounted) -> None:
 
     n = commits_since(mounted, head1)
     assert n >= 1
+    # Past the first commit: refused by name, nothing moves (N parents back, on each backend).
+    head = mounted.status()["head"]
+    refused = mounted.cli("undo", "--commits", "100000", check=False)
+    assert refused.returncode == 1 and "goes past the first commit" in refused.stderr, \
+        refused.stderr
+    assert mounted.status()["head"] == head
     mounted.cli("undo", "--commits", str(n))
     assert mounted.status()["head"] == head1, "undo --commits N moves the branch back N commits"
 

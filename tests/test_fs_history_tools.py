@@ -295,6 +295,7 @@ def seed_commits(root: Path, n: int, days: int) -> list[str]:
     return ids
 
 
+@pytest.mark.embedded_only  # seed_commits writes the commits straight into SQLite
 def test_history_lists_every_one_of_100k_commits(mount_factory, tmp_path: Path) -> None:
     """No cap: every commit is under by-time (each day one directory, read by an indexed
     query, kept until the database changes). scripts' figures: docs/performance.md."""

@@ -10,13 +10,13 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import sqlite3
 import stat
 import subprocess
 import threading
 from pathlib import Path
 
 import pytest
+from helpers.store import stored_chunks
 
 pytestmark = pytest.mark.mount
 
@@ -157,14 +157,12 @@ def test_linked_content_stays_deduplicated(mounted) -> None:
     payload = os.urandom(3 << 20)
     (w / "big").write_bytes(payload)
     mounted.umount()
-    chunks = sqlite3.connect(mounted.root / "store.db").execute("SELECT COUNT(*) FROM chunks")
-    before = chunks.fetchone()[0]
+    before = stored_chunks(mounted.root)
     mounted.start()
     os.link(w / "big", w / "big2")
     (w / "copy").write_bytes(payload)  # same bytes under another inode: same chunks
     mounted.umount()
-    after = sqlite3.connect(mounted.root / "store.db").execute("SELECT COUNT(*) FROM chunks")
-    assert after.fetchone()[0] == before
+    assert stored_chunks(mounted.root) == before
     mounted.start()
     assert (w / "big2").read_bytes() == payload
 

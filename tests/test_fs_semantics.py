@@ -560,6 +560,10 @@ def test_undo_restores_directory_modes_and_drops_new_store_mounts(mounted) -> No
 
 def test_full_disk_during_a_metadata_commit(small_fs: Path, mount_factory) -> None:
     m = mount_factory(root=small_fs / "root", name="small-mnt")
+    # The automatic GC a failing commit starts gives SQLite's WAL back, which may let the
+    # commit through before the fsync asks for it (tests/test_lifecycle_fulldisk.py tests
+    # that run); here the fsync must meet the full disk.
+    m.cli("config", "gc-auto", "off")
     filler = small_fs / "filler"
     with open(filler, "wb") as f:  # someone else fills the store's filesystem
         try:

@@ -10,17 +10,20 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
-from memfs.store import Store
+from memfs.store import open_store
 from memfs.store.history import History
 from memfs.store.trees import DIR, FILE
 from memfs.workspace.attribution import CURRENT, Attribution, acting, read_proc
 from memfs.workspace.workspace import Workspace
 
+pytestmark = pytest.mark.usefixtures("store_env")  # both backends (tests/conftest.py)
+
 
 def new_ws(root: Path) -> Workspace:
-    return Workspace(Store.open(root), commit_interval=10)
+    return Workspace(open_store(root), commit_interval=10)
 
 
 def ops_of(ws: Workspace, cid: str) -> list:
@@ -151,6 +154,7 @@ def test_threads_of_one_process_are_one_command(tmp_path: Path) -> None:
         p.wait()
 
 
+@pytest.mark.embedded_only  # the retention policy's tombstones are the embedded store's
 def test_history_walks_over_commits_the_retention_policy_dropped(tmp_path: Path) -> None:
     """lifecycle's GC deletes a commit row and keeps a tombstone with its parent: log, undo
     and `log --ops` walk over it as Store.log does."""

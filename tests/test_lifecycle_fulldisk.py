@@ -90,8 +90,11 @@ def test_close_fails_when_what_it_wrote_no_longer_fits(small_fs, mount_factory) 
 
 def test_full_store_status_umount_and_recovery(small_fs, mount_factory) -> None:
     m = mount_factory(root=small_fs / "root", name="small-mnt")
-    # The automatic run would give the reserve back and let commits through while this test
-    # reads the failing state (seen under load); it is tested on its own below.
+    # This test is about what a full store says and refuses. The automatic run a failing
+    # commit starts gives the reserve and SQLite's WAL back (some 200 KiB here), which may let
+    # the failed commit through by itself while this test reads the failing state (seen under
+    # load): that run is the subject of test_the_automatic_run_makes_room_without_being_asked
+    # and the one after it.
     m.cli("config", "gc-auto", "off")
     keep = os.urandom(2 * MiB)
     (m.work / "keep.bin").write_bytes(keep)

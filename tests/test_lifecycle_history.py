@@ -149,7 +149,7 @@ def test_tombstones_keep_who_made_them_for_the_reflog_window(tmp_path: Path) -> 
         ids.append(trio.run(ws.commit))
     first, middle, head = ids
     with store.transaction() as tx:  # made in-process, so no request named who made it
-        history.put_ops(tx.conn, middle, [history.made_by_memfs("write b")])
+        history.put_ops(tx, middle, [history.made_by_memfs("write b")])
     history.add_mark(store, "after-b", middle, "main", "after-b")
     store.checkpoint("start", first)
     store.set_policy(Policy(keep_all=0, hourly=0, daily=0))  # the reflog: 30 days

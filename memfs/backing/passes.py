@@ -148,7 +148,7 @@ class Passes:
             space = self.ws.space()
         except OSError:
             space = None
-        return store_full(what, space, str(self.ws.store.root))
+        return store_full(what, space, str(self.ws.store.root), self.ws.store.kind != "sqlite")
 
     async def pass_all(self) -> dict[str, PassOutcome | PassError]:
         out: dict[str, PassOutcome | PassError] = {}

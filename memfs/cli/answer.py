@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memfs.control import NoDaemon, call
-from memfs.store import Store
+from memfs.store import StoreBackend as Store
+from memfs.store import open_store
 
 
 def ask(root: Path, op: str, direct: Callable[[Store], object], **kw) -> object:
@@ -16,7 +17,7 @@ def ask(root: Path, op: str, direct: Callable[[Store], object], **kw) -> object:
     try:
         return call(root, op, **kw)
     except NoDaemon:
-        store = Store.open(root, create=False)
+        store = open_store(root, create=False)
         try:
             return direct(store)
         finally:

@@ -1,6 +1,8 @@
 """Storage lifecycle commands: `memfs gc`, `memfs du`, `memfs config` (the retention policy),
 and what `memfs status` says about commits failing, space, the policy and the last GC.
 
+All three are the embedded store's: on a root whose store is in PostgreSQL they are refused
+with the reason and the remedy before anything is opened (memfs.store.backend.EmbeddedOnly).
 GC and du ask the running daemon (it collects beside the live mount, memfs.workspace
 .lifecycle); with none, they open the store and take its daemon lock themselves, so no daemon
 can start in the middle. The policy is kept in the store (memfs.store.retention), so `memfs
@@ -23,6 +25,7 @@ from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 from memfs.store import Store, gc
+from memfs.store.backend import require_embedded_root
 from memfs.store.retention import Policy, PolicyError
 from memfs.store.space import Space, size_text
 from memfs.workspace.lifecycle import summary
@@ -66,7 +69,9 @@ def policy_from_flags(args: argparse.Namespace, policy: Policy) -> Policy | None
 
 
 def cmd_config(args) -> int:
-    store = Store.open(resolve_root(args.root), create=False)
+    root = resolve_root(args.root)
+    require_embedded_root(root, "memfs config")
+    store = Store.open(root, create=False)
     try:
         policy = store.policy()
         if args.key is not None and args.key not in Policy.SETTINGS:
@@ -121,6 +126,7 @@ def status_lines(st: dict) -> list[str]:
 # -- gc and du ------------------------------------------------------------------------------------
 def _collect(args, op: str, dry_run: bool) -> dict:
     root = resolve_root(args.root)
+    require_embedded_root(root, f"memfs {op}")  # before a daemon on the shared store is asked
     stop = threading.Event()
     if not args.json and sys.stderr.isatty():
         threading.Thread(target=_show_progress, args=(root, stop), daemon=True).start()

@@ -29,7 +29,8 @@ from memfs.cli.main import add_json_flag, emit
 from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
-from memfs.store import Store, history, undo
+from memfs.store import StoreBackend as Store
+from memfs.store import history, open_store_readonly, undo
 from memfs.store.history import History, parse_when
 from memfs.store.opspan import walk
 from memfs.store.treediff import (
@@ -127,7 +128,7 @@ def _root(args) -> Path:
 
 
 def _read(args) -> Store:
-    return Store.open_readonly(_root(args))
+    return open_store_readonly(_root(args))
 
 
 def _ask(args, op: str, direct, **kw):

@@ -9,9 +9,9 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime
 
+from memfs.store.backend import StoreBackend as Store
 from memfs.store.history import Gap, LoggedCommit, OpRecord
 from memfs.store.opspan import Span
-from memfs.store.store import Store
 from memfs.store.treediff import (
     ADDED,
     CHANGED,

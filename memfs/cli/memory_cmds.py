@@ -15,8 +15,9 @@ from memfs.cli.main import add_json_flag, emit
 from memfs.consolidate.proposal import parse_proposal
 from memfs.errors import MemfsError
 from memfs.memory.sessions import SessionStore, is_visible
+from memfs.memory.shared import open_memory_store
 from memfs.memory.store import MemoryStore
-from memfs.rootdir import memory_dir, resolve_root, sessions_dir
+from memfs.rootdir import resolve_root, sessions_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _stores(args: argparse.Namespace) -> tuple[MemoryStore, SessionStore]:
     root = resolve_root(args.root)
-    return MemoryStore(memory_dir(root)), SessionStore(sessions_dir(root))
+    return open_memory_store(root), SessionStore(sessions_dir(root))
 
 
 def _read_input(path: str) -> str:

@@ -32,7 +32,14 @@ from memfs.liveness import (
     same_root,
 )
 from memfs.rootdir import resolve_root
-from memfs.store import Store
+from memfs.store import open_store
+from memfs.store.backend import (
+    NO_RETENTION,
+    choose_location,
+    read_location,
+    redact,
+    refuse_on_shared,
+)
 from memfs.store.gc import last_run
 from memfs.store.retention import Policy
 
@@ -56,6 +63,9 @@ def _millis(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("init", help="create the store (idempotent)")
+    p.add_argument("--store", metavar="URL",
+                   help="keep the store in PostgreSQL at URL (postgresql://USER@HOST/DB; "
+                        "default $MEMFS_STORE, else embedded in the root); the root records it")
     add_policy_flags(p)
     add_json_flag(p)
     p.set_defaults(func=cmd_init)
@@ -92,16 +102,24 @@ def _root(args) -> Path:
 
 def cmd_init(args) -> int:
     root = _root(args)
-    policy_from_flags(args, Policy())  # a bad value is refused before anything is created
-    store = Store.open(root)
+    given = policy_from_flags(args, Policy())  # a bad value is refused before anything is made
+    if given is not None:
+        loc = choose_location(root, args.store)
+        if loc is not None:  # nothing is written: the retention policy is the embedded store's
+            flags = [f"--{k}" for k in Policy.SETTINGS if getattr(args, k.replace("-", "_"))]
+            raise refuse_on_shared(f"memfs init {' '.join(flags)}", loc.url,
+                                   new=read_location(root) is None)
+    store = open_store(root, url=args.store)
     try:
-        policy = policy_from_flags(args, store.policy())
-        if policy is not None:
-            store.set_policy(policy)
+        if given is not None:
+            store.set_policy(policy_from_flags(args, store.policy()))
         head = store.head()
     finally:
         store.close()
-    emit(args, {"root": str(root), "head": head}, f"memfs store ready at {root}")
+    loc = read_location(root)
+    where = redact(loc.url) if loc else "embedded"
+    emit(args, {"root": str(root), "head": head, "store": where},
+         f"memfs store ready at {root}" + (f" (store: {where})" if loc else ""))
     return 0
 
 
@@ -127,7 +145,7 @@ def cmd_mount(args) -> int:
     if binds:
         from memfs.cli.reconcile_cmds import attach_before_mount
 
-        Store.open(root).close()
+        open_store(root).close()
         for name, directory in binds:
             attach_before_mount(root, name, directory)
     if args.foreground:
@@ -478,6 +496,8 @@ def cmd_status(args) -> int:
              *_held_lines(st),
              *status_lines(st),
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
+    if st.get("read_only"):
+        lines.append(f"writes   READ-ONLY here: {st['read_only']}")
     lines += _backing_lines(st)
     emit(args, st, "\n".join(lines))
     daemon = st.get("daemon") or {}
@@ -498,16 +518,19 @@ def _direct_status(root: Path) -> dict:
     from memfs.store.trees import decode_dir
 
     held = lock_held(root)
-    store = Store.open(root, create=False)
+    store = open_store(root, create=False)
     try:
         head = store.head()
         tree = store.commit(head).tree
         mounts = sorted(e.name for e in decode_dir(store.read_object(tree)))
-        policy = store.policy()
         st = {"root": str(store.root), "branch": store.current_branch(), "head": head,
-              "pending": 0, "durable": True, "mounts": mounts, "daemon": None,
-              "retention": {**policy.to_json(), "summary": policy.summary()},
-              "gc": {"running": None, "last": last_run(store)}}
+              "pending": 0, "durable": True, "mounts": mounts, "daemon": None}
+        if store.kind == "sqlite":
+            policy = store.policy()
+            st["retention"] = {**policy.to_json(), "summary": policy.summary()}
+            st["gc"] = {"running": None, "last": last_run(store)}
+        else:
+            st["retention"] = {"policy": None, "summary": NO_RETENTION}
     finally:
         store.close()
     if held:

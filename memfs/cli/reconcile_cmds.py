@@ -98,11 +98,11 @@ def _direct(root: Path, op: str, kw: dict) -> dict:
     import trio
 
     from memfs.backing import Backing
-    from memfs.store import Store
+    from memfs.store import open_store
     from memfs.workspace.workspace import Workspace
 
     async def run() -> dict:
-        ws = Workspace(Store.open(root, create=False), 0.0)
+        ws = Workspace(open_store(root, create=False), 0.0)
         backing = Backing(ws)
         try:
             result = await backing.control(op, kw)

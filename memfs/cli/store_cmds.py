@@ -14,7 +14,8 @@ from memfs.cli.answer import ask
 from memfs.cli.main import add_json_flag, emit
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
-from memfs.store import Store
+from memfs.store import StoreBackend as Store
+from memfs.store import open_store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--at", help="revision to branch from (default: the head)")
     add_json_flag(p)
     p.set_defaults(func=cmd_branch)
+
+    p = sub.add_parser("takeover", help="move BRANCH's writer lease here once its host's "
+                                        "lease expired (a store shared in PostgreSQL)")
+    p.add_argument("branch")
+    add_json_flag(p)
+    p.set_defaults(func=cmd_takeover)
 
     p = sub.add_parser("fsck", help="check every commit's objects, chunks and link counts")
     add_json_flag(p)
@@ -83,8 +90,22 @@ def cmd_branch(args) -> int:
     return 0
 
 
+def cmd_takeover(args) -> int:
+    """In a daemon: the lease, then the branch shown writable from its last durable commit.
+    Without one: the lease is this root's, so the next `memfs mount` here writes the branch."""
+    def direct(store: Store) -> dict:
+        claim = store.takeover(args.branch)
+        store.set_current_branch(args.branch)
+        return {"branch": args.branch, "head": store.head(args.branch), **claim.to_json()}
+
+    res = _ask(args, "takeover", direct, branch=args.branch)
+    emit(args, res, f"this host now writes branch {args.branch} (from {res['head'][:12]}, "
+                    "its last durable commit)")
+    return 0
+
+
 def cmd_fsck(args) -> int:
-    store = Store.open(_root(args), create=False)
+    store = open_store(_root(args), create=False)
     try:
         problems = store.fsck()
     finally:

@@ -67,8 +67,9 @@ from memfs.memory.preview import (
 )
 from memfs.memory.records import normalize_global_content, normalize_record_content
 from memfs.memory.sessions import FrozenSession, SessionStore, is_visible, turns_hash
+from memfs.memory.shared import open_memory_store
 from memfs.memory.store import MemoryStore
-from memfs.rootdir import memory_dir, sessions_dir
+from memfs.rootdir import sessions_dir
 
 DEFAULT_CONSOLIDATOR_VERSION = "memfs-consolidator/2"
 GLOBAL_NAME = "global"  # the `name` of a replace-global change hash
@@ -181,7 +182,7 @@ def commit_review(root: Path, review: Review, lock_timeout: float | None = 120.0
 
 
 def _commit_locked(root: Path, review: Review) -> Receipt:
-    memory = MemoryStore(memory_dir(root))
+    memory = open_memory_store(root)
     plan = review.plan
     at = now()
     receipt = Receipt(
@@ -459,7 +460,7 @@ def _recover_locked(root: Path, receipt: Receipt, plan: Plan | None,
 
     if receipt.state in FINAL_STATES:
         return outcome(Action.NOTHING, receipt, f"already {receipt.state}")
-    memory = MemoryStore(memory_dir(root))
+    memory = open_memory_store(root)
     current = _current_revisions(memory, receipt)
     statuses = classify(receipt, current)
     plan_note = ""
@@ -524,7 +525,7 @@ def worker_plan_source(root: Path) -> PlanSource:
 
         raw = replay_final_proposal(load_worker_session(root, receipt.worker_attempt))
         frozen = frozen_prefix(SessionStore(sessions_dir(root)), receipt.source)
-        memory = MemoryStore(memory_dir(root))
+        memory = open_memory_store(root)
         current = memory.workspace_generation(receipt.workspace)
         deleted = [c.name for c in receipt.changes if c.op == "delete"]
         if any(name not in current.records for name in deleted):

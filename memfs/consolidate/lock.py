@@ -4,7 +4,9 @@ Two layers, because either alone leaves a gap. `fcntl.flock` on `<root>/review.l
 serializes processes on one host (the kernel drops it when a holder dies, even by
 SIGKILL, so a crash never leaves a stale lock). A `threading.Lock` per root serializes
 threads of one process, which flock alone would not do cleanly for callers sharing one
-descriptor. Multi-host access to one root is unsupported, not guarded.
+descriptor. A root whose store is shared in PostgreSQL (docs/scaling.md) adds a third layer:
+a session advisory lock in that database, so reviews on every host serialize; the server
+drops it when the holder's connection ends, so a host that dies leaves no stale lock either.
 
 The lock guards only the short commit barrier (recheck, receipt, CAS, mark). It must
 never be held while a model is asked anything: a provider's latency would then stall
@@ -67,13 +69,16 @@ def review_lock(root: Path, timeout: float | None = 120.0) -> Iterator[None]:
         fd = os.open(Path(root) / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             _flock(fd, deadline, root, timeout)
-            with _guard:
-                _holders[key] = threading.get_ident()
             try:
-                yield
+                with _database_lock(root, deadline, timeout):
+                    with _guard:
+                        _holders[key] = threading.get_ident()
+                    try:
+                        yield
+                    finally:
+                        with _guard:
+                            _holders.pop(key, None)
             finally:
-                with _guard:
-                    _holders.pop(key, None)
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
@@ -93,6 +98,36 @@ def _flock(fd: int, deadline: float | None, root: Path, timeout: float | None) -
                 raise _busy(root, timeout) from None
             time.sleep(delay)
             delay = min(delay * 2, 0.1)
+
+
+REVIEW_KEY = 0x6D656D66735256  # the advisory lock's key in a shared store's database
+
+
+@contextmanager
+def _database_lock(root: Path, deadline: float | None, timeout: float | None) -> Iterator[None]:
+    """The review lock among hosts, when the root's store is shared; else nothing."""
+    from memfs.store.backend import read_location
+
+    loc = read_location(Path(root))
+    if loc is None:
+        yield
+        return
+    from memfs.store.pg.conn import connect
+
+    conn = connect(loc.url, autocommit=True)
+    try:
+        delay = 0.01
+        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (REVIEW_KEY,)).fetchone()[0]:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise MemfsError(f"a review on another host holds the shared store's review "
+                                 f"lock (waited {timeout} s)",
+                                 "wait for that host's consolidation or recovery to finish, "
+                                 "then retry")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        yield
+    finally:
+        conn.close()  # the server releases a session's advisory locks with it
 
 
 def _busy(root: Path, timeout: float | None) -> MemfsError:

@@ -41,8 +41,8 @@ from memfs.memory.durable import crash_point
 from memfs.memory.generation import GlobalGeneration, WorkspaceGeneration
 from memfs.memory.preview import preview_global_change
 from memfs.memory.sessions import FrozenSession, ProjectedTurn, SessionStore
-from memfs.memory.store import MemoryStore
-from memfs.rootdir import memory_dir, sessions_dir
+from memfs.memory.shared import open_memory_store
+from memfs.rootdir import sessions_dir
 
 EVIDENCE_SCHEMA = {
     "type": "array",
@@ -193,7 +193,7 @@ def consolidate(root: Path, session_id: str, workspace: str | None,
         raise MemfsError(f"session {frozen.id} belongs to workspace {frozen.workspace!r}",
                          f"drop --workspace or pass --workspace {frozen.workspace}")
     turns = sessions.projection(frozen)
-    memory = MemoryStore(memory_dir(root))
+    memory = open_memory_store(root)
     ws_gen = memory.workspace_generation(ws_name)
     glob_gen = memory.global_generation()
     review_id = new_review_id()

@@ -27,7 +27,9 @@ from memfs.errors import MemfsError
 from memfs.fs.operations import MemfsOperations
 from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
 from memfs.rootdir import control_socket
+from memfs.store.backend import require_embedded
 from memfs.workspace.agent_memory import recover_reviews
+from memfs.workspace.hosts import Hosts
 from memfs.workspace.lifecycle import Lifecycle
 from memfs.workspace.workspace import Workspace
 
@@ -133,7 +135,8 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
                      options: set[str]) -> None:
     store = ws.store
     backing = Backing(ws)
-    lifecycle = Lifecycle(ws)
+    # Retention and GC are the embedded store's (docs/lifecycle.md): none on PostgreSQL.
+    lifecycle = Lifecycle(ws) if store.kind == "sqlite" else None
     ops = MemfsOperations(ws)
     try:
         pyfuse3.init(ops, str(mountpoint), options)
@@ -152,17 +155,24 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
             pyfuse3.close(unmount=True)
         finally:
             backing.close()
+            if ws.read_only is None:  # a clean end: the next writer needs no takeover
+                store.release(ws.branch)
             store.close()
             sock = control_socket(root)
             if sock.exists():
                 sock.unlink()
 
 
-async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle, ops: MemfsOperations,
-                 root: Path, lock: RootLock) -> None:
+async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle | None,
+                 ops: MemfsOperations, root: Path, lock: RootLock) -> None:
+    hosts = Hosts(ws)
+    ws.hosts = hosts
+    await hosts.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
-        nursery.start_soon(lifecycle.run)
+        if lifecycle is not None:  # the embedded store's GC (none on PostgreSQL)
+            nursery.start_soon(lifecycle.run)
+        nursery.start_soon(hosts.run, ops.drain_invalidations)
         nursery.start_soon(_signals, ws)
         nursery.start_soon(_heartbeat, ws, lock)
         await nursery.start(_control_server, ws, backing, ops, root)
@@ -315,16 +325,21 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
     elif op in ("gc", "du"):
         lifecycle = ws.lifecycle
-        assert lifecycle is not None  # the daemon installs one before serving
+        if lifecycle is None:  # a store in PostgreSQL: refused with the remedy
+            require_embedded(ws.store, f"memfs {op}")
+        assert lifecycle is not None  # the daemon installs one on an embedded store
         result = await lifecycle.collect(dry_run=op == "du" or bool(args.get("dry_run")),
                                          trigger="manual" if op == "gc" else "du")
+    elif op == "takeover":
+        assert ws.hosts is not None  # installed before serving
+        result = await ws.hosts.takeover(args["branch"])
     elif op.startswith("backing_"):
         if op == "backing_after_batch":  # an agent's tool batch ended: an operation boundary
             await ws.mark(args.get("agent") or "after-batch")
         result = await backing.control(op, args)
     else:
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
-    if op in ("undo", "restore", "branch_switch"):
+    if op in ("undo", "restore", "branch_switch", "takeover"):
         await backing.pass_all()  # disk-only nodes are not in any commit: show them again
     await ops.drain_invalidations()
     return result

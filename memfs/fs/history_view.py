@@ -46,7 +46,7 @@ class HistoryViews:
 
     # -- memo -------------------------------------------------------------------------------
     def _fresh(self, key: tuple, compute: Callable[[], object]):
-        version = self.store._query("PRAGMA data_version")[0][0]
+        version = self.store.data_version()
         got = self._memo.get(key)
         if got is not None and got[0] == version:
             return got[1]

@@ -284,8 +284,8 @@ class MemoryView:
                 return store.put_record(ws, record, text)
         try:
             await trio.to_thread.run_sync(call)
-        except MemfsError as exc:
-            raise MemError(errno.EINVAL, str(exc)) from None
+        except MemfsError as exc:  # a refused record (EINVAL), or the store's server's
+            raise MemError(getattr(exc, "errno", None) or errno.EINVAL, str(exc)) from None
 
     async def unlink(self, d: MemDir, name: bytes) -> None:
         if d.kind != "ws":

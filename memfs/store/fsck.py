@@ -146,6 +146,6 @@ class _Check:
 
 def check_store(store) -> list[str]:
     check = _Check(store)
-    for (cid,) in store._query("SELECT id FROM commits ORDER BY seq"):
+    for cid in store.commit_ids():
         check.commit(store.commit(cid))
     return check.problems

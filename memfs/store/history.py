@@ -7,7 +7,8 @@ change. They live in their own table so a commit's identity (its hash) stays wha
 
 Threads: `put_ops` runs in the commit thread inside the commit's transaction; checkpoint and
 mark writes take the store's writer lock (`Store.transaction`); every read goes through the
-store's reader (any thread).
+store's reader (any thread). The rows themselves are the backend's (its Records methods:
+memfs.store.backend), so these rules hold on every backend.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 
+from memfs.store.backend import DroppedCommit
+from memfs.store.backend import StoreBackend as Store
 from memfs.store.store import (
     Commit,
     CommitDropped,
-    Store,
     StoreError,
     UnknownRevision,
     _check_ref_name,
@@ -181,33 +183,29 @@ def made_by_memfs(label: str) -> OpRecord:
                     os.getsid(0), os.getuid(), "memfs")
 
 
-def put_ops(conn, commit_id: str, ops: list[OpRecord]) -> None:
-    """Commit thread, inside the commit's transaction."""
+def put_ops(tx, commit_id: str, ops: list[OpRecord]) -> None:
+    """Commit thread, inside the commit's transaction `tx`."""
     if ops:
-        conn.execute("INSERT OR REPLACE INTO commit_ops VALUES (?, ?)",
-                     (commit_id, json.dumps([o.to_json() for o in ops])))
+        tx.put_ops(commit_id, json.dumps([o.to_json() for o in ops]))
 
 
 def add_mark(store: Store, name: str, commit_id: str, branch: str, label: str) -> Mark:
     _check_ref_name(name)
     now = time.time_ns()
     with store.transaction() as tx:
-        check_new_name(tx.conn, name, "mark")
-        tx.conn.execute("INSERT INTO marks (name, commit_id, branch, time_ns, label) "
-                        "VALUES (?, ?, ?, ?, ?)", (name, commit_id, branch, now, label))
+        check_new_name(tx, name, "mark")
+        tx.add_mark(name, commit_id, branch, now, label)
     return Mark(name, commit_id, branch, now)
 
 
 # -- checkpoints -------------------------------------------------------------------------------
 def checkpoints(store: Store) -> list[Checkpoint]:
-    return [Checkpoint(*row) for row in store._query(
-        "SELECT name, commit_id, branch, time_ns FROM checkpoints ORDER BY time_ns, name")]
+    return [Checkpoint(*row) for row in store.checkpoint_rows()]
 
 
 def checkpoint(store: Store, name: str) -> Checkpoint | None:
-    rows = store._query("SELECT name, commit_id, branch, time_ns FROM checkpoints WHERE name = ?",
-                        (name,))
-    return Checkpoint(*rows[0]) if rows else None
+    row = store.checkpoint_row(name)
+    return Checkpoint(*row) if row else None
 
 
 def create_checkpoint(store: Store, name: str, commit_id: str, branch: str, *,
@@ -218,25 +216,19 @@ def create_checkpoint(store: Store, name: str, commit_id: str, branch: str, *,
     _check_ref_name(name)
     now = time.time_ns()
     with store.transaction() as tx:
-        row = tx.conn.execute("SELECT commit_id FROM checkpoints WHERE name = ?",
-                              (name,)).fetchone()
-        old = row[0] if row else None
+        row = tx.checkpoint_row(name)
+        old = row[1] if row else None
         if old is None:
-            check_new_name(tx.conn, name, "checkpoint")
+            check_new_name(tx, name, "checkpoint")
         if old is not None and old != commit_id and not force:
             raise StoreError(f"checkpoint {name!r} already names {old[:12]}",
                              f"pick another name, `memfs checkpoint delete {name}` first, or "
                              f"move it with `memfs checkpoint create {name} --force`")
         if old == commit_id:
-            cur = tx.conn.execute("SELECT name, commit_id, branch, time_ns FROM checkpoints "
-                                  "WHERE name = ?", (name,)).fetchone()
-            return Checkpoint(*cur), None
-        tx.conn.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?)",
-                        (name, commit_id, branch, now))
-        tx.conn.execute(
-            "INSERT INTO reflog (branch, old, new, reason, time_ns) VALUES (?, ?, ?, ?, ?)",
-            (CHECKPOINT_REF + name, old, commit_id,
-             f"checkpoint {'move' if old else 'create'} {name}", now))
+            return Checkpoint(*row), None
+        tx.set_checkpoint(name, commit_id, branch, now)
+        tx.add_reflog(CHECKPOINT_REF + name, old, commit_id,
+                      f"checkpoint {'move' if old else 'create'} {name}", now)
     return Checkpoint(name, commit_id, branch, now), old
 
 
@@ -244,25 +236,17 @@ def delete_checkpoint(store: Store, name: str) -> Checkpoint:
     """Remove a name (the commit stays until the retention policy drops it). The reflog row
     keeps the commit it named in `old`; its `new` is empty."""
     with store.transaction() as tx:
-        row = tx.conn.execute("SELECT name, commit_id, branch, time_ns FROM checkpoints "
-                              "WHERE name = ?", (name,)).fetchone()
+        row = tx.checkpoint_row(name)
         if row is None:
             raise StoreError(f"no checkpoint named {name!r}", "list them with "
                              "`memfs checkpoint list`")
-        tx.conn.execute("DELETE FROM checkpoints WHERE name = ?", (name,))
-        tx.conn.execute(
-            "INSERT INTO reflog (branch, old, new, reason, time_ns) VALUES (?, ?, ?, ?, ?)",
-            (CHECKPOINT_REF + name, row[1], "", f"checkpoint delete {name}", time.time_ns()))
+        tx.delete_checkpoint(name)
+        tx.add_reflog(CHECKPOINT_REF + name, row[1], "", f"checkpoint delete {name}",
+                      time.time_ns())
     return Checkpoint(*row)
 
 
 # -- reading ---------------------------------------------------------------------------------------
-def _has_table(store: Store, name: str) -> bool:
-    """A store opened read-only may predate these tables (nothing recorded yet)."""
-    return bool(store._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                             (name,)))
-
-
 class History:
     """First-parent history from a commit, newest first, read a page at a time and kept, so
     `log --ops` and `undo` can look back over a long operation without reading it twice."""
@@ -271,9 +255,6 @@ class History:
         self.store = store
         self._items: list[LoggedCommit] = []
         self._next: str | None = start
-        self._ops = _has_table(store, "commit_ops")
-        self._marks = _has_table(store, "marks")
-        self._gaps = _has_table(store, "dropped_commits")  # the retention policy's (lifecycle)
         self.gaps: dict[str, Gap] = {}  # kept commit id -> the dropped commits below it
         self._ids: set[str] = set()  # ids of _items (gap_below's look-up)
 
@@ -289,19 +270,13 @@ class History:
             i += 1
 
     def _load_page(self) -> None:
-        # One recursive query walks up to PAGE parents (the commits table is keyed by id).
+        # One query walks up to PAGE parents (the commits table is keyed by id).
         self._next = self._over_gaps(self._next, self._items[-1].id if self._items else None)
         if self._next is None:
             return
-        rows = self.store._query(
-            "WITH RECURSIVE chain(id, n) AS (SELECT ?, 0 UNION ALL "
-            "SELECT c.parent, chain.n + 1 FROM commits c JOIN chain ON c.id = chain.id "
-            "WHERE c.parent IS NOT NULL AND chain.n + 1 < ?) "
-            "SELECT c.* FROM chain JOIN commits c ON c.id = chain.id ORDER BY chain.n",
-            (self._next, PAGE))
-        if not rows:
+        commits = self.store.commit_chain(self._next, PAGE)
+        if not commits:
             raise StoreError(f"no commit {self._next}", "see `memfs log` for commit ids")
-        commits = [_commit(row) for row in rows]
         ids = [c.id for c in commits]
         ops = self._ops_of(ids)
         marks = self._marks_of(ids)
@@ -325,50 +300,35 @@ class History:
 
     def _over_gaps(self, cid: str | None, child: str | None) -> str | None:
         """A commit the retention policy dropped is walked over to its parent, as log does;
-        what was walked over is remembered as the gap below `child`."""
-        walked: list[tuple] = []
-        while cid is not None and self._gaps and not self.store._query(
-                "SELECT 1 FROM commits WHERE id = ?", (cid,)):
-            rows = self.store._query("SELECT parent, time_ns, dropped_ns, reason FROM "
-                                     "dropped_commits WHERE id = ?", (cid,))
-            if not rows:
+        what was walked over is remembered as the gap below `child`. The tombstones are the
+        backend's (Records.dropped_commit)."""
+        walked: list[DroppedCommit] = []
+        while cid is not None and not self.store.has_commit(cid):
+            gone = self.store.dropped_commit(cid)
+            if gone is None:
                 break
-            walked.append((cid, *rows[0]))
-            cid = rows[0][0]
+            walked.append(gone)
+            cid = gone.parent
         if walked and child is not None:
-            ids = [w[0] for w in walked]
+            ids = [w.id for w in walked]
             ops: dict[str, tuple[OpRecord, ...]] = {}
             for i in range(0, len(ids), PAGE):
                 ops.update(self._ops_of(ids[i:i + PAGE]))
             self.gaps[child] = Gap(
-                tuple(ids), walked[0][2], walked[-1][2], walked[0][3], walked[0][4], cid,
-                tuple(o for i in ids for o in ops.get(i, ())),
+                tuple(ids), walked[0].time_ns, walked[-1].time_ns, walked[0].dropped_ns,
+                walked[0].reason, cid, tuple(o for i in ids for o in ops.get(i, ())),
                 sum(1 for i in ids if i not in ops))
         return cid
 
     def _ops_of(self, ids: list[str]) -> dict[str, tuple[OpRecord, ...]]:
-        if not self._ops:
-            return {}
-        marks = ",".join("?" * len(ids))
-        rows = self.store._query(f"SELECT commit_id, data FROM commit_ops WHERE commit_id IN "
-                                 f"({marks})", tuple(ids))
-        return {cid: tuple(OpRecord.from_json(d) for d in json.loads(data)) for cid, data in rows}
+        return {cid: tuple(OpRecord.from_json(d) for d in json.loads(data))
+                for cid, data in self.store.commit_ops(ids).items()}
 
     def _marks_of(self, ids: list[str]) -> dict[str, list[str]]:
-        if not self._marks:
-            return {}
-        q = ",".join("?" * len(ids))
         out: dict[str, list[str]] = {}
-        for cid, name in self.store._query(f"SELECT commit_id, name FROM marks WHERE commit_id "
-                                           f"IN ({q}) ORDER BY seq", tuple(ids)):
+        for cid, name in self.store.marks_of(ids):
             out.setdefault(cid, []).append(name)
         return out
-
-
-def _commit(row: tuple) -> Commit:
-    from memfs.store.store import _commit_from_row
-
-    return _commit_from_row(row)
 
 
 def logged(store: Store, cid: str) -> LoggedCommit:
@@ -380,13 +340,7 @@ def logged(store: Store, cid: str) -> LoggedCommit:
 
 def mark_commit(store: Store, name: str, branch: str | None = None) -> str | None:
     """The commit the newest mark of that name (on `branch`, if given) points at."""
-    if not _has_table(store, "marks"):
-        return None
-    sql, args = "SELECT commit_id FROM marks WHERE name = ?", (name,)
-    if branch is not None:
-        sql, args = sql + " AND branch = ?", (name, branch)
-    rows = store._query(sql + " ORDER BY seq DESC LIMIT 1", args)
-    return rows[0][0] if rows else None
+    return store.mark_commit(name, branch)
 
 
 def resolve(store: Store, rev: str) -> str:
@@ -413,22 +367,20 @@ def at_time(store: Store, head: str, when_ns: int) -> str:
 
 def commits_by_time(store: Store, start_ns: int, end_ns: int) -> list[tuple[str, int]]:
     """(id, time) of every commit made in [start, end), oldest first (all branches)."""
-    return store._query("SELECT id, time_ns FROM commits WHERE time_ns >= ? AND time_ns < ? "
-                        "ORDER BY time_ns, seq", (start_ns, end_ns))
+    return store.commits_by_time(start_ns, end_ns)
 
 
 def days(store: Store) -> list[tuple[str, int]]:
     """Local dates (YYYY-MM-DD) that hold commits, with each day's newest commit time: one
     indexed query per day, so 100k commits over a few days cost a few queries."""
     out: list[tuple[str, int]] = []
-    rows = store._query("SELECT MIN(time_ns) FROM commits")
-    t = rows[0][0] if rows else None
+    t = store.commit_times()[1]
     while t is not None:
         day = datetime.fromtimestamp(t / 1e9).date()
         end = day_start(day + timedelta(days=1))
-        newest = store._query("SELECT MAX(time_ns) FROM commits WHERE time_ns < ?", (end,))[0][0]
+        newest = store.newest_time_before(end)
         out.append((day.isoformat(), newest))
-        t = store._query("SELECT MIN(time_ns) FROM commits WHERE time_ns >= ?", (end,))[0][0]
+        t = store.oldest_time_from(end)
     return out
 
 
@@ -438,7 +390,7 @@ def day_start(day) -> int:
 
 def summary(store: Store) -> dict:
     """How many commits the store keeps and their time range (for .memfs/history/INDEX)."""
-    n, oldest, newest = store._query("SELECT COUNT(*), MIN(time_ns), MAX(time_ns) FROM commits")[0]
+    n, oldest, newest = store.commit_times()
     return {"commits": n, "oldest": oldest, "newest": newest}
 
 

@@ -21,8 +21,10 @@ from pathlib import Path
 from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
 from memfs.store import db, retention, schema
+from memfs.store.backend import SingleHost
 from memfs.store.chunks import ChunkStore
 from memfs.store.refs import CommitRefs, commit_refs
+from memfs.store.sqlite_records import SqliteRecords, SqliteTxRecords
 from memfs.store.trees import Entry, decode_inodes, decode_manifest, encode_dir, object_id
 
 DEFAULT_BRANCH = "main"
@@ -70,7 +72,7 @@ class CommitDropped(StoreError):
         self.cid = cid
 
 
-class Transaction:
+class Transaction(SqliteTxRecords):
     """One durable step: chunks, objects, a commit. Used only by the writer."""
 
     def __init__(self, store: Store) -> None:
@@ -118,7 +120,9 @@ class Transaction:
                           (commit_id, json.dumps(doc)))
 
 
-class Store:
+class Store(SqliteRecords, SingleHost):
+    kind = "sqlite"  # memfs.store.backend: which backend this is
+
     def __init__(self, root: Path, *, readonly: bool = False) -> None:
         self.root = root
         self.db_path = root / "store.db"
@@ -167,7 +171,7 @@ class Store:
             first = tx.add_commit(None, tree, DEFAULT_BRANCH, "init", [])
             from memfs.store import history
 
-            history.put_ops(tx.conn, first.id, [history.made_by_memfs("init")])
+            history.put_ops(tx, first.id, [history.made_by_memfs("init")])
             tx.conn.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('branch', ?)", (DEFAULT_BRANCH,)
             )
@@ -274,20 +278,16 @@ class Store:
         return _commit_from_row(rows[0])
 
     def _refuse_dropped(self, cid: str) -> None:
-        try:
-            rows = self._query("SELECT time_ns, dropped_ns, reason FROM dropped_commits "
-                               "WHERE id = ?", (cid,))
-        except sqlite3.OperationalError:  # read-only, on a store older than retention
-            return
-        if rows:
-            raise CommitDropped(cid, *rows[0])
+        gone = self.dropped_commit(cid)
+        if gone is not None:
+            raise CommitDropped(cid, gone.time_ns, gone.dropped_ns, gone.reason)
 
     def dropped_parent(self, cid: str) -> str | None:
         """The parent of a commit retention dropped (how history is walked over a gap)."""
-        rows = self._query("SELECT parent FROM dropped_commits WHERE id = ?", (cid,))
-        if not rows:
+        gone = self.dropped_commit(cid)
+        if gone is None:
             raise StoreError(f"no commit {cid}", "see `memfs log` for commit ids")
-        return rows[0][0]
+        return gone.parent
 
     def log(self, branch: str | None = None, limit: int = 20, start: str | None = None) -> list[Commit]:
         """First-parent history from the branch head (or `start`), newest first; commits the
@@ -359,13 +359,9 @@ class Store:
             if len(rows) == 1:
                 return rows[0][0]
             if not rows:
-                try:
-                    gone = self._query("SELECT id FROM dropped_commits "
-                                       "WHERE substr(id, 1, ?) = ?", (len(base), base))
-                except sqlite3.OperationalError:  # read-only, on a store before retention
-                    gone = []
+                gone = self.dropped_with_prefix(base)
                 if len(gone) == 1:
-                    self._refuse_dropped(gone[0][0])
+                    self._refuse_dropped(gone[0])
         raise UnknownRevision(f"unknown revision {base!r}",
                               "name a branch, a checkpoint or a commit id")
 
@@ -381,7 +377,7 @@ class Store:
         with self.transaction() as tx:
             if tx.conn.execute("SELECT 1 FROM branches WHERE name = ?", (name,)).fetchone():
                 raise StoreError(f"branch {name!r} already exists", "pick another name")
-            check_new_name(tx.conn, name, "branch")
+            check_new_name(tx, name, "branch")
             tx.conn.execute("INSERT INTO branches VALUES (?, ?)", (name, cid))
         return cid
 
@@ -512,10 +508,10 @@ RESERVED = ("HEAD", "now")  # revisions every command reads already
 HEX = frozenset("0123456789abcdef")
 
 
-def check_new_name(conn, name: str, kind: str) -> None:
+def check_new_name(tx, name: str, kind: str) -> None:
     """A new branch, checkpoint or mark must be reachable by its name: refuse one that a
     revision read first would shadow (Store.resolve: HEAD, branches, checkpoints, commit
-    ids, then marks). `conn`: the transaction that then creates it."""
+    ids, then marks). `tx`: the transaction that then creates it (either backend's)."""
     _check_ref_name(name)
     again = "pick another name"
     if name in RESERVED:
@@ -523,8 +519,7 @@ def check_new_name(conn, name: str, kind: str) -> None:
     if kind != "mark" and len(name) >= 6 and set(name) <= HEX:
         raise StoreError(f"{name!r} reads as a commit id", again + " (not 6+ hex digits)")
     for other, table in (("branch", "branches"), ("checkpoint", "checkpoints")):
-        if kind != other and conn.execute(f"SELECT 1 FROM {table} WHERE name = ?",
-                                          (name,)).fetchone():
+        if kind != other and tx.ref_exists(table, name):
             raise StoreError(f"a {other} is named {name!r}: a {kind} of that name could never "
                              f"be reached by it", again)
 

@@ -20,7 +20,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
-from memfs.store.store import Store
+from memfs.store.backend import StoreBackend as Store
 from memfs.store.trees import DIR, FILE, HARD, LINK, Entry, decode_dir
 
 ADDED, CHANGED, REMOVED, RENAMED = "A", "M", "D", "R"

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memfs.store.backend import StoreBackend as Store
 from memfs.store.history import History, find_point
 from memfs.store.opspan import Quiet, Span, spans
-from memfs.store.store import CommitDropped, Store, StoreError
+from memfs.store.store import CommitDropped, StoreError
 from memfs.store.treediff import commit_state, only_times
 
 NOTHING = "there is nothing before the store's first commit"

@@ -13,14 +13,14 @@ from memfs.memory.records import (
     RECORD_SUFFIX,
     validate_name,
 )
+from memfs.memory.shared import open_memory_store
 from memfs.memory.store import MemoryStore
-from memfs.rootdir import memory_dir
 
 log = logging.getLogger("memfs.workspace")
 
 
 def open_memory(root: Path) -> MemoryStore:
-    return MemoryStore(memory_dir(root))
+    return open_memory_store(root)
 
 
 def recover_reviews(root: Path) -> None:

@@ -54,32 +54,55 @@ class CommitFailure:
                 "remedy": self.remedy, "since": self.since, "attempts": self.attempts}
 
 
-def explain(exc: BaseException, space: Space | None, root: str, pending: int) -> CommitFailure:
-    """The failure in words a user can act on."""
+def explain(exc: BaseException, space: Space | None, root: str, pending: int,
+            shared: bool = False) -> CommitFailure:
+    """The failure in words a user can act on (`shared`: the store is in PostgreSQL, and
+    what is full is this host's root)."""
     code = getattr(exc, "errno", None) or errno.EIO
+    error = f"{type(exc).__name__}: {exc}"
     later = (f"the {pending} pending change(s) stay in memory and commit by themselves once "
              "it is possible (`memfs status` shows it)")
-    if code in (errno.ENOSPC, errno.EDQUOT):
-        free = f"{size_text(space.avail)} free of {size_text(space.size)}" if space else "no space"
-        reason = f"the store's filesystem is full ({free} at {root})"
-        remedy = ("delete files in the mount (also ones still being written), then run "
-                  "`memfs gc` to reclaim their space from history (or free space on that "
-                  f"filesystem); {later}")
+    if isinstance(exc, MemfsError) and not isinstance(exc, OSError) and exc.remedy:
+        # the store said what happened and what to do (a PostgreSQL server out of reach, or
+        # one whose disk is full: that one's `errno` is ENOSPC, so writes are refused as on
+        # a full embedded store): its words, not a guess from an errno
+        reason, remedy = exc.message, f"{exc.remedy}; {later}"
+        error = type(exc).__name__  # its words are the reason: the log says them once
+    elif code in (errno.ENOSPC, errno.EDQUOT):
+        reason, remedy = full_words(space, root, shared)
+        if not shared:
+            remedy = ("delete files in the mount (also ones still being written), then run "
+                      "`memfs gc` to reclaim their space from history (or free space on that "
+                      "filesystem)")
+        remedy = f"{remedy}; {later}"
     elif code == errno.EIO:
         reason = f"the store's disk reports I/O errors at {root}"
         remedy = f"check the disk (`dmesg`), then `memfs fsck`; {later}"
     else:
         reason = f"the store refuses the commit at {root}"
         remedy = f"see the daemon log (<root>/daemon.log); {later}"
-    return CommitFailure(code, f"{type(exc).__name__}: {exc}", reason, remedy, time.time())
+    return CommitFailure(code, error, reason, remedy, time.time())
 
 
-def store_full(what: str, space: Space | None, root: str) -> MemfsError:
-    """A backing-directory pass refused for lack of space in the store, in words."""
+def full_words(space: Space | None, root: str, shared: bool) -> tuple[str, str]:
+    """What is full, and what frees it. On a store in PostgreSQL the history is the server's
+    and no GC runs (docs/lifecycle.md): what fills is this host's root, whose chunk and object
+    caches are copies of rows and may be deleted, even under a running daemon."""
     free = f"{size_text(space.avail)} free of {size_text(space.size)}" if space else "no space"
-    return MemfsError(f"the store's filesystem is full ({free} at {root}): {what}",
-                      "delete files in the mount, then run `memfs gc` to reclaim their space "
-                      "from history (or free space on that filesystem); then `memfs sync`")
+    if shared:
+        return (f"this host's root is full ({free} at {root}; the store itself is in "
+                "PostgreSQL)",
+                f"free space on that filesystem: this host's caches ({root}/cache) are safe "
+                "to delete, they are read again from the database")
+    return (f"the store's filesystem is full ({free} at {root})",
+            "delete files in the mount, then run `memfs gc` to reclaim their space from "
+            "history (or free space on that filesystem)")
+
+
+def store_full(what: str, space: Space | None, root: str, shared: bool = False) -> MemfsError:
+    """A backing-directory pass refused for lack of space in the store, in words."""
+    reason, remedy = full_words(space, root, shared)
+    return MemfsError(f"{reason}: {what}", f"{remedy}; then `memfs sync`")
 
 
 class CommitHealth:
@@ -94,8 +117,8 @@ class CommitHealth:
         return self.failure is not None and self.failure.errno in (errno.ENOSPC, errno.EDQUOT)
 
     def failed(self, exc: BaseException, space: Space | None, root: str,
-               pending: int) -> CommitError:
-        new = explain(exc, space, root, pending)
+               pending: int, shared: bool = False) -> CommitError:
+        new = explain(exc, space, root, pending, shared)
         old = self.failure
         if old is not None and old.errno == new.errno:
             old.attempts += 1

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from memfs.store import Store, history, undo
+from memfs.store import StoreBackend as Store
+from memfs.store import history, undo
 from memfs.store.history import Checkpoint, Mark
 from memfs.store.undo import UndoPlan
 from memfs.workspace.nodes import Node, WorkspaceError
@@ -59,6 +60,7 @@ class HistoryOps:
 
     root: Node
     hold: ChangeHold
+    read_only: str | None  # why the tree takes no changes (another host's branch), or None
     backing: BackingHooks
 
     async def _commit_locked(self, message: str = "") -> str | None: ...
@@ -105,11 +107,20 @@ class HistoryOps:
         return target
 
     async def switch_branch(self, name: str) -> str:
+        self.store.head(name)  # an unknown branch is refused before anything moves
+        # Its writer lease: a round trip on PostgreSQL (a worker thread), an answer from
+        # memory on the embedded store (no thread hop before the settle, as before leases).
+        claim = (self.store.claim(name) if self.store.kind == "sqlite"
+                 else await trio.to_thread.run_sync(self.store.claim, name))
         async with self._commit_lock, self._settled("before switch", "branch switch"):
+            old = self.branch
             head = await trio.to_thread.run_sync(self._switch_store, name)
             self.branch = name
+            self.read_only = None if claim.writable else claim.reason()
             self._replace_tree(head)
-            return head
+        if old != name:
+            await trio.to_thread.run_sync(self.store.release, old)
+        return head
 
     def _switch_store(self, name: str) -> str:
         """switch's store step (worker thread): the branch selected; returns its head."""

@@ -33,6 +33,7 @@ from memfs.store import gc
 from memfs.store.packs import pack_usage
 from memfs.store.refs import CHUNK, INODES, Ref, file_refs
 from memfs.store.space import Space, size_text
+from memfs.store.store import Store
 from memfs.store.trees import DIR, FILE
 
 if TYPE_CHECKING:
@@ -50,9 +51,12 @@ GROWTH_MIN = 256 << 20
 class Lifecycle:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
-        self.store = ws.store
+        store = ws.store
+        # The embedded store's alone: the daemon installs none on PostgreSQL (no GC there).
+        assert isinstance(store, Store), "GC runs on the embedded store only"
+        self.store = store
         self.running: gc.Collector | None = None
-        self.last: dict | None = gc.last_run(ws.store)
+        self.last: dict | None = gc.last_run(store)
         self._last_at = 0.0  # monotonic time of this process's last automatic run
         self._low_every = LOW_SPACE_EVERY  # grows while low-space runs give nothing back
         self._delay = 0.0
@@ -140,7 +144,8 @@ class Lifecycle:
             if not dry_run:
                 self.last = doc
                 self.ws.room.changed()
-                if doc["reserve_released"] or not self.ws.room.reserve.held():
+                reserve = self.ws.room.reserve  # None only on PostgreSQL, which has no GC
+                if doc["reserve_released"] or (reserve is not None and not reserve.held()):
                     await trio.to_thread.run_sync(self.ws.room.take_reserve)  # for the next time
                 self.ws.health.poke()
             return doc

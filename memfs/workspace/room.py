@@ -28,7 +28,9 @@ class Room:
     def __init__(self, ws: Workspace) -> None:
         self._ws = ws
         self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
-        self.reserve = Reserve(ws.store.root)
+        # The full-disk reserve is the embedded store's (SQLite needs room to delete); a
+        # store in PostgreSQL keeps nothing of its own on this disk but caches.
+        self.reserve = Reserve(ws.store.root) if ws.store.kind == "sqlite" else None
         self.refused = False  # the last write that needed space was refused
         self.reserve_checked = 0.0
 
@@ -56,6 +58,8 @@ class Room:
         a file with disk's bytes, so a take-in that cannot be stored changes nothing."""
         if not nbytes:
             return
+        if not self._ws.health.full and nbytes > self.free_bytes():
+            self._space = None  # a refusal is decided on fresh figures (space freed just now)
         if self._ws.health.full or nbytes > self.free_bytes():
             self._refuse()
         self.refused = False
@@ -78,6 +82,8 @@ class Room:
         """Hold the space reserve (memfs.store.space) when there is room for it (worker
         thread)."""
         self.reserve_checked = time.monotonic()
+        if self.reserve is None:
+            return
         try:
             self.reserve.ensure()
         except OSError as exc:
@@ -88,4 +94,4 @@ class Room:
         sp = self.space()
         return {**sp.to_json(), "pending_bytes": self._ws.pending_bytes,
                 "writable": self.free_bytes(), "headroom": headroom(sp.size),
-                "reserve": self.reserve.held()}
+                "reserve": self.reserve.held() if self.reserve is not None else 0}

@@ -210,7 +210,7 @@ def _write(ws: Workspace, plan: CommitPlan, message: str) -> Commit:
         crash_point("after-objects")
         commit = tx.add_commit(ws.head, plan.root.ref, ws.branch, message,
                                plan.processes, plan.inodes.table)
-        history.put_ops(tx.conn, commit.id, plan.ops)
+        history.put_ops(tx, commit.id, plan.ops)
         if plan.intents is not None:
             tx.put_intents(commit.id, plan.intents)
         return commit

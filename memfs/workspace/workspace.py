@@ -24,11 +24,14 @@ from typing import TYPE_CHECKING
 import trio
 
 from memfs.liveness import DaemonRecord
-from memfs.store import Store
+from memfs.store import StoreBackend as Store
+from memfs.store import open_store
+from memfs.store.backend import NO_RETENTION
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
 from memfs.store.space import Space
 from memfs.store.store import Commit
+from memfs.store.store import Store as EmbeddedStore
 from memfs.store.trees import (
     BLK,
     CHR,
@@ -62,6 +65,7 @@ from memfs.workspace.room import Room
 from memfs.workspace.spill import SPILL_AT, spill_pieces
 
 if TYPE_CHECKING:
+    from memfs.workspace.hosts import Hosts
     from memfs.workspace.lifecycle import Lifecycle
 
 log = logging.getLogger("memfs.workspace")
@@ -92,6 +96,11 @@ class Workspace(HistoryOps):
         self.dirty_since: float | None = None
         self.last_error: str | None = None
         self.served_by: DaemonRecord | None = None  # the daemon serving it (status shows it)
+        # Why this host may not change the branch (another host holds its writer lease:
+        # memfs.workspace.hosts), or None. On the embedded store every claim succeeds.
+        claim = store.claim(self.branch)
+        self.read_only: str | None = None if claim.writable else claim.reason()
+        self.hosts: Hosts | None = None  # while a daemon serves it
         # The operations whose changes the next commit holds (key -> record, requesters),
         # in the order of their last change; attribution.py says who a request is.
         self.attribution = Attribution()
@@ -123,7 +132,7 @@ class Workspace(HistoryOps):
     @classmethod
     def open(cls, root, commit_interval: float = 0.1) -> Workspace:
         """The workspace of the store at `root` (created if missing)."""
-        return cls(Store.open(root), commit_interval)
+        return cls(open_store(root), commit_interval)
 
     # -- node table (loading and numbering: memfs.workspace.loading) ----------------------
     def get(self, nid: int) -> Node:
@@ -266,6 +275,8 @@ class Workspace(HistoryOps):
         """First thing in every change, before anything moved."""
         if node.readonly:
             raise fail(errno.EROFS)
+        if self.read_only is not None:
+            raise fail(errno.EROFS, self.read_only)
         if self.hold.held:  # a caller skipped before_change/changes_open: refuse, not lose
             log.error("a change reached the tree while a history operation held changes off "
                       "(a bug: its caller must wait first); refused")
@@ -535,6 +546,8 @@ class Workspace(HistoryOps):
         return node
 
     def retention_status(self) -> dict:
+        if not isinstance(self.store, EmbeddedStore):  # PostgreSQL keeps every commit
+            return {"policy": None, "summary": NO_RETENTION}
         policy = self.store.policy()
         return {**policy.to_json(), "summary": policy.summary()}
 
@@ -557,6 +570,7 @@ class Workspace(HistoryOps):
             **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),
             "mounts": mounts,
             "daemon": self.served_by.identity() if self.served_by else None,
+            "read_only": self.read_only,
             **({"backing": backing} if (backing := self.backing.status_json()) is not None
                else {}),
         }

@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: one store shared by many hosts (memfs.store.backend)."""

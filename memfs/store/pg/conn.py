@@ -1,0 +1,146 @@
+"""One psycopg connection used under a lock, opened again after the server went away.
+
+Every call is synchronous and blocking: it runs in the thread that asks (the commit thread,
+a worker, a CLI), never awaited on the trio loop. A read that finds its connection broken is
+tried once more on a new one (reads are idempotent); a write is not (the caller decides).
+A server whose disk is full answers on a working connection: that is its own error
+(StoreFull), neither retried here nor taken for a lost connection.
+"""
+
+from __future__ import annotations
+
+import errno
+import threading
+import time
+
+import psycopg
+
+from memfs.errors import MemfsError
+
+CONNECT_TIMEOUT = 5  # seconds per attempt to reach the server
+CONNECT_PATIENCE = 3.0  # seconds a caller waits for a server that restarts
+
+
+class ServerError(MemfsError):
+    """The server could not do what was asked; what to do about it is in the subclass."""
+
+
+class StoreUnreachable(ServerError):
+    errno = errno.EIO  # what a write through the mount that needed the server answers
+
+
+class StoreFull(ServerError):
+    """The server's disk is full (SQLSTATE 53100): a commit fails as on a full embedded store,
+    with ENOSPC (memfs.workspace.health reads `errno`), and is retried until it has room.
+
+    Of the other "insufficient resources" errors (class 53), none is this: out of memory and
+    too many connections pass with time or settings, not by freeing space, and refusing
+    writes with ENOSPC for them would send the user deleting files for nothing. They stay
+    with the lost connection (StoreUnreachable); a refused connection has no SQLSTATE in
+    psycopg anyway (only the server's message, perhaps translated)."""
+
+    errno = errno.ENOSPC
+
+
+def server_name(url: str) -> str:
+    """host:port of the URL (the server's name in words, no credentials)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "?"
+    host = info.get("host") or info.get("hostaddr") or "localhost"
+    return f"{host}:{info['port']}" if info.get("port") else str(host)
+
+
+def _words(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
+
+
+def server_error(url: str, exc: BaseException) -> ServerError:
+    """The error a caller sees for `exc`: a full disk on the server, or a server out of
+    reach (a lost connection, one not made, a server out of some other resource)."""
+    from memfs.store.backend import redact
+
+    if isinstance(exc, psycopg.errors.DiskFull):
+        return StoreFull(f"the PostgreSQL server at {server_name(url)} has no room left on "
+                         f"its disk: {_words(exc)}",
+                         "free space on the server's disk (its data directory, or the "
+                         "tablespace holding the file it names)")
+    return StoreUnreachable(f"the PostgreSQL store at {redact(url)} is unreachable: "
+                            f"{_words(exc)}",
+                            "check that the server runs and this host may connect; memfs "
+                            "retries its commits meanwhile")
+
+
+def connect(url: str, *, autocommit: bool) -> psycopg.Connection:
+    """A connection with the settings the store relies on: synchronous_commit on (a
+    COMMIT that returned is in the server's WAL on disk), TCP keepalives, UTC."""
+    deadline = time.monotonic() + CONNECT_PATIENCE
+    while True:
+        try:
+            conn = psycopg.connect(url, autocommit=autocommit, connect_timeout=CONNECT_TIMEOUT,
+                                   keepalives=1, keepalives_idle=10, keepalives_interval=5,
+                                   keepalives_count=3)
+            break
+        except psycopg.OperationalError as exc:
+            if time.monotonic() >= deadline:
+                raise server_error(url, exc) from None
+            time.sleep(0.2)
+    with conn.cursor() as cur:
+        cur.execute("SET synchronous_commit = on")
+        cur.execute("SET TIME ZONE 'UTC'")
+    if not autocommit:
+        conn.commit()
+    return conn
+
+
+class Conn:
+    """A lazily (re)opened connection; `lock` serializes its users."""
+
+    def __init__(self, url: str, *, autocommit: bool) -> None:
+        self.url = url
+        self.autocommit = autocommit
+        self.lock = threading.RLock()
+        self._conn: psycopg.Connection | None = None
+
+    def get(self) -> psycopg.Connection:
+        """The open connection (the caller holds `lock`)."""
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            self.drop()
+            conn = self._conn = connect(self.url, autocommit=self.autocommit)
+        return conn
+
+    def drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass
+
+    def query(self, sql: str, args: tuple | list = ()) -> list[tuple]:
+        """Rows of one statement in autocommit; once more on a new connection if it broke."""
+        with self.lock:
+            for attempt in (1, 2):
+                try:
+                    return self.get().execute(sql, args).fetchall()
+                except psycopg.OperationalError as exc:
+                    if isinstance(exc, psycopg.errors.DiskFull):  # said by a working server
+                        raise server_error(self.url, exc) from None
+                    self.drop()
+                    if attempt == 2:
+                        raise server_error(self.url, exc) from None
+        raise AssertionError("unreachable")
+
+    def failed(self, exc: psycopg.OperationalError) -> ServerError:
+        """`exc` of a write on this connection (the caller holds `lock` and rolls back), in
+        words; the connection is dropped unless the server answered on it (a full disk)."""
+        if not isinstance(exc, psycopg.errors.DiskFull):
+            self.drop()
+        return server_error(self.url, exc)
+
+    def close(self) -> None:
+        with self.lock:
+            self.drop()

@@ -1,0 +1,141 @@
+"""This host's part in a store many hosts share (memfs.store.pg): the writer lease of the
+selected branch, and the branch followed while another host writes it.
+
+- At start and at each branch switch the daemon claims the branch's lease. Without it the
+  workspace is read-only (`Workspace.read_only` says who writes the branch; every change is
+  EROFS), and each commit another host makes on the branch replaces the tree here, as an
+  undo does, with the kernel told to forget what changed: `ls` and `cat` show it at once.
+- A lease lost to a takeover (this host was paused or cut off past its expiry) makes the
+  workspace read-only the same way; what it had not committed cannot be committed (the
+  store fences it) and is dropped when the new writer's head is shown, said in the log and
+  in status.
+- `takeover` moves an expired lease here and makes the branch writable, continuing from its
+  last durable commit.
+
+On the embedded store every claim succeeds and no other host moves a head, so this is idle.
+Loop thread; every store call runs in a worker thread; the store's watcher and lease threads
+reach the loop only through a memory channel.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from memfs.store.trees import DIR, decode_dir
+
+log = logging.getLogger("memfs.hosts")
+PREFETCH_LIMIT = 10_000  # directory objects read ahead per followed commit
+
+
+class Hosts:
+    def __init__(self, ws) -> None:  # ws: memfs.workspace.workspace.Workspace
+        self.ws = ws
+        self.store = ws.store
+        self._send, self._recv = trio.open_memory_channel(math.inf)
+        self._token: trio.lowlevel.TrioToken | None = None
+        self.followed = 0  # commits of other hosts shown here (status)
+        self.dropped: str | None = None  # what a lost lease cost, once it happened
+
+    async def start(self) -> None:
+        """Start hearing other hosts (before serving; the workspace claimed its branch)."""
+        if self.ws.read_only is not None:
+            log.info("read-only: %s", self.ws.read_only)
+        self._token = trio.lowlevel.current_trio_token()
+        self.store.watch(self._heard, self._lost)
+        if self.ws.read_only is not None:  # a commit made before the watch began
+            await self.follow(await trio.to_thread.run_sync(self.store.head, self.ws.branch))
+
+    # -- from the store's threads ---------------------------------------------------------
+    def _heard(self, branch: str, head: str) -> None:
+        self._to_loop(("head", branch, head))
+
+    def _lost(self, branch: str) -> None:
+        self._to_loop(("lost", branch, ""))
+
+    def _to_loop(self, item: tuple[str, str, str]) -> None:
+        try:
+            trio.from_thread.run_sync(self._send.send_nowait, item, trio_token=self._token)
+        except trio.RunFinishedError:
+            pass
+
+    # -- on the loop --------------------------------------------------------------------------
+    async def run(self, drain: Callable[[], Awaitable[None]]) -> None:
+        """Follow the selected branch while another host writes it; `drain` tells the kernel."""
+        async for what, branch, head in self._recv:
+            if branch != self.ws.branch:
+                continue
+            if what == "lost":
+                self.ws.read_only = (f"this host lost the lease of branch {branch} (another "
+                                     "host took it over)")
+                head = await trio.to_thread.run_sync(self.store.head, branch)
+            if self.ws.read_only is None:
+                continue  # our own branch: nobody else may move it (the lease fences them)
+            await self.follow(head)
+            await drain()
+
+    async def follow(self, head: str) -> None:
+        """Show `head` (another host's commit): objects read ahead in a thread, then the tree
+        replaced under the commit lock, as an undo replaces it."""
+        if head == self.ws.head:
+            return
+        await trio.to_thread.run_sync(self._read_ahead, self.ws.head, head)
+        ws = self.ws
+        async with ws._commit_lock:
+            if head == ws.head:
+                return
+            if ws.root.dirty or ws.mutation_seq != ws.durable_seq:
+                self.dropped = (f"{ws.mutation_seq - ws.durable_seq} change(s) made here after "
+                                "the lease was lost were never committed and are dropped")
+                log.error("%s", self.dropped)
+                ws.last_error = self.dropped
+            ws._replace_tree(head)
+            ws._recount_dirty()
+            ws.durable_seq = ws.mutation_seq
+            ws.dirty_since = None
+            self.followed += 1
+
+    def _read_ahead(self, old: str, new: str) -> None:
+        """Worker thread: the new commit, its inode table, and the directory objects on the
+        paths where the two trees differ, so the replacement on the loop reads them from the
+        cache instead of the database."""
+        try:
+            old_tree = self.store.commit(old).tree
+            new_tree = self.store.commit(new).tree
+            self.store.inode_table(new)
+        except Exception as exc:  # noqa: BLE001 - the loop reads (and reports) it again
+            log.warning("reading ahead %s: %s", new[:12], exc)
+            return
+        todo, seen = [(new_tree, old_tree)], 0
+        while todo and seen < PREFETCH_LIMIT:
+            n, o = todo.pop()
+            if n == o:
+                continue
+            seen += 1
+            try:
+                fresh = decode_dir(self.store.read_object(n))
+                known = {e.name: e for e in decode_dir(self.store.read_object(o))}
+            except Exception:  # noqa: BLE001
+                continue
+            for e in fresh:
+                k = known.get(e.name)
+                if e.kind == DIR and k is not None and k.kind == DIR and k.ref != e.ref:
+                    todo.append((e.ref, k.ref))
+
+    async def takeover(self, branch: str) -> dict:
+        """Move `branch`'s expired lease here and continue from its last durable commit."""
+        claim = await trio.to_thread.run_sync(self.store.takeover, branch)
+        if branch != self.ws.branch:
+            await self.ws.switch_branch(branch)
+        else:
+            head = await trio.to_thread.run_sync(self.store.head, branch)
+            await self.follow(head)
+            self.ws.read_only = None
+        return {"branch": branch, "head": self.ws.head, **claim.to_json()}
+
+    def status(self) -> dict:
+        return {"read_only": self.ws.read_only, "followed": self.followed,
+                "dropped": self.dropped}

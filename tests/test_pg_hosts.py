@@ -1,0 +1,278 @@
+"""Many hosts, one store in PostgreSQL: two daemons on one machine, each with its own root
+(its own host identity, branch, journal and cache), sharing one database.
+
+The writer lease of a branch is short here (MEMFS_LEASE_SECONDS=2) so expiry is quick; every
+wait is on a condition with a deadline, never a bare sleep.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from helpers.mount import REPO, MemfsMount
+from helpers.pg import PgCluster, pg_missing
+from helpers.require import require_tool
+from helpers.store import store_check
+
+from memfs.store.backend import Location, record_location
+
+pytestmark = pytest.mark.mount
+LEASE = {"MEMFS_LEASE_SECONDS": "2"}
+
+
+def wait_for(pred: Callable[[], object], what: str, timeout: float = 20.0) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = pred()
+        except OSError:
+            got = None
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def host_root(tmp_path: Path, name: str, url: str) -> Path:
+    root = tmp_path / f"root-{name}"
+    root.mkdir()
+    record_location(root, Location("postgresql", url, f"host-{name}"))
+    return root
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def hosts(mount_factory, pg_url: str, tmp_path: Path) -> tuple[MemfsMount, MemfsMount]:
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=LEASE)
+    return a, b
+
+
+def test_a_commit_on_one_host_is_seen_on_the_other_whose_copy_is_read_only(hosts) -> None:
+    a, b = hosts
+    write_synced(a.work / "notes.txt", b"from host a\n")
+    wait_for(lambda: read(b.work / "notes.txt") == b"from host a\n", "host b to see a's file")
+    # A change, not only a new name: b's kernel had the old bytes and attributes cached.
+    write_synced(a.work / "notes.txt", b"changed on host a, longer than before\n")
+    wait_for(lambda: read(b.work / "notes.txt") == b"changed on host a, longer than before\n",
+             "host b to see a's change without a remount")
+    with pytest.raises(OSError) as err:
+        (b.work / "mine.txt").write_bytes(b"b was here")
+    assert err.value.errno == errno.EROFS
+    st = b.status()
+    assert "written by host" in st["read_only"] and "host-a" in st["read_only"]
+    assert "READ-ONLY" in b.cli("status").stdout
+    # b works on a branch of its own, and a sees it under .memfs/branches/ at once.
+    b.cli("branch", "create", "b-work")
+    b.cli("branch", "switch", "b-work")
+    write_synced(b.work / "mine.txt", b"b's own branch\n")
+    assert b.status()["read_only"] is None
+    assert (a.mnt / ".memfs/branches/b-work/work/mine.txt").read_bytes() == b"b's own branch\n"
+    assert not (a.work / "mine.txt").exists()
+    assert (b.work / "notes.txt").read_bytes() == b"changed on host a, longer than before\n"
+
+
+def test_a_host_killed_mid_writer_is_taken_over_with_every_fsynced_file(hosts) -> None:
+    a, b = hosts
+    files = {f"f{i:03d}": payload(i) for i in range(40)}
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(a.work)],
+                            stdout=subprocess.PIPE, text=True)
+    acked = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the writer prints a name once its fsync returned
+        acked.append(line.strip())
+        if len(acked) == 25:
+            a.kill()  # SIGKILL while the writer is still writing
+            break
+    proc.kill()
+    proc.wait()
+    refused = b.cli("takeover", "main", check=False)
+    assert refused.returncode != 0 and "lease is live" in refused.stderr
+    wait_for(lambda: b.cli("takeover", "main", check=False).returncode == 0,
+             "the dead host's lease to expire", timeout=30)
+    for name in acked:
+        assert (b.work / name).read_bytes() == files[name], name
+    write_synced(b.work / "after.txt", b"host b goes on\n")
+    store_check(b.root)
+    # Host a comes back: b writes the branch now, so a sees it read-only, with b's commit.
+    a.remount()
+    assert (a.work / "after.txt").read_bytes() == b"host b goes on\n"
+    assert a.status()["read_only"] is not None
+
+
+def payload(i: int) -> bytes:
+    """File i's bytes (the writer process makes the same)."""
+    return f"file {i}\n".encode() * (100 + 797 * i)
+
+
+WRITER = r"""
+import os, sys
+work = sys.argv[1]
+for i in range(40):
+    name = f"f{i:03d}"
+    fd = os.open(os.path.join(work, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, f"file {i}\n".encode() * (100 + 797 * i))
+    os.fsync(fd)
+    os.close(fd)
+    print(name, flush=True)
+"""
+
+
+def test_a_fenced_host_cannot_commit_after_its_lease_was_taken(hosts) -> None:
+    a, b = hosts
+    write_synced(a.work / "before.txt", b"a, before the pause\n")
+    wait_for(lambda: read(b.work / "before.txt"), "host b to see a's file")
+    os.kill(a.proc.pid, signal.SIGSTOP)  # a pause past the lease (a VM frozen, a GC stall)
+    try:
+        wait_for(lambda: b.cli("takeover", "main", check=False).returncode == 0,
+                 "a's lease to expire", timeout=30)
+        write_synced(b.work / "b.txt", b"b writes main now\n")
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    # Host a still believes it writes main until it next renews; whatever it does, nothing
+    # of it lands: the write or the fsync is refused.
+    refused = threading.Event()
+    try:
+        write_synced(a.work / "stale.txt", b"from a fenced host\n")
+    except OSError as exc:
+        assert exc.errno in (errno.EROFS, errno.EIO), exc
+        refused.set()
+    assert refused.is_set(), "a fenced host's fsync returned success"
+    wait_for(lambda: read(a.work / "b.txt") == b"b writes main now\n",
+             "host a to show b's commit")
+    assert not (b.work / "stale.txt").exists()
+    log = b.cli("log").stdout
+    assert "stale" not in log
+    store_check(b.root)
+
+
+def test_postgresql_killed_mid_commit_loses_no_acknowledged_write(mount_factory,
+                                                                   tmp_path: Path) -> None:
+    require_tool(pg_missing())
+    cluster = PgCluster()  # its own server: this test kills it
+    try:
+        cluster.start()
+        a = mount_factory(root=host_root(tmp_path, "a", cluster.new_database()), name="a")
+        stop = threading.Event()
+        acked: dict[str, bytes] = {}
+        failed: list[str] = []
+
+        def writer() -> None:
+            i = 0
+            while not stop.is_set():
+                name, data = f"w{i:04d}", os.urandom(1 << 20) + i.to_bytes(4, "big")
+                try:
+                    write_synced(a.work / name, data)
+                    acked[name] = data
+                except OSError as exc:
+                    failed.append(f"{name}: {exc}")
+                i += 1
+
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            wait_for(lambda: len(acked) >= 5, "the first acknowledged writes")
+            cluster.kill()  # mid-commit: the writer commits a MiB per fsync without pause
+            # status says what is wrong in the store's words, not a disk's I/O error
+            wait_for(lambda: (a.status().get("commit_failure") or {}).get("reason", "")
+                     .startswith("the PostgreSQL store at"), "a commit failure in status",
+                     timeout=30)
+            failure = a.status()["commit_failure"]
+            assert "unreachable" in failure["reason"], failure
+            assert failure["remedy"].startswith("check that the server runs"), failure
+            cluster.start()
+            n = len(acked)
+            wait_for(lambda: len(acked) >= n + 5, "writes acknowledged after the restart",
+                     timeout=60)
+        finally:
+            stop.set()
+            t.join(timeout=60)
+        a.umount()
+        store_check(a.root)
+        a.remount()
+        for name, data in acked.items():
+            assert (a.work / name).read_bytes() == data, name
+        assert len(acked) >= 10
+        assert failed, "no fsync was refused while the server was down: the kill missed"
+    finally:
+        cluster.destroy()
+
+
+def test_one_host_takes_over_by_cli_without_a_daemon(pg_url: str, tmp_path: Path) -> None:
+    """`memfs takeover` with no daemon keeps the lease for this root's next mount; a live
+    lease is refused by name with the time it has left."""
+    from memfs.store.backend import open_store
+
+    a = open_store(host_root(tmp_path, "a", pg_url))
+    assert a.claim("main").writable
+    out = subprocess.run([sys.executable, "-m", "memfs", "--root",
+                          str(host_root(tmp_path, "b", pg_url)), "takeover", "main"],
+                         capture_output=True, text=True, cwd=REPO, env=dict(os.environ, **LEASE))
+    assert out.returncode == 1 and "host-a" in out.stderr and "live" in out.stderr
+    a.close()
+
+
+def test_a_clean_unmount_gives_the_branch_back(hosts) -> None:
+    """No takeover is needed after a clean exit: the next host that switches to the branch
+    writes it, continuing from the last commit."""
+    a, b = hosts
+    write_synced(a.work / "last.txt", b"a's last words\n")
+    a.umount()
+    b.cli("branch", "create", "side")
+    b.cli("branch", "switch", "side")
+    b.cli("branch", "switch", "main")  # claims main again: free since a released it
+    assert b.status()["read_only"] is None
+    assert (b.work / "last.txt").read_bytes() == b"a's last words\n"
+    write_synced(b.work / "next.txt", b"b goes on at once\n")
+
+
+def test_writing_more_than_this_hosts_disk_holds_goes_through(small_fs: Path, mount_factory,
+                                                              pg_url: str) -> None:
+    """On a store in PostgreSQL the bytes written go to the server; this host's disk holds
+    copies. Three times what that disk holds is written, fsynced and read back after a
+    remount, and the cache leaves a quarter of this small disk free (it used to fill it with copies
+    of what was written, and then every write was refused, ENOSPC, with the server far from
+    full and nothing in the mount to delete)."""
+    root = host_root(small_fs, "a", pg_url)
+    m = mount_factory(root=root, name="small-mnt")
+    sums = {}
+    for i in range(24):  # 96 MiB on a 32 MiB filesystem, in 4 MiB files each fsynced
+        data = os.urandom(4 << 20)
+        write_synced(m.work / f"f{i:02}.bin", data)
+        sums[f"f{i:02}.bin"] = hashlib.sha256(data).hexdigest()
+    st = os.statvfs(small_fs)
+    assert st.f_bavail * st.f_frsize >= 6 << 20, "the cache took the host's last quarter"
+    assert m.status()["space"]["writable"] >= 4 << 20
+    m.umount()
+    m.remount()  # a new daemon: every read comes from the cache or the database
+    for name, digest in sums.items():
+        assert hashlib.sha256((m.work / name).read_bytes()).hexdigest() == digest, name
+    st = os.statvfs(small_fs)
+    assert st.f_bavail * st.f_frsize >= 6 << 20, "reading back filled the host's disk"
+    store_check(root)

@@ -89,8 +89,11 @@ def test_after_batch_scans_an_on_agent_action_mount(mounted, tmp_path: Path):
 
 def test_events_record_conflicts_and_refused_writes_and_follow(backed):  # noqa: F811
     m, disk = backed
+    # ^C as a terminal delivers it: a suite started in the background by a non-interactive
+    # shell (CI) runs with SIGINT ignored, which the follower would inherit and keep.
     follow = subprocess.Popen(memfs_cmd(m.root, "events", "--follow", "--json"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         (m.work / "a.txt").write_text("a-draft\n")
         (disk / "a.txt").write_text("a-disk\n")

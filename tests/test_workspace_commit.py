@@ -312,6 +312,7 @@ def test_undo_finishes_while_a_writer_keeps_writing(tmp_path: Path) -> None:
             async def writer() -> None:  # a build or an agent appending its output
                 off = 11
                 while True:
+                    await ws.before_change()  # as a FUSE write does (memfs.workspace.hold)
                     node = ws.children(walk(ws, "work")).get(b"log") or log
                     ws.write(node, off, b"x")
                     off += 1

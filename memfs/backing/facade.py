@@ -269,10 +269,11 @@ class Backing:
             # Attaching names the directory on purpose: evidence of another one is set aside.
             await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
             self.passes.root_accepted(mount)
-        await self.ws.boundary()  # what attach changes is an operation of its own
+        await self.ws.before_change()  # what attach changes is an operation of its own
         self.applier.ensure_mount_dir(mount)
         # The store's writer lock is held across a group commit's fdatasync: not on the loop.
         await trio.to_thread.run_sync(self.store.set_binding, mount, binding.to_json())
+        await self.ws.changes_open()  # the intent's change below waits for a history operation
         self.config.bindings[mount] = binding
         self.intent.bound(mount)
         result = await self.run_pass(mount)
@@ -282,6 +283,7 @@ class Backing:
         if mount not in self.config.bindings:
             raise MemfsError(f"mount {mount!r} is not bound", "see `memfs status`")
         async with self.gate.lock(mount):
+            await self.ws.changes_open()
             edit = self.applier.drop_mount(mount)
             await trio.to_thread.run_sync(self.store.set_binding, mount, None)
             await trio.to_thread.run_sync(self.journal.clear_pin, mount)

@@ -129,8 +129,8 @@ class OnAccess:
         if not self.bindings.bindings or not self.live(node):
             return False
         mount, rel = self.bindings.backed(node.path())
-        if mount is None or self.gate.stopped:
-            return False
+        if mount is None or self.gate.stopped or self.ws.hold.held:
+            return False  # a history operation is replacing the tree: this access does not wait
         missing = False
         if name is not None:
             if name in (b".", b"..") or b"/" in name:
@@ -183,7 +183,7 @@ class OnAccess:
         mount, rel = self.bindings.backed(node.path())
         if mount is None or not rel:
             return None, False
-        if node.kind != FILE or not self.live(node) or self.gate.stopped:
+        if node.kind != FILE or not self.live(node) or self.gate.stopped or self.ws.hold.held:
             return state_of(mount, rel), False
         try:
             await self.run_pass(mount, rel)

@@ -218,6 +218,9 @@ class Passes:
                 st.unavailable = (exc.message, remedy)
                 st.last_pass = time.time()
                 return NotDecided(b.mount, unavailable=exc.message, remedy=remedy)
+            # A history operation replacing the tree finishes first (memfs.workspace.hold):
+            # its epoch bump is then seen below, and nothing from here to the plan waits.
+            await self.ws.changes_open()
             self._learn(b.mount, scope, got)
             if epoch == self.view.epoch and branch == self.ws.branch and \
                     settles == self.settler.settles:
@@ -301,6 +304,7 @@ class Passes:
                 self._fetch, b, obs, batch, sp.take, got.evidence, s_view, on.branch,
                 sp.record_modes)
             intent_ids.update(ids)
+            await self.ws.changes_open()  # no change while a history operation holds them off
             # No await from this check to the end of the batch's tree change.
             changed = self.view.epoch != on.epoch or self.ws.branch != on.branch
             if changed:
@@ -312,6 +316,9 @@ class Passes:
             no_room += full
             if len(cut) > 1:
                 await self.ws.sync()  # a large take never holds more than a batch in memory
+        if not changed:  # the threads and syncs above awaited: the same check, once more
+            await self.ws.changes_open()
+            changed = self.view.epoch != on.epoch or self.ws.branch != on.branch
         if changed:
             skipped += [p for p in sp.take if p not in applied and p not in skipped]
         else:

@@ -493,6 +493,7 @@ def cmd_status(args) -> int:
     lines = [_daemon_line(root, st.get("daemon")),
              f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
              f"pending  {st['pending']} change(s) not yet durable",
+             *_held_lines(st),
              *status_lines(st),
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
     if st.get("read_only"):
@@ -501,6 +502,16 @@ def cmd_status(args) -> int:
     emit(args, st, "\n".join(lines))
     daemon = st.get("daemon") or {}
     return 1 if daemon.get("state") == "dead" and daemon.get("stale_mount") else 0
+
+
+def _held_lines(st: dict) -> list[str]:
+    """A history operation finishing: changes wait (reads go on) until its head move is done,
+    which a GC or another process holding the store's writer makes longer."""
+    held = st.get("changes_held")
+    if not held:
+        return []
+    return [f"changes  waiting {held['seconds']:.1f} s for the {held['by']} to move the head "
+            "(reads go on; a GC or another process writing the store makes it longer)"]
 
 
 def _direct_status(root: Path) -> dict:

@@ -161,8 +161,10 @@ class MemfsOperations(pyfuse3.Operations):
         self.ws.note_process(ctx.pid, ctx.uid)
 
     async def _enter(self, ctx) -> None:
-        """Before a request that may change the tree: its operation, and a group commit
-        closed first if another operation's changes wait in it (Workspace.enter)."""
+        """Before a request that may change the tree: its operation, a group commit closed
+        first if another operation's changes wait in it, and a wait while a history
+        operation holds changes off (Workspace.enter). No await between this and the
+        change."""
         await self.ws.enter(ctx.pid, ctx.uid)
 
     # -- lookups and attributes -------------------------------------------------------
@@ -423,6 +425,8 @@ class MemfsOperations(pyfuse3.Operations):
             await self.ws.commit()
         if h.who is not None:
             await self.ws.enter(*h.who)
+        else:
+            await self.ws.before_change()
         n = self.ws.write(h.node, off, buf)
         if self.ws.wants_spill(h.node):  # unlinked but open: its data goes to disk
             await self.ws.spill(h.node)
@@ -541,9 +545,10 @@ class MemfsOperations(pyfuse3.Operations):
     # -- extended attributes ------------------------------------------------------------
     @guard
     async def setxattr(self, inode, name, value, ctx):
-        node = self._wnode(inode)
+        self._wnode(inode)
         check_settable(name)
         await self._enter(ctx)
+        node = self._wnode(inode)  # after the wait: an undo may have replaced it
         self.ws.set_xattr(node, name, value)
 
     async def getxattr(self, inode, name, ctx):

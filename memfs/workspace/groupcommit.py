@@ -50,11 +50,10 @@ async def run(ws: Workspace) -> None:
             await trio.to_thread.run_sync(ws.room.take_reserve)
 
 
-async def commit_locked(ws: Workspace, message: str = "", *, on_loop: bool = False,
-                        ) -> str | None:
-    """One commit: snapshot on the loop, write in the commit thread (or, `on_loop`, here:
-    the history moves' last round), apply on the loop; a failure keeps every change pending
-    and the operations that made them, and wakes the loop to retry."""
+async def commit_locked(ws: Workspace, message: str = "") -> str | None:
+    """One commit: snapshot on the loop, write in the commit thread, apply on the loop; a
+    failure keeps every change pending and the operations that made them, and wakes the loop
+    to retry."""
     if not ws.root.dirty:
         ws.durable_seq = max(ws.durable_seq, ws.mutation_seq)
         ws.dirty_since = None
@@ -67,10 +66,7 @@ async def commit_locked(ws: Workspace, message: str = "", *, on_loop: bool = Fal
     ws.dirty_since = None
     text = snapshot.message_of(plan.ops, message)
     try:
-        if on_loop:
-            commit = ws._write(plan, text)
-        else:
-            commit = await trio.to_thread.run_sync(ws._write, plan, text)
+        commit = await trio.to_thread.run_sync(ws._write, plan, text)
     except Exception as exc:
         ws.last_error = f"{type(exc).__name__}: {exc}"
         regroup(ws, plan)  # the retry still names who made these changes

@@ -1,16 +1,23 @@
-"""The workspace's history operations: undo (by operation, by commit, to a moment),
-checkpoints, marks, and the bookkeeping of read-only views of past commits.
+"""The workspace's history operations: undo (by operation, by commit, to a moment), restore,
+branch switch and create, checkpoints, marks, and the bookkeeping of read-only views of past
+commits.
 
-Each holds the commit lock, commits what is pending (`_settle_locked`), then plans, moves
-the branch head and replaces the tree with no await in between, so no change can slip in
-and be lost. Plans and head moves are short SQLite statements, run on the loop for that
-reason. Loop thread only.
+Each holds the commit lock and commits what is pending (`_settled`). Undo, restore and switch
+then move the branch head in a worker thread (the store's writer may be held by a GC or
+another process: the loop never waits for it) while new changes are held off
+(memfs.workspace.hold), and replace the tree back on the loop before they may go on, so no
+change can slip in between and be lost. The names (checkpoints, marks, branches) are written
+in a worker thread too, once what was pending is committed. Loop thread, except the store
+steps (`_undo_step`, `_restore_head`, `_switch_store`, `_checkpoint_step`: worker threads,
+handed their inputs, touching only the store).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,8 +31,11 @@ from memfs.workspace.nodes import Node, WorkspaceError
 
 if TYPE_CHECKING:
     from memfs.workspace.attribution import Attribution
+    from memfs.workspace.hold import ChangeHold
+    from memfs.workspace.hooks import BackingHooks
 
 VIEWS_KEPT = 4096  # read-only view roots remembered (by place and commit)
+SETTLE_ROUNDS = 3  # a history operation's commits with changes flowing, before they wait
 
 
 @dataclass(frozen=True)
@@ -48,8 +58,81 @@ class HistoryOps:
     _view_roots: dict[int, Node]  # every view root the kernel may still hold (GC pins them)
     _immutable: set[int]  # ids of view roots of past commits by id (never another tree)
 
-    async def _settle_locked(self, message: str) -> None: ...
+    root: Node
+    hold: ChangeHold
+    read_only: str | None  # why the tree takes no changes (another host's branch), or None
+    backing: BackingHooks
+
+    async def _commit_locked(self, message: str = "") -> str | None: ...
     def _replace_tree(self, commit_id: str) -> None: ...
+
+    # -- settling, restore, branches ---------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def _settled(self, message: str, by: str) -> AsyncIterator[None]:
+        """With the commit lock held: commit until nothing is dirty, and hold new changes off
+        from the last round until the block ends (`by`: the operation, for status).
+
+        Changes made while a commit runs in its thread would otherwise be replaced away
+        with the tree. A steady writer can keep the tree dirty round after round, so after
+        SETTLE_ROUNDS rounds with changes flowing, new ones wait and one more round commits
+        what arrived during the last (a small amount); nothing can arrive after it.
+        """
+        for _ in range(SETTLE_ROUNDS):
+            await self._commit_locked(message)
+            if not self.root.dirty:
+                break
+        with self.hold.holding(by):
+            await self._commit_locked(message)  # returns at once when nothing is dirty
+            yield
+
+    async def restore(self, rev: str) -> str:
+        """Move the branch head to `rev` (the old head stays in the reflog)."""
+        # `rev` as it reads now; then disk's changes so far, against this tree (the restore
+        # rewinds past whatever that pass commits).
+        async with self._commit_lock, self._settled("before restore", "restore"):
+            resolved = (self.branch, history.resolve(self.store, rev))
+        await self.backing.before_rewind()
+        async with self._commit_lock, self._settled("before restore", "restore"):
+            branch = self.branch
+            known = resolved[1] if resolved[0] == branch else None
+            target = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
+            self._replace_tree(target)
+            return target
+
+    def _restore_head(self, branch: str, rev: str, target: str | None) -> str:
+        """restore's store step (worker thread): `rev` resolved unless known, the head moved."""
+        if target is None:
+            target = history.resolve(self.store, rev)
+        self.store.reset_head(branch, target, f"restore {rev}")
+        return target
+
+    async def switch_branch(self, name: str) -> str:
+        self.store.head(name)  # an unknown branch is refused before anything moves
+        # Its writer lease: a round trip on PostgreSQL (a worker thread), an answer from
+        # memory on the embedded store (no thread hop before the settle, as before leases).
+        claim = (self.store.claim(name) if self.store.kind == "sqlite"
+                 else await trio.to_thread.run_sync(self.store.claim, name))
+        async with self._commit_lock, self._settled("before switch", "branch switch"):
+            old = self.branch
+            head = await trio.to_thread.run_sync(self._switch_store, name)
+            self.branch = name
+            self.read_only = None if claim.writable else claim.reason()
+            self._replace_tree(head)
+        if old != name:
+            await trio.to_thread.run_sync(self.store.release, old)
+        return head
+
+    def _switch_store(self, name: str) -> str:
+        """switch's store step (worker thread): the branch selected; returns its head."""
+        head = self.store.head(name)
+        self.store.set_current_branch(name)
+        return head
+
+    async def create_branch(self, name: str, at: str | None) -> str:
+        async with self._commit_lock:
+            async with self._settled("before branch", "branch create"):
+                pass  # what is pending is committed: the branch starts at what the tree shows
+            return await trio.to_thread.run_sync(self.store.create_branch, name, at)
 
     # -- undo ------------------------------------------------------------------------------
     async def undo(self, steps: int = 1) -> str:
@@ -60,45 +143,60 @@ class HistoryOps:
         """The last `count` commits (`memfs undo --commits N`)."""
         if count < 1:
             raise WorkspaceError(errno.EINVAL, "undo takes a positive number of commits")
-        return await self._undo(lambda: undo.plan_commits(self.store, self.head, count))
+        return await self._undo(lambda head: undo.plan_commits(self.store, head, count))
 
     async def undo_operations(self, count: int = 1) -> UndoPlan:
         """The last `count` operations (`memfs undo [N]`; memfs.store.opspan's rule)."""
-        return await self._undo(lambda: undo.plan_operations(self.store, self.head, count))
+        return await self._undo(lambda head: undo.plan_operations(self.store, head, count))
 
     async def undo_to(self, where: str) -> UndoPlan:
         """Back to a revision or a moment on this branch's history (`memfs undo --to`)."""
-        return await self._undo(lambda: undo.plan_to(self.store, self.head, where))
+        return await self._undo(lambda head: undo.plan_to(self.store, head, where))
 
-    async def _undo(self, plan_fn) -> UndoPlan:
-        async with self._commit_lock:
-            await self._settle_locked("before undo")
-            plan = plan_fn()
-            self.store.reset_head(self.branch, plan.target, plan.reason)
-            self._replace_tree(plan.target)
+    async def _undo(self, plan_fn: Callable[[str], UndoPlan]) -> UndoPlan:
+        async with self._commit_lock, self._settled("before undo", "undo"):
+            plan = await trio.to_thread.run_sync(self._undo_step, plan_fn, self.head,
+                                                 self.branch)
+            self._replace_tree(plan.target)  # in the loop turn the thread's result came in
             return plan
+
+    def _undo_step(self, plan_fn: Callable[[str], UndoPlan], head: str, branch: str,
+                   ) -> UndoPlan:
+        """Plan from `head` and move the branch there (worker thread; a refusal or a failed
+        transaction moves nothing)."""
+        plan = plan_fn(head)
+        self.store.reset_head(branch, plan.target, plan.reason)
+        return plan
 
     # -- names -------------------------------------------------------------------------------
     async def checkpoint(self, name: str, at: str | None = None, *,
                          force: bool = False) -> CheckpointSet:
         """Name the current state (what is pending is committed first), or `at` a revision."""
         async with self._commit_lock:
-            await self._settle_locked(f"checkpoint {name}")
-            cid = history.resolve(self.store, at) if at else self.head
-            cp, old = history.create_checkpoint(self.store, name, cid, self.branch, force=force)
+            async with self._settled(f"checkpoint {name}", "checkpoint"):
+                head, branch = self.head, self.branch
+            cp, old = await trio.to_thread.run_sync(self._checkpoint_step, name, at, head,
+                                                    branch, force)
             return CheckpointSet(cp, old)
+
+    def _checkpoint_step(self, name: str, at: str | None, head: str, branch: str,
+                         force: bool) -> tuple[Checkpoint, str | None]:
+        cid = history.resolve(self.store, at) if at else head
+        return history.create_checkpoint(self.store, name, cid, branch, force=force)
 
     async def delete_checkpoint(self, name: str) -> Checkpoint:
         async with self._commit_lock:
-            return history.delete_checkpoint(self.store, name)
+            return await trio.to_thread.run_sync(history.delete_checkpoint, self.store, name)
 
     async def mark(self, name: str, label: str = "") -> Mark:
         """An operation boundary: what is pending is committed, and every change after this
         belongs to a new operation. The mark names the commit it fell on."""
         async with self._commit_lock:
-            await self._settle_locked(f"mark {name}")
-            self.attribution.mark()
-            return history.add_mark(self.store, name, self.head, self.branch, label or name)
+            async with self._settled(f"mark {name}", "mark"):
+                head, branch = self.head, self.branch
+                self.attribution.mark()  # before any held change goes on
+            return await trio.to_thread.run_sync(history.add_mark, self.store, name, head,
+                                                 branch, label or name)
 
     # -- views -------------------------------------------------------------------------------
     def _remember_view(self, key: tuple[str, str], node: Node, immutable: bool) -> None:

@@ -25,7 +25,7 @@ import trio
 
 from memfs.liveness import DaemonRecord
 from memfs.store import StoreBackend as Store
-from memfs.store import history, open_store
+from memfs.store import open_store
 from memfs.store.backend import NO_RETENTION
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
@@ -45,6 +45,7 @@ from memfs.workspace import groupcommit, loading, namespace, snapshot, unload
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.health import CommitHealth
 from memfs.workspace.history_ops import HistoryOps
+from memfs.workspace.hold import ChangeHold
 from memfs.workspace.hooks import NO_BACKING, BackingHooks
 from memfs.workspace.inodes import Inodes
 from memfs.workspace.namespace import NAME_MAX, RENAME_EXCHANGE, RENAME_NOREPLACE
@@ -106,6 +107,7 @@ class Workspace(HistoryOps):
         self._group: dict[str, tuple[OpRecord, dict[int, ProcRef]]] = {}
         self._last_op: str | None = None
         self._commit_lock = trio.Lock()
+        self.hold = ChangeHold()  # new changes wait while a history operation finishes
         self._wake = trio.Event()  # set by the first change after a commit
         self._urgent = trio.Event()  # set when dirty data should not wait for the interval
         self._durable = trio.Event()
@@ -236,10 +238,24 @@ class Workspace(HistoryOps):
         return op
 
     async def enter(self, pid: int, uid: int) -> OpRecord:
-        """note_process, then `boundary()`: before a FUSE request that may change the tree."""
+        """note_process, then `before_change()`: before a FUSE request that may change the
+        tree."""
         op = self.note_process(pid, uid)
-        await self.boundary()
+        await self.before_change()
         return op
+
+    async def before_change(self) -> None:
+        """`boundary()`, and wait while a history operation holds changes off
+        (memfs.workspace.hold): the caller changes the tree with no await after this."""
+        await self.boundary()
+        while self.hold.held:
+            await self.hold.wait()
+            await self.boundary()  # the group the history operation left may be another's
+
+    async def changes_open(self) -> None:
+        """Wait while a history operation holds changes off; the caller changes the tree (or
+        checks what it decided on) with no await after this."""
+        await self.hold.wait()
 
     async def boundary(self) -> None:
         """Close the group commit first when another operation's changes wait in it (this
@@ -256,10 +272,15 @@ class Workspace(HistoryOps):
                 log.warning("boundary commit failed (the changes stay pending): %s", exc)
 
     def _writable(self, node: Node) -> None:
+        """First thing in every change, before anything moved."""
         if node.readonly:
             raise fail(errno.EROFS)
         if self.read_only is not None:
             raise fail(errno.EROFS, self.read_only)
+        if self.hold.held:  # a caller skipped before_change/changes_open: refuse, not lose
+            log.error("a change reached the tree while a history operation held changes off "
+                      "(a bug: its caller must wait first); refused")
+            raise fail(errno.EIO, "a history operation is replacing the tree")
 
     def _settle_first(self, d: Node | None, name: bytes) -> None:
         """Seed 002: every change first settles a pending adoption of what it changes (only a
@@ -475,9 +496,9 @@ class Workspace(HistoryOps):
         async with self._commit_lock:
             return await self._commit_locked(message)
 
-    async def _commit_locked(self, message: str = "", *, on_loop: bool = False) -> str | None:
+    async def _commit_locked(self, message: str = "") -> str | None:
         """One commit, the commit lock held (memfs.workspace.groupcommit.commit_locked)."""
-        return await groupcommit.commit_locked(self, message, on_loop=on_loop)
+        return await groupcommit.commit_locked(self, message)
 
     def _recount_dirty(self) -> None:
         """Pending bytes are those a commit will take: a file unlinked (detached) holds its
@@ -498,64 +519,7 @@ class Workspace(HistoryOps):
         """The commit thread's step (memfs.workspace.snapshot.write)."""
         return snapshot.write(self, plan, message)
 
-    # -- history ----------------------------------------------------------------------
-    # The history operations hold the commit lock and move the branch head with no await
-    # between their last commit and the tree replacement, so no change can slip in between
-    # and be lost. The head move is one small SQLite transaction, run on the loop for that
-    # reason.
-    async def _settle_locked(self, message: str) -> None:
-        """Commit until nothing is dirty; the caller's next step runs in the same loop turn.
-
-        Changes made while a commit runs in its thread would otherwise be replaced away
-        with the tree. A steady writer can keep the tree dirty round after round, so after
-        three rounds the rest — what arrived during the last round, a small amount — is
-        committed on the loop itself, where nothing can slip in before the caller's step.
-        """
-        for _ in range(3):
-            await self._commit_locked(message)
-            if not self.root.dirty:
-                return
-        await self._commit_locked(message, on_loop=True)
-
-    async def restore(self, rev: str) -> str:
-        """Move the branch head to `rev` (the old head stays in the reflog)."""
-        # `rev` as it reads now; then disk's changes so far, against this tree (the restore
-        # rewinds past whatever that pass commits).
-        async with self._commit_lock:
-            await self._settle_locked("before restore")
-            resolved = (self.branch, history.resolve(self.store, rev))
-        await self.backing.before_rewind()
-        async with self._commit_lock:
-            await self._settle_locked("before restore")
-            target = resolved[1] if resolved[0] == self.branch else \
-                history.resolve(self.store, rev)
-            self.store.reset_head(self.branch, target, f"restore {rev}")
-            self._replace_tree(target)
-            return target
-
-    async def switch_branch(self, name: str) -> str:
-        self.store.head(name)  # an unknown branch is refused before anything moves
-        # Its writer lease: a round trip on PostgreSQL (a worker thread), an answer from
-        # memory on the embedded store (no thread hop before the settle, as before leases).
-        claim = (self.store.claim(name) if self.store.kind == "sqlite"
-                 else await trio.to_thread.run_sync(self.store.claim, name))
-        async with self._commit_lock:
-            old = self.branch
-            await self._settle_locked("before switch")
-            head = self.store.head(name)
-            self.store.set_current_branch(name)
-            self.branch = name
-            self.read_only = None if claim.writable else claim.reason()
-            self._replace_tree(head)
-        if old != name:
-            await trio.to_thread.run_sync(self.store.release, old)
-        return head
-
-    async def create_branch(self, name: str, at: str | None) -> str:
-        async with self._commit_lock:
-            await self._settle_locked("before branch")
-            return self.store.create_branch(name, at)
-
+    # -- history (the operations: memfs.workspace.history_ops) ------------------------
     def _replace_tree(self, commit_id: str) -> None:
         """Show another commit's tree, keeping inode numbers for paths that survive
         (memfs.workspace.replace)."""
@@ -600,6 +564,7 @@ class Workspace(HistoryOps):
             "commit_interval_ms": int(self.commit_interval * 1000),
             "last_commit_error": self.last_error,
             "commit_failure": self.health.failure.to_json() if self.health.failure else None,
+            "changes_held": self.hold.status(),  # a history operation finishing: writes wait
             "space": self.room.status(),
             "retention": self.retention_status(),
             **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import xxhash
 
 from memfs.reconcile.contained import components
-from memfs.reconcile.rule import MODE_BITS, MODES, Content, text_content
+from memfs.reconcile.facts import shared_content
+from memfs.reconcile.rule import MODE_BITS, MODES, Content
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import DIR, FILE, LINK, name_to_bytes, name_to_str
 from memfs.workspace.nodes import Node
@@ -206,10 +207,11 @@ class StoreView:
                 digest = self.digest_now(n)
             mode = MODES[n.mode & MODE_BITS]
             # The last whole view's object where the path's content is the same: one Content
-            # per file shared by consecutive views, and no memo of every digest kept beside.
+            # per file shared by consecutive views, and no memo of every digest kept beside;
+            # a new one from the disk side's cache (the same object as D where they agree).
             was = last.get(p)
             out[p] = was if was is not None and was.digest == digest and was.mode == mode \
-                else text_content(digest, mode)
+                else shared_content(digest, "text", mode)
         if memo is not None and memo[1] is nodes and memo[0] == self._key(memo[0][0],
                                                                              memo[0][1]):
             memo[3] = out  # shared from here on: nobody writes a view

@@ -148,7 +148,7 @@ class Observation:
         """The rule's D for a path: content, ABSENT only where absence is proven, or unknown."""
         fact = self.files.get(path)
         if fact is not None:
-            return _content(fact.digest, fact.kind, fact.mode)
+            return shared_content(fact.digest, fact.kind, fact.mode)
         for r in self.regions:
             if r.path == "" or path == r.path or path.startswith(r.path + "/"):
                 return DiskUnknown(r.reason)
@@ -184,10 +184,12 @@ _CONTENTS: dict[tuple[str | None, Kind, int | None], Content] = {}
 CONTENTS_KEPT = 1 << 16
 
 
-def _content(digest: str | None, kind: Kind, mode: int | None) -> Content:
+def shared_content(digest: str | None, kind: Kind, mode: int | None) -> Content:
     """D for a fact, one object per (digest, kind, mode): a dict emptied when full (an
     lru_cache's links cost ~150 bytes an entry more); losing an entry only costs building it
-    again."""
+    again. The store view takes S's from here too, so a file both sides agree on has one
+    Content, not two (a plain dict: any thread may read or fill it, losing nothing but an
+    entry to a race)."""
     key = (digest, kind, mode)
     got = _CONTENTS.get(key)
     if got is None:

@@ -87,12 +87,6 @@ class Content:
         return isinstance(other, Content) and self.digest is not None and self.digest == other.digest
 
 
-def text_content(digest: str | None, mode: int | None = None) -> Content:
-    """Content(digest, "text", mode): the store side of a file (memfs.backing.storeview shares
-    one object per file between consecutive views instead of memoizing every digest)."""
-    return Content(digest, "text", mode)
-
-
 @dataclass(frozen=True)
 class DiskUnknown:
     """Disk could not be observed at this path (unreadable, symlinked, ignored, special, swapped,

@@ -123,7 +123,20 @@ class PassInputs:
 
 _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
 _NO_MODES: Mapping[str, int] = MappingProxyType({})
+_DEVS: dict[int, int] = {}  # one int object per device number: a snapshot keeps one per file
 _new = tuple.__new__
+
+
+def _row(size: int, mtime_ns: int, ctime_ns: int, ino: int, dev: int, digest: str, kind: str,
+         hashed_at_ns: int, mime: str | None) -> FingerprintRow:
+    """A snapshot's row, sharing the ints that repeat: the device (one per mount's disk) and
+    a ctime equal to the mtime (a file written and not chmod-ed since). Each is a 32-byte int
+    of its own otherwise, kept per file (CPython shares only -5..256). tuple.__new__ skips the
+    NamedTuple's Python-level __new__: one per file."""
+    if ctime_ns == mtime_ns:
+        ctime_ns = mtime_ns
+    return _new(FingerprintRow, (size, mtime_ns, ctime_ns, ino, _DEVS.setdefault(dev, dev),
+                                 digest, kind, hashed_at_ns, mime))
 
 
 def _change_count(c: sqlite3.Connection) -> int:
@@ -308,10 +321,10 @@ class Journal:
                     if row is None:
                         d.pop(p, None)
                     else:
-                        d[intern(p)] = _new(FingerprintRow, (
+                        d[intern(p)] = _row(
                             row.size, row.mtime_ns, row.ctime_ns, row.ino, row.dev,
                             intern(row.digest), row.kind, row.hashed_at_ns,
-                            getattr(row, "mime", None)))
+                            getattr(row, "mime", None))
                 new_fps = MappingProxyType(d)
             self._memo[key] = (after, new_ev, new_fps, new_mds)
 
@@ -516,12 +529,10 @@ class Journal:
             rows = c.execute(cols + " AND (path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) "
                              "AND path < CAST(? AS TEXT)))",
                              (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))
-        # tuple.__new__ skips the NamedTuple's Python-level __new__: one per file. Paths and
-        # digests interned: see pass_inputs; kinds and MIME types too (a handful of values, and
-        # each row read gave new strings, ~110 bytes a file kept in the snapshot).
-        return {intern(r[0]): _new(FingerprintRow, (
-            r[1], r[2], r[3], r[4], r[5], intern(r[6]), intern(r[7]), r[8],
-            None if r[9] is None else intern(r[9]))) for r in rows}
+        # Paths and digests interned: see pass_inputs; kinds and MIME types too (a handful of
+        # values, and each row read gave new strings, ~110 bytes a file kept in the snapshot).
+        return {intern(r[0]): _row(r[1], r[2], r[3], r[4], r[5], intern(r[6]), intern(r[7]),
+                                   r[8], None if r[9] is None else intern(r[9])) for r in rows}
 
     # -- one pass's reads --------------------------------------------------------------------
 

@@ -55,7 +55,7 @@ def now_ns() -> int:
     """Now, for every time memfs sets: the kernel's coarse clock, never going back."""
     global _last_ns
     t = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
-    if t < _last_ns:
+    if t <= _last_ns:  # the same int object while the tick lasts: a take-in's nodes share it
         return _last_ns
     _last_ns = t
     return t

@@ -101,3 +101,28 @@ def test_a_path_given_from_inside_a_backed_mount_gets_the_store_path(mounted, tm
     ok = subprocess.run(memfs_cmd(mounted.root, "ls", "--states", f"{here}/sub"),
                         capture_output=True, text=True, cwd=here, timeout=60)
     assert ok.returncode == 0 and "synced" in ok.stdout and "p/sub/s.txt" in ok.stdout, ok
+
+
+def test_a_path_that_names_nothing_is_refused(mounted, tmp_path: Path) -> None:
+    """`memfs sync p/typo.txt` said 'p: 0 taken, 0 removed, 0 new conflict(s)' and exit 0,
+    and `ls --states p/typo.txt` '(nothing)': a mistyped name looked in step. Both refuse
+    (exit 1, the name and where it was looked for); a name on one side only, an empty
+    directory and a file deleted on disk still sync."""
+    mounted.require_real()
+    proj = tmp_path / "proj"
+    (proj / "empty").mkdir(parents=True)
+    (proj / "a.txt").write_text("a\n")
+    (proj / "gone.txt").write_text("g\n")
+    mounted.cli("attach", "p", str(proj))
+    for verb in (["sync"], ["ls", "--states"]):
+        res = mounted.cli(*verb, "p/typo.txt", check=False)
+        assert res.returncode == 1, (verb, res.stdout, res.stderr)
+        assert "p/typo.txt: no such file or directory" in res.stderr, res.stderr
+        assert str(proj / "typo.txt") in res.stderr and "memfs ls --states p" in res.stderr
+    assert not (mounted.mnt / "p" / "typo.txt").exists() and not (proj / "typo.txt").exists()
+    assert mounted.cli("sync", "p/empty").returncode == 0
+    (proj / "new.txt").write_text("n\n")
+    assert mounted.cli_json("sync", "p/new.txt")["mounts"]["p"]["taken"] == ["new.txt"]
+    (proj / "gone.txt").unlink()
+    assert mounted.cli_json("sync", "p/gone.txt")["mounts"]["p"]["removed"] == ["gone.txt"]
+    assert not (mounted.mnt / "p" / "gone.txt").exists()

@@ -316,9 +316,31 @@ class Backing:
                 out[mount] = await self.run_pass(mount, accept_root=accept_root)
         else:
             mount, rel = split_path(path)
+            await self._refuse_nothing_at(mount, rel, "sync")
             out[mount] = await self.run_pass(mount, rel, path_sync=True,
                                              accept_root=accept_root, asked_on=self.ws.branch)
         return Synced(out, reopened)
+
+    async def _refuse_nothing_at(self, mount: str, rel: str, verb: str) -> None:
+        """A path that names nothing on disk or in the workspace is a mistyped name: refused,
+        as `git add` and `ls` refuse one (a pass over it said "0 taken" and exit 0, so a typo
+        looked like a file in step). A backing root that cannot be read and a journal that
+        refuses are left to the pass, which says why: that is what the user must mend first."""
+        binding = self.config.bindings.get(mount)
+        if (binding is None or rel == "" or self.journal.refusal() is not None
+                or self.view.holds(mount, rel)):
+            return
+        on_disk = os.path.join(binding.dir, rel)
+
+        def disk_has() -> bool:
+            return not os.path.isdir(binding.dir) or os.path.lexists(on_disk)
+
+        if await trio.to_thread.run_sync(disk_has):
+            return
+        raise MemfsError(
+            f"{mount}/{rel}: no such file or directory, on disk ({on_disk}) or in the workspace",
+            f"check the name; `memfs ls --states {mount}` lists what {mount} holds "
+            f"(`memfs {verb}` without a path covers every bound mount)")
 
     async def reopen(self) -> Reopened:
         """Reopen the journal's view of the store in this process, without a restart: clears a
@@ -352,6 +374,7 @@ class Backing:
         mounts = [split_path(path)] if path else [(m, "") for m in sorted(self.config.bindings)]
         out = []
         for mount, rel in mounts:
+            await self._refuse_nothing_at(mount, rel, "ls --states")
             res = await self.run_pass(mount, rel)
             got = self.listing(mount, rel)
             out.append(Listing(got.mount, got.path, got.unavailable, got.entries, got.regions,

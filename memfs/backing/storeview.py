@@ -99,6 +99,15 @@ class StoreView:
         node = self.ws.children(self.ws.root).get(name_to_bytes(mount))
         return node if node is not None and node.kind == DIR else None
 
+    def holds(self, mount: str, rel: str) -> bool:
+        """Does the workspace hold anything (file, directory, link, special) at rel?"""
+        node = self.mount_node(mount)
+        for part in components(rel):
+            if node is None or node.kind != DIR:
+                return False
+            node = self.ws.children(node).get(name_to_bytes(part))
+        return node is not None
+
     def node_at(self, mount: str, rel: str) -> Node | None:
         """The store file node at rel (None: none, or a disk-only node)."""
         node = self.mount_node(mount)

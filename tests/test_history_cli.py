@@ -125,3 +125,28 @@ def test_diff_and_show_name_special_files_in_words(mounted) -> None:
     assert mounted.cli("show", "HEAD:work/sp/pipe").stdout == \
         "work/sp/pipe: a FIFO (no bytes to show)\n"
     assert "'p'" not in diff and "'s'" not in diff
+
+
+def test_odd_names_stay_on_their_line(mounted) -> None:
+    """A file named 'a<newline>b' printed raw split its `log --stat` line in two, so one
+    name read as two paths (and a diff header as three). Names with control characters,
+    a quote, a backslash or a byte that is not UTF-8 are C-quoted, as git quotes them;
+    plain names, spaces and non-ASCII letters are printed as they are."""
+    mounted.require_real()
+    d = mounted.work / "odd"
+    d.mkdir()
+    mounted.cli("mark", "before")
+    for name in (b"a\nb", b"t\tq\"x", b"caf\xc3\xa9 au lait", b"bad\xffname"):
+        (d / os.fsdecode(name)).write_bytes(b"x\n")
+    stat = mounted.cli("log", "--stat", "-n", "1").stdout.splitlines()
+    assert '    A  "work/odd/a\\nb"  2 B' in stat, stat
+    assert '    A  "work/odd/t\\tq\\"x"  2 B' in stat, stat
+    assert "    A  work/odd/café au lait  2 B" in stat, stat
+    assert '    A  "work/odd/bad\\377name"  2 B' in stat, stat
+    assert all(line.startswith(("    ", mounted.cli_json("log", "-n", "1")[0]["id"][:12]))
+               for line in stat), stat
+    diff = mounted.cli("diff", "before", "now").stdout
+    assert 'diff "a/work/odd/a\\nb" "b/work/odd/a\\nb"\n--- /dev/null\n+++ "b/work/odd/a\\nb"\n' \
+        in diff, diff
+    listing = mounted.cli("show", "HEAD:work/odd").stdout
+    assert '"a\\nb"' in listing and "\na\n" not in listing, listing

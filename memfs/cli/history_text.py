@@ -34,6 +34,43 @@ KIND_NAMES = {FIFO: "a FIFO", SOCK: "a socket", CHR: "a character device",
               BLK: "a block device"}
 
 
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\a": "\\a", "\b": "\\b",
+            "\f": "\\f", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+
+
+def _escaped(text: str) -> str:
+    """Control characters, backslash and quote as C escapes; a byte that is not UTF-8 (a
+    surrogate-escaped name) as its octal escape, as git writes them."""
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\{o:03o}")
+        elif 0xDC80 <= o <= 0xDCFF:
+            out.append(f"\\{o - 0xDC00:03o}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def shown(path: str) -> str:
+    """A path as one line shows it: as it is when plain, else C-quoted as git quotes it (a
+    name holding a newline printed raw split a `log --stat` line in two, and one name read
+    as two)."""
+    plain = all(0x20 <= ord(ch) != 0x7F and ch not in '\\"' and not 0xDC80 <= ord(ch) <= 0xDCFF
+                for ch in path)
+    return path if plain else f'"{_escaped(path)}"'
+
+
+def one_line(text: str) -> str:
+    """A commit message or command line kept on its line (control characters escaped)."""
+    return text if all(0x20 <= ord(ch) != 0x7F for ch in text) else \
+        "".join(_ESCAPES.get(ch, f"\\{ord(ch):03o}") if ord(ch) < 0x20 or ord(ch) == 0x7F
+                else ch for ch in text)
+
+
 def kind_name(kind: str, ref: str = "") -> str:
     """A special file as people call it (the store's one-letter kinds are no words), a
     device with its major:minor."""
@@ -71,7 +108,8 @@ def who(op: OpRecord | None, whole_group: bool = False) -> str:
 def commit_line(c: LoggedCommit) -> str:
     marks = "".join(f"  [mark {m}]" for m in c.marks)
     by = who(c.op)
-    return f"{c.id[:12]}  {when(c.time_ns)}  {c.commit.message}" + (f"  ({by})" if by else "") \
+    return f"{c.id[:12]}  {when(c.time_ns)}  {one_line(c.commit.message)}" \
+        + (f"  ({by})" if by else "") \
         + marks
 
 
@@ -80,7 +118,7 @@ def gap_line(gap: Gap) -> str:
     n = len(gap.commits)
     held = gap.labels[:5]
     more = len(gap.labels) - len(held)
-    what = (": " + "; ".join(f"`{x}`" for x in held) + (f" and {more} more" if more else "")
+    what = (": " + "; ".join(f"`{one_line(x)}`" for x in held) + (f" and {more} more" if more else "")
             if held else "")
     unrecorded = f" ({gap.unrecorded} with no record of who made them)" if gap.unrecorded and \
         held else ""
@@ -93,11 +131,11 @@ def span_line(s: Span) -> str:
     n = len(s.commits)
     newest = s.commits[0]
     by = who(s.op, s.whole_group)
-    also = f"; with changes of {', '.join(s.others)}" if s.others else ""
+    also = f"; with changes of {', '.join(map(one_line, s.others))}" if s.others else ""
     if s.quiet:
-        also += f"; then {', '.join(dict.fromkeys(s.quiet))}, changing only times"
+        also += f"; then {', '.join(map(one_line, dict.fromkeys(s.quiet)))}, changing only times"
     marks = "".join(f"  [mark {m}]" for m in newest.marks)
-    return (f"{newest.id[:12]}  {when(newest.time_ns)}  {s.label}  "
+    return (f"{newest.id[:12]}  {when(newest.time_ns)}  {one_line(s.label)}  "
             f"({n} commit{'s' if n != 1 else ''}{'; ' + by if by else ''}{also})") + marks
 
 
@@ -124,7 +162,8 @@ def change_lines(changes: list[Change] | None, with_sizes: bool) -> list[str]:
         return ["    (no path changed: directory times or reconciler records only)"]
     out = []
     for c in changes:
-        path = f"{c.old_path} -> {c.path}" if c.status == RENAMED else c.path
+        path = f"{shown(c.old_path)} -> {shown(c.path)}" if c.status == RENAMED \
+            else shown(c.path)
         if not with_sizes:
             out.append(f"    {c.status}  {path}")
             continue
@@ -158,7 +197,8 @@ def listing_lines(entries: list[Entry]) -> list[str]:
     out = []
     for e in entries:
         kind = {DIR: "d", FILE: "-", LINK: "l"}.get(e.kind, e.kind)
-        name = e.name + ("/" if e.kind == DIR else f" -> {e.ref}" if e.kind == LINK else "")
+        name = shown(e.name) + ("/" if e.kind == DIR else f" -> {shown(e.ref)}"
+                                if e.kind == LINK else "")
         out.append(f"{kind}{e.mode:04o}  {e.size if e.kind != DIR else '-':>10}  {name}")
     return out
 
@@ -172,24 +212,29 @@ def diff_text(store: Store, changes: list[Change]) -> Iterator[str]:
             if c.status in (ADDED, REMOVED, RENAMED):
                 yield _dir_line(c)
             elif c.detail:
-                yield f"diff a/{c.path} b/{c.path}\n{c.detail}\n"
+                yield f"{_head(c.path, c.path)}{c.detail}\n"
             continue
         if c.status == RENAMED:
-            yield f"diff a/{c.old_path} b/{c.path}\nrename from {c.old_path}\nrename to {c.path}\n"
+            yield (f"{_head(c.old_path, c.path)}rename from {shown(c.old_path)}\n"
+                   f"rename to {shown(c.path)}\n")
             continue
         yield from _file_diff(store, c)
 
 
+def _head(old: str, new: str) -> str:
+    return f"diff {shown('a/' + old)} {shown('b/' + new)}\n"
+
+
 def _dir_line(c: Change) -> str:
     if c.status == RENAMED:
-        return f"rename directory {c.old_path} -> {c.path}\n"
-    return f"{'new' if c.status == ADDED else 'removed'} directory {c.path}\n"
+        return f"rename directory {shown(c.old_path)} -> {shown(c.path)}\n"
+    return f"{'new' if c.status == ADDED else 'removed'} directory {shown(c.path)}\n"
 
 
 def _file_diff(store: Store, c: Change) -> Iterator[str]:
-    a_name = f"a/{c.path}" if c.status != ADDED else "/dev/null"
-    b_name = f"b/{c.path}" if c.status != REMOVED else "/dev/null"
-    head = f"diff a/{c.path} b/{c.path}\n"
+    a_name = shown(f"a/{c.path}") if c.status != ADDED else "/dev/null"
+    b_name = shown(f"b/{c.path}") if c.status != REMOVED else "/dev/null"
+    head = _head(c.path, c.path)
     if c.status == CHANGED and c.detail and "content" not in c.detail \
             and not c.detail.startswith("target"):
         yield head + c.detail + "\n"
@@ -205,7 +250,7 @@ def _file_diff(store: Store, c: Change) -> Iterator[str]:
         return
     if max(c.old_size or 0, c.size or 0) > TEXT_LIMIT:
         yield head + (f"large file {WORDS[c.status]}: {size(c.old_size)} -> {size(c.size)} "
-                      f"(not shown; memfs show REV:{c.path} gives the bytes)\n")
+                      f"(not shown; memfs show REV:{shown(c.path)} gives the bytes)\n")
         return
     old = read_file(store, c.old_ref, c.old_size or 0) if c.status != ADDED else b""
     new = read_file(store, c.ref, c.size or 0) if c.status != REMOVED else b""

@@ -150,3 +150,24 @@ def test_odd_names_stay_on_their_line(mounted) -> None:
         in diff, diff
     listing = mounted.cli("show", "HEAD:work/odd").stdout
     assert '"a\\nb"' in listing and "\na\n" not in listing, listing
+
+
+def test_checkpoint_names_refused_say_why_and_the_remedy_is_true(mounted) -> None:
+    """The remedy said "use letters, digits, '-', '_'" while spaces were taken, and a name
+    with ':' was made though `memfs show a:b` reads the revision 'a' and the path 'b'. A
+    refusal now says what is wrong with the name and changes nothing; what the remedy offers
+    (inner spaces, '.', '@') works end to end."""
+    mounted.require_real()
+    (mounted.work / "f.txt").write_text("one\n")
+    before = mounted.cli_json("checkpoint", "list")
+    for name, why in (("v1:rc", "it holds ':'"), (" v1", "starts or ends with a space"),
+                      ("a/b", "it holds '/'"), ("x\x7fy", "control character"),
+                      (".hidden", "starts with '.'")):
+        res = mounted.cli("checkpoint", "create", name, check=False)
+        assert res.returncode == 1 and why in res.stderr, (name, res.stderr)
+        assert "inner spaces" in res.stderr, res.stderr
+    assert mounted.cli_json("checkpoint", "list") == before
+    mounted.cli("checkpoint", "create", "before demo.v2@me")
+    assert mounted.cli("show", "before demo.v2@me:work/f.txt").stdout == "one\n"
+    view = mounted.mnt / ".memfs" / "checkpoints" / "before demo.v2@me"
+    assert (view / "work" / "f.txt").read_text() == "one\n"

@@ -496,11 +496,23 @@ def _commit_from_row(row: tuple) -> Commit:
 
 
 def _check_ref_name(name: str) -> None:
-    if not name or "/" in name or name.startswith(".") or "~" in name or len(name) > 200 \
-            or any(ord(ch) < 32 for ch in name):
+    """A branch, checkpoint or mark name every revision spelling can reach: '/' is a path,
+    '~' and ':' are revision syntax (HEAD~2, REV:PATH — `memfs show a:b` read the name 'a'),
+    a leading '.' is hidden in `.memfs/history/`, and a space at either end or a control
+    character cannot be told apart when printed."""
+    why = ("it is empty" if not name else
+           f"it is {len(name)} characters long (at most 200)" if len(name) > 200 else
+           "it starts with '.'" if name.startswith(".") else
+           "it starts or ends with a space" if name != name.strip() else
+           f"it holds {next(ch for ch in name if ch in '/~:')!r}" if any(
+               ch in "/~:" for ch in name) else
+           "it holds a control character" if any(ord(ch) < 32 or ord(ch) == 127
+                                                  for ch in name) else None)
+    if why is not None:
         raise StoreError(
-            f"invalid name {name!r}",
-            "use letters, digits, '-', '_' (no '/', '~', leading '.', or control characters)",
+            f"invalid name {name!r}: {why}",
+            "use letters, digits, '-', '_', '.', '@' or inner spaces, up to 200 characters; "
+            "not '/', '~' or ':' (revision syntax), a leading '.', or control characters",
         )
 
 

@@ -184,3 +184,21 @@ def test_a_hard_link_made_in_the_mount_is_listed_as_not_writable(repo):
     res = m.cli_json("materialize", "--force", "work/fifo")["mounts"]["work"]
     assert [s["state"] for s in res["skipped"]] == ["not-writable"]
     assert not (disk / "fifo").exists()
+
+
+def test_ls_states_lists_what_no_materialize_writes(repo):
+    """A FIFO made in the mount was in no `ls --states` listing at all (the rule decides
+    files only), though materialize names it `not-writable`: the listing says the same,
+    with the reason, and a hard-linked file keeps its state with the reason beside it."""
+    m, disk = repo
+    sh(f"mkfifo {m.work}/fifo")
+    os.link(m.work / "notes.txt", m.work / "linked.txt")
+    rows = {e["path"]: e for e in m.cli_json("ls", "--states", "work")["mounts"][0]["entries"]}
+    assert rows["fifo"]["state"] == "not-writable", rows
+    assert "a FIFO in the workspace" in rows["fifo"]["note"], rows
+    assert "hard link" in rows["linked.txt"]["note"], rows
+    assert rows["linked.txt"]["state"] != "not-writable", rows  # its state is the rule's
+    text = m.cli("ls", "--states", "work/fifo").stdout
+    assert text.startswith("not-writable") and "work/fifo (a FIFO in the workspace" in text, text
+    m.cli("sync", "work/fifo")  # a scope naming a FIFO: walked into as a directory (ENOTDIR)
+    assert not (disk / "fifo").exists()

@@ -25,10 +25,11 @@ Everything here runs on the trio loop; what runs in worker threads is said by ea
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,11 +46,12 @@ from memfs.backing.materialize import Materializer
 from memfs.backing.onaccess import OnAccess
 from memfs.backing.owed import OwedCounter
 from memfs.backing.passes import Passes
-from memfs.backing.paths import split_path
+from memfs.backing.paths import split_path, under
 from memfs.backing.planning import Planner
 from memfs.backing.results import (
     Attached,
     Detached,
+    Entry,
     Listing,
     Listings,
     Materialized,
@@ -377,9 +379,21 @@ class Backing:
             await self._refuse_nothing_at(mount, rel, "ls --states")
             res = await self.run_pass(mount, rel)
             got = self.listing(mount, rel)
-            out.append(Listing(got.mount, got.path, got.unavailable, got.entries, got.regions,
+            out.append(Listing(got.mount, got.path, got.unavailable,
+                               self._with_unwritable(mount, rel, got.entries), got.regions,
                                res.bytes_read if isinstance(res, PassDone) else 0))
         return Listings(out)
+
+    def _with_unwritable(self, mount: str, rel: str, entries: Sequence[Entry]) -> list[Entry]:
+        """The listing with what no materialize writes (materialize lists it `not-writable`):
+        a FIFO, socket or device made in the mount is no file the rule decides, so it was in
+        no listing at all; a hard-linked file keeps its state and says why it stays."""
+        nodes, _ = self.view.nodes(mount)  # the whole mount's: rel may name a FIFO
+        why = {p: w for p, w in self.view.unwritable(nodes, mount).items() if under(p, rel)}
+        out = [dataclasses.replace(e, note=why.pop(e.path)) if e.path in why else e
+               for e in entries]
+        out += [Entry(p, "not-writable", None, note=w) for p, w in why.items()]
+        return sorted(out, key=lambda e: e.path)
 
     # -- the daemon's background work ------------------------------------------------------
     async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:

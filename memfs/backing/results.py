@@ -174,18 +174,22 @@ class Synced:
 
 @dataclass(frozen=True)
 class Entry:
-    """One listing entry; a disk-only file carries its size and MIME type (seed 002)."""
+    """One listing entry; a disk-only file carries its size and MIME type (seed 002); `note`:
+    why no materialize writes it (a hard link, a special file made in the workspace)."""
 
     path: str
     state: str
     conflict: str | None
     size: int | None = None
     mime: str | None = None
+    note: str | None = None
 
     def to_json(self) -> Json:
         out: Json = {"path": self.path, "state": self.state, "conflict": self.conflict}
         if self.size is not None:
             out["size"], out["mime"] = self.size, self.mime
+        if self.note is not None:
+            out["note"] = self.note
         return out
 
 

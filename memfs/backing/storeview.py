@@ -154,8 +154,9 @@ class StoreView:
             top = self.ws.children(top).get(name_to_bytes(part))
         if top is None or top.id in self.ws.disk_only:
             return nodes
-        if top.kind == FILE:
-            nodes[scope] = top
+        if top.kind != DIR:  # a file, or a link or FIFO the rule does not decide
+            if top.kind == FILE:
+                nodes[scope] = top
             return nodes
         # Once per file: locals instead of attribute lookups. Paths are interned, as the
         # journal's and the walk's are: a pass looks each one up in five maps, and equal keys

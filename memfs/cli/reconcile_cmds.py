@@ -290,6 +290,8 @@ def cmd_ls(args) -> int:
             kind = f" ({e['conflict']})" if e["conflict"] else ""
             if "size" in e:
                 kind = f" ({e['size']} bytes, {e['mime']})"
+            if e.get("note"):
+                kind += f" ({e['note']})"
             lines.append(f"{e['state']:<32} {m['mount']}/{e['path']}{kind}")
         for r in m["regions"]:
             lines.append(f"{'incomplete':<32} {m['mount']}/{r['path']}/ ({r['reason']})")

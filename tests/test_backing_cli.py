@@ -126,3 +126,32 @@ def test_a_path_that_names_nothing_is_refused(mounted, tmp_path: Path) -> None:
     (proj / "gone.txt").unlink()
     assert mounted.cli_json("sync", "p/gone.txt")["mounts"]["p"]["removed"] == ["gone.txt"]
     assert not (mounted.mnt / "p" / "gone.txt").exists()
+
+
+def test_a_first_pass_that_fails_leaves_the_daemon_serving(mount_factory, tmp_path: Path) -> None:
+    """An I/O error in a backed mount's first pass at start (a failing disk's EIO, injected
+    by the pass-fault hook) ended the daemon: the whole mount went away for one unreadable
+    directory. Now the mount serves, status names the failed pass with where to look, and
+    once the disk answers `memfs sync` takes disk's file in."""
+    from memfs.testing import PASS_FAULT_ENV
+
+    trigger = tmp_path / "pass-fault"
+    m = mount_factory(env={PASS_FAULT_ENV: str(trigger)})
+    m.require_real()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "a.txt").write_text("a\n")
+    m.cli("attach", "p", str(proj))
+    m.umount()
+    (proj / "late.txt").write_text("late\n")
+    trigger.touch()
+    m.start()
+    (m.work / "still.txt").write_text("serving\n")  # the mount is up and writable
+    st = m.cli_json("status")
+    assert "Input/output error (injected)" in (st["backing"]["p"]["last_error"] or ""), st
+    assert m.proc is not None and m.proc.poll() is None
+    res = m.cli("sync", check=False)
+    assert res.returncode == 1 and "check the disk that holds" in res.stdout + res.stderr
+    trigger.unlink()
+    assert m.cli_json("sync")["mounts"]["p"]["taken"] == ["late.txt"]
+    assert (m.mnt / "p" / "late.txt").read_text() == "late\n"

@@ -61,7 +61,7 @@ from memfs.reconcile.observe import Observation, WalkMemo
 from memfs.reconcile.plan import PassPlan, SyncPlan, pending_from_journal
 from memfs.reconcile.rule import ABSENT, Content, State
 from memfs.store.journal import Journal
-from memfs.testing import crash_point
+from memfs.testing import crash_point, pass_fault
 from memfs.workspace.attribution import labelled
 from memfs.workspace.health import store_full
 
@@ -144,7 +144,7 @@ class Passes:
                                                  asked_on)
                     except OSError as exc:  # a conflict's disk side with no room to keep it
                         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                            raise
+                            raise self._failed(mount, exc) from exc
                         raise self._full(f"a pass over {mount!r} could not keep what it "
                                          f"needs ({exc.strerror or exc})") from None
                 except MemfsError as exc:  # e.g. the journal refusing after a failed append
@@ -159,13 +159,30 @@ class Passes:
             space = None
         return store_full(what, space, str(self.ws.store.root), self.ws.store.kind != "sqlite")
 
+    def _failed(self, mount: str, exc: OSError) -> MemfsError:
+        """An I/O error no observation step classified (a failing disk's EIO, say): the
+        pass's failure, named, with where to look."""
+        where = f" at {exc.filename}" if exc.filename else ""
+        return MemfsError(f"a pass over {mount!r} failed: {exc.strerror or exc}{where}",
+                          f"check the disk that holds {self.bindings.require(mount).dir} "
+                          "(dmesg), then `memfs sync`")
+
     async def pass_all(self) -> dict[str, PassOutcome | PassError]:
+        """Every bound mount once (the daemon's start, after an undo or a switch). A mount
+        whose pass fails is that mount's outcome, told by status and the log: an exception
+        out of here ended the daemon, so one unreadable backing directory unmounted all."""
         out: dict[str, PassOutcome | PassError] = {}
         for mount in list(self.bindings.bindings):
             try:
                 out[mount] = await self.run_pass(mount)
             except MemfsError as exc:
                 out[mount] = PassError(mount, exc.message, exc.remedy)
+            except Exception as exc:  # noqa: BLE001 - the daemon goes on; status says why
+                log.exception("the pass over %r failed", mount)
+                why = f"the pass over {mount!r} failed: {type(exc).__name__}: {exc}"
+                self.states.of(mount).last_error = why
+                out[mount] = PassError(mount, why, "the daemon's log has the traceback; "
+                                       "`memfs sync` tries again")
         return out
 
     @labelled("reconciler", lambda mount: f"reconciler: disk changes in {mount}")
@@ -175,6 +192,7 @@ class Passes:
         b = self.bindings.require(mount)
         st = self.states.of(mount)
         st.observed[scope] = time.monotonic()
+        pass_fault()
         if mount not in self.swept:
             await self._sweep(b)
         if accept_root:

@@ -15,12 +15,16 @@ MEMFS_CRASH_AT.
 - `journal_fault()`: while MEMFS_TEST_JOURNAL_FAULT names a file that exists, the next journal
   write commits and then fails as SQLite does when the WAL's fsync fails after its frames were
   written; the file is removed, so a test arms exactly one failure at the moment it chooses.
+- `pass_fault()`: while MEMFS_TEST_PASS_FAULT names a file that exists, every backing pass
+  fails at its start with EIO, as a failing disk's read would (a daemon started so meets it
+  in its first pass); removing the file ends it.
 
 Any thread; FAULT_HOOKS is written only by tests, before the code under test runs.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sqlite3
@@ -30,6 +34,7 @@ CRASH_ENV = "MEMFS_CRASH_AT"
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"
 JOURNAL_FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"
+PASS_FAULT_ENV = "MEMFS_TEST_PASS_FAULT"
 
 FAULT_HOOKS: dict[str, Callable[[], None]] = {}
 
@@ -69,5 +74,13 @@ def journal_fault() -> None:
     raise exc
 
 
-__all__ = ["CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PUSH_DELAY_ENV", "SCAN_DELAY_ENV",
-           "crash_point", "journal_fault", "push_delay", "scan_delay"]
+def pass_fault() -> None:
+    """The injected pass failure (module docstring), while its file exists."""
+    trigger = os.environ.get(PASS_FAULT_ENV)
+    if trigger and os.path.exists(trigger):
+        raise OSError(errno.EIO, "Input/output error (injected)", trigger)
+
+
+__all__ = ["CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV", "PUSH_DELAY_ENV",
+           "SCAN_DELAY_ENV", "crash_point", "journal_fault", "pass_fault", "push_delay",
+           "scan_delay"]

@@ -254,6 +254,10 @@ def test_failed_append_poisons_until_reopen(tmp_path: Path, point: str, errno_va
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["append"] == "needs-reopen"
     assert "reopen" in out["message"]
+    # A full disk is mended by freeing space first (a reopen alone fails at the next write);
+    # an I/O error's remedy is the reopen.
+    full = f"free space on the filesystem that holds {tmp_path} first (`df {tmp_path}`"
+    assert (full in out["message"]) == (errno_value == 28), out["message"]
     assert out["refused"] == ["evidence", "evidence_under", "record", "intent", "pending",
                               "fingerprints", "root", "pass_inputs"]
     # After the reopen the journal reads what the file holds — the old or the new value,

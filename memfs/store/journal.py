@@ -21,6 +21,7 @@ record may be in the file, the writer is told it failed).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -39,6 +40,7 @@ from memfs.testing import journal_fault
 T = TypeVar("T")
 
 # Extended-result families that mean "what reached the file is unknown".
+SQLITE_FULL = 13
 _POISON_CODES = {
     10,  # SQLITE_IOERR (every SQLITE_IOERR_* extended code has this as its low byte)
     11,  # SQLITE_CORRUPT
@@ -234,9 +236,16 @@ class Journal:
         """What every read and write raises while a failed write poisons the journal."""
         if self._failure is None:
             return None
+        remedy = REOPEN_REMEDY
+        if (getattr(self._failure, "sqlite_errorcode", 0) or 0) & 0xFF == SQLITE_FULL:
+            # Reopening a journal whose disk is still full fails again at the next write.
+            where = os.path.dirname(os.path.abspath(self.db_path))
+            remedy = (f"free space on the filesystem that holds {where} first (`df {where}`; "
+                      "on the embedded store, deleting files in the mount and `memfs gc` give "
+                      "space back), then " + REOPEN_REMEDY)
         return JournalNeedsReopen(
             f"the journal's last write failed ({self._failure}); its evidence may be stale",
-            REOPEN_REMEDY)
+            remedy)
 
     def _check(self) -> None:
         refusal = self.refusal()

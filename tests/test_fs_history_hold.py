@@ -113,6 +113,58 @@ def test_reads_are_answered_while_an_undo_waits_for_the_store_writer(mounted) ->
     assert status(m)["head"] != head1, "the mkdir made after the undo is committed on it"
 
 
+def test_reads_are_answered_while_many_changes_wait(mounted) -> None:
+    """Each change that waits for an undo keeps one of pyfuse3's worker tasks: with the
+    default 99, 150 writers in parallel (a `make -j`, an agent's tool batch) took them all,
+    and reads of the tree waited for the undo too. The pool is larger now (daemon.MAX_TASKS),
+    so reads go on while 150 changes wait, and every one lands after the undo."""
+    m = mounted
+    m.require_real()
+    doc = m.work / "doc.txt"
+    parents = [m.work / f"p{i}" for i in range(150)]
+    for p in parents:
+        p.mkdir()  # one parent each: the kernel serializes mkdirs in one directory
+    write_durably(doc, b"one\n")
+    head1 = status(m)["head"]
+    write_durably(doc, b"two\n")
+    db = sqlite3.connect(m.root / "store.db", timeout=0, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    made: list[float] = []
+    threads = [threading.Thread(target=lambda p=p: (os.mkdir(p / "during"),
+                                                    made.append(time.monotonic())))
+               for p in parents]
+    undo = subprocess.Popen(memfs_cmd(m.root, "undo", "--to", head1, "--json"), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worst = 0.0
+    try:
+        deadline = time.monotonic() + 30
+        while not (status(m).get("changes_held") or {}).get("by") == "undo":
+            assert undo.poll() is None, f"the undo did not wait: {undo.communicate()}"
+            assert time.monotonic() < deadline, "the undo never held changes off"
+            time.sleep(0.02)
+        for t in threads:
+            t.start()
+        time.sleep(1.0)  # every mkdir has reached the daemon and waits
+        end = time.monotonic() + WINDOW
+        while time.monotonic() < end:
+            took, data = timed(doc.read_bytes)
+            worst = max(worst, took, timed(os.listdir, m.work)[0])
+            assert worst < STALL, f"a read waited {worst:.2f} s while 150 changes waited"
+            assert data == b"two\n"
+            time.sleep(0.02)
+        assert not made, "a mkdir landed while the undo held changes off"
+    finally:
+        db.execute("ROLLBACK")
+        db.close()
+        released = time.monotonic()
+    out, err = undo.communicate(timeout=60)
+    for t in threads:
+        t.join(timeout=60)
+    assert undo.returncode == 0, f"{out}{err}"
+    assert len(made) == 150 and min(made) >= released
+    assert all((p / "during").is_dir() for p in parents)
+
+
 class Writers:
     """Two sequential writers: one mkdirs work/d/N, one appends `L<N>` lines to work/f (open,
     write, fsync, close each time, as a logging shell would). Each records what returned."""

@@ -36,6 +36,12 @@ from memfs.workspace.workspace import Workspace
 log = logging.getLogger("memfs.daemon")
 STOP_DRAIN_LIMIT = 60  # seconds a stop waits for running backing work before cutting it
 STOP_COMMIT_LIMIT = 60  # seconds a stop retries a failing last commit (a full disk)
+# pyfuse3's worker tasks at most (its default is 99). A change asked for while a history
+# operation holds changes off waits in its task; at 99, 98 parallel writers during one undo
+# took every task and reads waited for the undo too. A task is spawned only when no idle one
+# is reading, and each holds a receive buffer the kernel fills only as far as the request
+# (a waiting mkdir touches one page), so a large bound costs nothing until it is used.
+MAX_TASKS = 1024
 LOCK_PATIENCE = 1.0  # seconds to wait out a CLI's liveness probe of the root lock
 READ_ONLY_OPS = ("ping", "status", "requests", "log", "branch_list", "backing_events",
                  "backing_states")
@@ -178,7 +184,7 @@ async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle | None,
         await nursery.start(_control_server, ws, backing, ops, root)
         nursery.start_soon(_initial_passes, backing, ops)
         nursery.start_soon(backing.run_watchers, ops.drain_invalidations)
-        await pyfuse3.main()
+        await pyfuse3.main(max_tasks=MAX_TASKS)
         await _stop(ws, backing)
         nursery.cancel_scope.cancel()
 

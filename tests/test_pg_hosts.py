@@ -276,3 +276,25 @@ def test_writing_more_than_this_hosts_disk_holds_goes_through(small_fs: Path, mo
     st = os.statvfs(small_fs)
     assert st.f_bavail * st.f_frsize >= 6 << 20, "reading back filled the host's disk"
     store_check(root)
+
+
+def test_a_command_without_a_daemon_gives_the_branch_back(mount_factory, pg_url: str,
+                                                          tmp_path: Path) -> None:
+    """`memfs attach` (or `sync`) with no daemon opens the workspace, which claims the
+    branch's lease; the command kept it until it expired, so another host mounting in the
+    next minute found the branch read-only, "written by host-a". A command gives back a
+    lease it took, as a clean unmount does."""
+    long = {"MEMFS_LEASE_SECONDS": "60"}  # expiry cannot be what frees it here
+    root_a = host_root(tmp_path, "a", pg_url)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "f.txt").write_text("from a's disk\n")
+    for args in (("init",), ("attach", "p", str(proj)), ("sync",)):
+        out = subprocess.run([sys.executable, "-m", "memfs", "--root", str(root_a), *args],
+                             capture_output=True, text=True, cwd=REPO,
+                             env=dict(os.environ, **long), timeout=60)
+        assert out.returncode == 0, f"{args}: {out.stdout}{out.stderr}"
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=long)
+    assert b.status()["read_only"] is None, b.status()["read_only"]
+    assert (b.mnt / "p" / "f.txt").read_text() == "from a's disk\n"
+    write_synced(b.work / "b.txt", b"b writes main at once\n")

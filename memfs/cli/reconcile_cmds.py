@@ -110,6 +110,8 @@ def _direct(root: Path, op: str, kw: dict) -> dict:
             return result
         finally:
             backing.close()
+            if ws.read_only is None:  # the lease this command's workspace claimed goes back
+                ws.store.release(ws.branch)  # (on a shared store; it held it until expiry)
             ws.store.close()
 
     return trio.run(run)

@@ -57,6 +57,14 @@ def _words(exc: BaseException) -> str:
     return text.splitlines()[0] if text else repr(exc)
 
 
+# How the server words a refused connection for its limits (SQLSTATE 53300, which psycopg does
+# not carry for a connection refused at start-up): max_connections, the slots reserved for
+# superusers, a role's or database's CONNECTION LIMIT. A server whose messages are translated
+# gets the general remedy.
+_CONNECTION_LIMIT = ("too many clients already", "remaining connection slots are reserved",
+                     "too many connections for")
+
+
 def server_error(url: str, exc: BaseException) -> ServerError:
     """The error a caller sees for `exc`: a full disk on the server, or a server out of
     reach (a lost connection, one not made, a server out of some other resource)."""
@@ -67,6 +75,15 @@ def server_error(url: str, exc: BaseException) -> ServerError:
                          f"its disk: {_words(exc)}",
                          "free space on the server's disk (its data directory, or the "
                          "tablespace holding the file it names)")
+    text = str(exc)
+    if any(words in text for words in _CONNECTION_LIMIT):
+        return StoreUnreachable(
+            f"the PostgreSQL server at {server_name(url)} refuses new connections: "
+            f"{_words(exc)}",
+            "its connection limit is reached (max_connections, or a role's or database's "
+            "CONNECTION LIMIT); each memfs daemon keeps 4 connections: raise "
+            "the limit, close idle clients, or put PgBouncer in session mode in front; memfs "
+            "retries its commits meanwhile")
     return StoreUnreachable(f"the PostgreSQL store at {redact(url)} is unreachable: "
                             f"{_words(exc)}",
                             "check that the server runs and this host may connect; memfs "

@@ -112,7 +112,7 @@ def test_a_full_disk_on_the_server_is_enospc_and_commits_once_it_has_room(
         f"the PostgreSQL server at {server} has no room left on its disk: "), failure
     assert "No space left on device" in failure["reason"], failure  # the server's words
     assert failure["remedy"].startswith("free space on the server's disk"), failure
-    assert "commit by themselves" in failure["remedy"], failure
+    assert "commits by itself once it is possible" in failure["remedy"], failure
     assert "check that the server runs" not in failure["remedy"], failure
     assert "memfs gc" not in failure["remedy"], failure  # no GC on a shared store
     text = m.cli("status").stdout

@@ -79,8 +79,7 @@ async def commit_locked(ws: Workspace, message: str = "") -> str | None:
             space = ws.space()
         except OSError:
             pass
-        error = ws.health.failed(exc, space, str(ws.store.root),
-                                 ws.mutation_seq - ws.durable_seq, ws.store.kind != "sqlite")
+        error = ws.health.failed(exc, space, str(ws.store.root), ws.store.kind != "sqlite")
         if ws.health.full and ws.lifecycle is not None:
             ws.lifecycle.poke()  # a GC may make the room
         raise error from exc

@@ -54,14 +54,16 @@ class CommitFailure:
                 "remedy": self.remedy, "since": self.since, "attempts": self.attempts}
 
 
-def explain(exc: BaseException, space: Space | None, root: str, pending: int,
+def explain(exc: BaseException, space: Space | None, root: str,
             shared: bool = False) -> CommitFailure:
     """The failure in words a user can act on (`shared`: the store is in PostgreSQL, and
-    what is full is this host's root)."""
+    what is full is this host's root). No count of what is pending: the words are kept
+    between retries (5 s apart at most) while changes go on arriving, and status showed
+    two different counts side by side; its `pending` line is the live one."""
     code = getattr(exc, "errno", None) or errno.EIO
     error = f"{type(exc).__name__}: {exc}"
-    later = (f"the {pending} pending change(s) stay in memory and commit by themselves once "
-             "it is possible (`memfs status` shows it)")
+    later = ("what is pending stays in memory and commits by itself once it is possible "
+             "(`pending` in `memfs status` says how much)")
     if isinstance(exc, MemfsError) and not isinstance(exc, OSError) and exc.remedy:
         # the store said what happened and what to do (a PostgreSQL server out of reach, or
         # one whose disk is full: that one's `errno` is ENOSPC, so writes are refused as on
@@ -117,8 +119,8 @@ class CommitHealth:
         return self.failure is not None and self.failure.errno in (errno.ENOSPC, errno.EDQUOT)
 
     def failed(self, exc: BaseException, space: Space | None, root: str,
-               pending: int, shared: bool = False) -> CommitError:
-        new = explain(exc, space, root, pending, shared)
+               shared: bool = False) -> CommitError:
+        new = explain(exc, space, root, shared)
         old = self.failure
         if old is not None and old.errno == new.errno:
             old.attempts += 1

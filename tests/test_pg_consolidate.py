@@ -1,11 +1,12 @@
 """Two hosts consolidating one workspace of a store shared in PostgreSQL, end to end.
 
-Each host is a root of its own (its session of agent turns, its receipts) on one database,
-whose workspace memory is shared rows (memfs.memory.shared). Both reviews are prepared
+Each host is a root of its own (its session of agent turns) on one database, whose workspace
+memory and consolidation receipts are shared rows (memfs.memory.shared,
+memfs.consolidate.shared_receipts). Both reviews are prepared
 against the same workspace revision and committed by two processes, one per host, started
 while a review holds the shared review lock: the lock serializes them across hosts, one
-commits and the other ends as a target conflict that changed nothing, each receipt on its
-own host.
+commits and the other ends as a target conflict that changed nothing, and both receipts are
+listed alike by either host.
 """
 
 from __future__ import annotations
@@ -118,12 +119,13 @@ def test_two_hosts_consolidating_one_workspace(tmp_path: Path, pg_url: str) -> N
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert sorted(outs) == ["committed", "target-conflict"], outs
     won = outs.index("committed")
-    receipts = []
-    for root in roots:  # each receipt is on the host that ran its review
-        scan = scan_receipts(root)
-        assert not scan.damaged and len(scan.receipts) == 1, scan
-        receipts.append(scan.receipts[0])
-    first, second = receipts[won], receipts[1 - won]
+    ids = [json.loads(j.read_text())["review_id"] for j in jobs]
+    scans = [scan_receipts(root) for root in roots]
+    for scan in scans:  # both receipts are the store's, seen alike from either host
+        assert not scan.damaged and sorted(r.review_id for r in scan.receipts) == sorted(ids)
+    assert scans[0].receipts == scans[1].receipts
+    by_id = {r.review_id: r for r in scans[0].receipts}
+    first, second = by_id[ids[won]], by_id[ids[1 - won]]
     assert first.state == "committed" and second.state == "target-conflict"
     assert [h.state for h in second.history] == ["target-conflict"]  # nothing of it landed
     after = first.scopes["workspace"].planned_after

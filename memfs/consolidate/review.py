@@ -25,7 +25,7 @@ from memfs.consolidate.committer import Review, commit_review, plan_from_proposa
 from memfs.consolidate.proposal import parse_proposal
 from memfs.consolidate.providers import make_provider
 from memfs.consolidate.providers.base import Usage, api_key_from_env, missing_key
-from memfs.consolidate.receipts import Receipt, new_review_id, receipt_path
+from memfs.consolidate.receipts import Receipt, new_review_id, receipt_location
 from memfs.consolidate.worker import (
     CONSOLIDATOR_VERSION,
     Budget,
@@ -238,7 +238,7 @@ def consolidate(root: Path, session_id: str, workspace: str | None,
         workspace_revision=ws_gen.revision, plan=plan, worker_attempt=attempt_id,
         global_revision=glob_gen.revision, consolidator_version=CONSOLIDATOR_VERSION))
     result.receipt, result.state = receipt, receipt.state
-    result.receipt_path = str(receipt_path(root, review_id))
+    result.receipt_path = receipt_location(root, review_id)
     result.revisions = {s: {"before": r.before, "after": r.planned_after}
                         for s, r in receipt.scopes.items()}
     return result

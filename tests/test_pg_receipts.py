@@ -1,0 +1,185 @@
+"""Consolidation receipts in a store shared in PostgreSQL: any host recovers any host's review.
+
+Host a (a root of its own) commits a review in a child process that SIGKILLs itself at one
+named point of the barrier (MEMFS_CRASH_AT, as tests/test_committer_crash.py does on one
+host); host b, another root on the same database, lists a's receipt with `memfs receipts`
+and runs `memfs recover`, which must reach the end a's own recovery would: mark committed
+what was swapped in, finish as a target conflict what someone else overwrote, and nothing at
+all for a receipt whose write never committed. Then the schema: a version-1 store gains the
+receipts table in place, and a store of a newer memfs is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from helpers.pg import pg_missing
+from helpers.require import require_tool
+from test_pg_consolidate import OLD, WS, host, prepare
+
+from memfs.consolidate.receipts import read_receipt
+from memfs.errors import MemfsError
+from memfs.memory.shared import SharedMemoryStore
+from memfs.rootdir import receipts_dir
+from memfs.store.pg import schema
+from memfs.store.pg.conn import Conn
+
+NEW = "# Editor\ntabs\n"
+GLOBAL = "# Preferences\nconcise answers\n"
+ONLINE = "written by host b meanwhile\n"
+
+CHILD = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from test_pg_consolidate import review_from_json
+from memfs.consolidate.committer import commit_review
+root = Path(sys.argv[1])
+print(commit_review(root, review_from_json(root, json.loads(Path(sys.argv[2]).read_text()))).state)
+"""
+
+
+def raw(glob: bool) -> dict[str, Any]:
+    changes: list[dict[str, Any]] = [{"op": "put", "name": "editor", "content": NEW,
+                                      "evidence": [{"from": 1, "to": 2}]}]
+    if glob:
+        changes.append({"op": "replace-global", "content": GLOBAL,
+                        "evidence": [{"from": 1, "to": 1}]})
+    return {"changes": changes, "final": True}
+
+
+def crash_on_a(a: Path, memory: SharedMemoryStore, glob: bool, point: str) -> str:
+    """Host a's review, its committer killed at `point`; the review id."""
+    job = prepare(a, memory, raw(glob))
+    path = a / "job.json"
+    path.write_text(json.dumps(job))
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(a), str(path),
+                           str(Path(__file__).parent)],
+                          env={**os.environ, "MEMFS_CRASH_AT": point}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == -9, f"did not die at {point}: {proc.stdout} {proc.stderr}"
+    return job["review_id"]
+
+
+def cli(root: Path, *args: str) -> tuple[int, dict]:
+    out = subprocess.run([sys.executable, "-m", "memfs", "--root", str(root), *args, "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode in (0, 1), out.stderr
+    return out.returncode, json.loads(out.stdout)
+
+
+@pytest.fixture
+def hosts(tmp_path: Path, pg_url: str) -> tuple[Path, Path, SharedMemoryStore]:
+    require_tool(pg_missing())
+    a, b = host(tmp_path, "a", pg_url), host(tmp_path, "b", pg_url)
+    memory = SharedMemoryStore(Conn(pg_url, autocommit=False), a)
+    memory.put_record(WS, "editor", OLD)
+    return a, b, memory
+
+
+#   point                     Global? b writes meanwhile   b's recover     end state
+MATRIX = [
+    ("commit-after-swap", False, None, "mark-committed", "committed"),
+    ("commit-after-swap", True, None, "mark-committed", "committed"),
+    ("commit-after-receipt", False, "workspace", "target-conflict", "target-conflict"),
+    ("commit-between-scopes", True, "global", "target-conflict", "target-conflict"),
+]
+
+
+@pytest.mark.parametrize("point, glob, online, action, state", MATRIX,
+                         ids=[f"{m[0]}{'-with-global' if m[1] else ''}" for m in MATRIX])
+def test_host_b_recovers_the_review_host_a_left_committing(
+        hosts: tuple[Path, Path, SharedMemoryStore], point: str, glob: bool,
+        online: str | None, action: str, state: str) -> None:
+    a, b, memory = hosts
+    ws0, g0 = memory.workspace_generation(WS).revision, memory.global_generation().revision
+    review_id = crash_on_a(a, memory, glob, point)
+
+    # b sees a's receipt, committing, and no file of it under either root.
+    code, listed = cli(b, "receipts")
+    assert code == 0 and [(r["review_id"], r["state"]) for r in listed["receipts"]] == [
+        (review_id, "committing")]
+    assert not receipts_dir(a).exists() and not receipts_dir(b).exists()
+    receipt = read_receipt(b, review_id)
+    assert receipt is not None
+    planned = {s: r.planned_after for s, r in receipt.scopes.items()}
+    swapped_ws = point != "commit-after-receipt"
+    assert memory.workspace_generation(WS).revision == (planned["workspace"] if swapped_ws
+                                                         else ws0)
+    if glob:
+        assert memory.global_generation().revision == (planned["global"]
+                                                       if point == "commit-after-swap" else g0)
+    written = None
+    if online == "workspace":
+        written = memory.put_record(WS, "editor", ONLINE)
+    elif online == "global":
+        written = memory.replace_global(ONLINE)
+
+    code, report = cli(b, "recover")
+    assert code == 0 and report["unresolved"] == 0, report
+    assert [(o["review_id"], o["action"], o["state"]) for o in report["outcomes"]] == [
+        (review_id, action, state)]
+    after = read_receipt(a, review_id)  # host a reads the end b wrote
+    assert after is not None and after.state == state
+    assert [h.by for h in after.history][-1] == "recover"
+    if state == "committed":
+        assert memory.read_record(WS, "editor") == NEW
+        assert memory.workspace_generation(WS).revision == planned["workspace"]
+        if glob:
+            assert memory.global_generation().content == GLOBAL
+    elif online == "workspace":  # never overwritten, never rolled back
+        assert after.observed == {"workspace": written}
+        assert memory.read_record(WS, "editor") == ONLINE
+    else:  # the Workspace half stays; Global keeps b's write
+        assert after.observed == {"workspace": planned["workspace"], "global": written}
+        assert memory.read_record(WS, "editor") == NEW
+
+    # Recovering again, on either host, changes nothing.
+    for root in (a, b):
+        code, again = cli(root, "recover")
+        assert code == 0 and [o["action"] for o in again["outcomes"]] == ["nothing"]
+    assert read_receipt(b, review_id) == after
+
+
+def test_a_receipt_whose_write_never_committed_is_not_there(
+        hosts: tuple[Path, Path, SharedMemoryStore]) -> None:
+    """Killed between the row's INSERT and its COMMIT: the server rolls it back, so no host
+    finds a receipt, and memory was never touched (the receipt comes first)."""
+    a, b, memory = hosts
+    ws0 = memory.workspace_generation(WS).revision
+    review_id = crash_on_a(a, memory, False, "receipt-before-rename")
+    for root in (a, b):
+        assert not receipts_dir(root).exists()  # no file, not even a cut-short one
+        assert read_receipt(root, review_id) is None
+        code, report = cli(root, "recover")
+        assert code == 0 and report["outcomes"] == []
+    assert memory.workspace_generation(WS).revision == ws0
+
+
+def test_a_version_1_store_gains_the_receipts_table(pg_url: str) -> None:
+    require_tool(pg_missing())
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(schema.MIGRATIONS[1])
+        conn.execute("INSERT INTO memfs_meta VALUES ('schema', '1')")
+        assert schema.create(conn) == 1
+        assert schema.version(conn) == schema.SCHEMA_VERSION
+        assert conn.execute("SELECT to_regclass('receipts')").fetchone()[0] is not None
+        assert schema.create(conn) == schema.SCHEMA_VERSION  # once only
+
+
+def test_a_newer_memfs_store_is_refused(pg_url: str) -> None:
+    require_tool(pg_missing())
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        schema.create(conn)
+        conn.execute("UPDATE memfs_meta SET value = %s WHERE key = 'schema'",
+                     (str(schema.SCHEMA_VERSION + 1),))
+        with pytest.raises(MemfsError, match="newer memfs"):
+            schema.create(conn)
+        assert schema.version(conn) == schema.SCHEMA_VERSION + 1  # nothing changed

@@ -1,7 +1,7 @@
 """Two hosts consolidating one workspace of a store shared in PostgreSQL, end to end.
 
-Each host is a root of its own (its session of agent turns) on one database, whose workspace
-memory and consolidation receipts are shared rows (memfs.memory.shared,
+Each host is a root of its own on one database, whose workspace memory, agent sessions and
+consolidation receipts are shared rows (memfs.memory.shared, memfs.memory.shared_sessions,
 memfs.consolidate.shared_receipts). Both reviews are prepared
 against the same workspace revision and committed by two processes, one per host, started
 while a review holds the shared review lock: the lock serializes them across hosts, one
@@ -25,10 +25,9 @@ from memfs.consolidate.committer import Review, plan_from_proposal, snapshot_of
 from memfs.consolidate.lock import review_lock
 from memfs.consolidate.proposal import parse_proposal
 from memfs.consolidate.receipts import new_review_id, scan_receipts
-from memfs.consolidate.worker import WorkerSession, new_attempt_id, worker_session_path
-from memfs.memory.sessions import SessionStore
+from memfs.consolidate.worker import new_attempt_id, open_worker_session
 from memfs.memory.shared import SharedMemoryStore
-from memfs.rootdir import sessions_dir
+from memfs.memory.shared_sessions import open_session_store
 from memfs.store.backend import Location, record_location
 from memfs.store.pg.conn import Conn
 
@@ -65,14 +64,14 @@ def proposal(editor: str) -> dict[str, Any]:
 def prepare(root: Path, memory: SharedMemoryStore, raw: dict[str, Any]) -> dict[str, Any]:
     """This host's session, frozen and reviewed as the worker would: the job a committer
     process rebuilds its Review from."""
-    sessions = SessionStore(sessions_dir(root))
+    sessions = open_session_store(root)
     sid = sessions.new(WS)
     sessions.append_many(sid, TURNS)
     frozen = sessions.freeze(sid)
     current, glob = memory.workspace_generation(WS), memory.global_generation()
     parse_proposal(raw, frozen, current, glob)  # accepted as final
     attempt = new_attempt_id()
-    session = WorkerSession(worker_session_path(root, attempt))
+    session = open_worker_session(root, attempt)
     session.append("draft", step=1, call_id="c1", final=True, changes=raw["changes"])
     session.append("result", step=1, call_id="c1", accepted=True, final=True, is_error=False,
                    content="accepted as final")
@@ -90,7 +89,7 @@ def review_from_json(root: Path, job: dict[str, Any]) -> Review:
 
     source = SourceSnapshot(**job["source"])
     memory = open_memory_store(root)
-    frozen = frozen_prefix(SessionStore(sessions_dir(root)), source)
+    frozen = frozen_prefix(open_session_store(root), source)
     parsed = parse_proposal(job["raw"], frozen, memory.workspace_generation(WS),
                             memory.global_generation())
     return Review(job["review_id"], source, WS, job["workspace_revision"],

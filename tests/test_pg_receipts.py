@@ -3,10 +3,12 @@
 Host a (a root of its own) commits a review in a child process that SIGKILLs itself at one
 named point of the barrier (MEMFS_CRASH_AT, as tests/test_committer_crash.py does on one
 host); host b, another root on the same database, lists a's receipt with `memfs receipts`
-and runs `memfs recover`, which must reach the end a's own recovery would: mark committed
-what was swapped in, finish as a target conflict what someone else overwrote, and nothing at
-all for a receipt whose write never committed. Then the schema: a version-1 store gains the
-receipts table in place, and a store of a newer memfs is refused.
+and runs `memfs recover`, which must reach the end a's own recovery would: replay what was
+not swapped in yet (from a's worker session and source session, rows too), mark committed
+what was, finish as a target conflict what someone else overwrote, and nothing at all for a
+receipt whose write never committed. A session made through one host is listed, shown and
+appended to through the other. Then the schema: a version-1 store gains the new tables in
+place, and a store of a newer memfs is refused.
 """
 
 from __future__ import annotations
@@ -22,10 +24,13 @@ import psycopg
 import pytest
 from helpers.pg import pg_missing
 from helpers.require import require_tool
+from helpers.stub_server import StubServer
+from helpers.worker import PUT_TABS, consolidate
 from test_pg_consolidate import OLD, WS, host, prepare
 
 from memfs.consolidate.receipts import read_receipt
 from memfs.errors import MemfsError
+from memfs.memory.sessions import SessionStore
 from memfs.memory.shared import SharedMemoryStore
 from memfs.rootdir import receipts_dir
 from memfs.store.pg import schema
@@ -86,6 +91,9 @@ def hosts(tmp_path: Path, pg_url: str) -> tuple[Path, Path, SharedMemoryStore]:
 
 #   point                     Global? b writes meanwhile   b's recover     end state
 MATRIX = [
+    ("commit-after-receipt", False, None, "replay", "committed"),
+    ("commit-after-receipt", True, None, "replay", "committed"),
+    ("commit-between-scopes", True, None, "replay", "committed"),
     ("commit-after-swap", False, None, "mark-committed", "committed"),
     ("commit-after-swap", True, None, "mark-committed", "committed"),
     ("commit-after-receipt", False, "workspace", "target-conflict", "target-conflict"),
@@ -94,7 +102,8 @@ MATRIX = [
 
 
 @pytest.mark.parametrize("point, glob, online, action, state", MATRIX,
-                         ids=[f"{m[0]}{'-with-global' if m[1] else ''}" for m in MATRIX])
+                         ids=[f"{m[0]}{'-with-global' if m[1] else ''}"
+                              f"{'-then-b-writes-' + m[2] if m[2] else ''}" for m in MATRIX])
 def test_host_b_recovers_the_review_host_a_left_committing(
         hosts: tuple[Path, Path, SharedMemoryStore], point: str, glob: bool,
         online: str | None, action: str, state: str) -> None:
@@ -163,6 +172,33 @@ def test_a_receipt_whose_write_never_committed_is_not_there(
     assert memory.workspace_generation(WS).revision == ws0
 
 
+def test_a_session_recorded_on_one_host_is_read_and_continued_on_another(
+        hosts: tuple[Path, Path, SharedMemoryStore]) -> None:
+    a, b, _ = hosts
+    code, made = cli(a, "session", "new", "--workspace", WS)
+    sid = made["id"]
+    assert cli(a, "session", "append", sid, "--role", "user", "--text", "tabs, please")[1][
+        "turn"] == 1
+    turn = a / "turn.txt"  # a NUL in a turn: JSON escapes it, so its row can hold it
+    turn.write_text("tabs\x00it is")
+    assert cli(b, "session", "append", sid, "--role", "assistant", "--file", str(turn))[1][
+        "turn"] == 2
+    listed = cli(b, "session", "list")[1]["sessions"]
+    assert [(s["id"], s["workspace"], s["turn_count"]) for s in listed] == [(sid, WS, 2)]
+    shown = [cli(root, "session", "show", sid)[1] for root in (a, b)]
+    assert shown[0] == shown[1]
+    assert [(t["index"], t["role"], t["text"]) for t in shown[0]["turns"]] == [
+        (1, "user", "tabs, please"), (2, "assistant", "tabs\x00it is")]
+    # The same turns in a file store hash alike: one format, two places.
+    files = SessionStore(a / "elsewhere")
+    other = files.import_turns([("user", "tabs, please"), ("assistant", "tabs\x00it is")])
+    assert files.freeze(other).content_hash == shown[0]["content_hash"]
+    assert not (a / "sessions").exists() and not (b / "sessions").exists()
+    code, out = cli(b, "session", "show", "20260101T000000Z-00000000")
+    assert code == 1 and out["error"].startswith(
+        "no session '20260101T000000Z-00000000' in the PostgreSQL store at postgresql://")
+
+
 def test_a_version_1_store_gains_the_receipts_table(pg_url: str) -> None:
     require_tool(pg_missing())
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -170,7 +206,8 @@ def test_a_version_1_store_gains_the_receipts_table(pg_url: str) -> None:
         conn.execute("INSERT INTO memfs_meta VALUES ('schema', '1')")
         assert schema.create(conn) == 1
         assert schema.version(conn) == schema.SCHEMA_VERSION
-        assert conn.execute("SELECT to_regclass('receipts')").fetchone()[0] is not None
+        for table in ("receipts", "sessions", "session_turns", "worker_events"):
+            assert conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None
         assert schema.create(conn) == schema.SCHEMA_VERSION  # once only
 
 
@@ -183,3 +220,31 @@ def test_a_newer_memfs_store_is_refused(pg_url: str) -> None:
         with pytest.raises(MemfsError, match="newer memfs"):
             schema.create(conn)
         assert schema.version(conn) == schema.SCHEMA_VERSION + 1  # nothing changed
+
+
+def test_a_real_consolidate_killed_on_a_is_replayed_by_b(
+        hosts: tuple[Path, Path, SharedMemoryStore]) -> None:
+    """`memfs consolidate` itself (the worker loop against a stub model on loopback) on host
+    a, SIGKILLed once its receipt is committing: b replays it from the worker session the
+    loop wrote as rows, and the record is what a's own recovery would have written."""
+    a, b, memory = hosts
+    code, made = cli(a, "session", "new", "--workspace", "ws-alpha")
+    sid = made["id"]
+    cli(a, "session", "append", sid, "--role", "user", "--text",
+        "Please always indent with tabs, in every project of mine.")
+    with StubServer() as stub:
+        stub.push({"propose": {"changes": [PUT_TABS], "final": True}})
+        code, _out, err = consolidate(a, stub, "openai", sid,
+                                      env={"MEMFS_CRASH_AT": "commit-after-receipt"})
+    assert code == -9, err
+    assert memory.workspaces() == [WS]  # nothing of the review landed
+    listed = cli(b, "receipts", "--state", "committing")[1]["receipts"]
+    assert len(listed) == 1
+    code, report = cli(b, "recover")
+    assert code == 0 and [o["action"] for o in report["outcomes"]] == ["replay"], report
+    assert memory.read_record("ws-alpha", "indentation") == PUT_TABS["content"]
+    receipt = read_receipt(a, listed[0]["review_id"])
+    assert receipt is not None and receipt.state == "committed"
+    assert memory.workspace_generation("ws-alpha").revision == receipt.scopes[
+        "workspace"].planned_after
+    assert not (a / "sessions").exists()  # the worker's log is rows, not a file of a's

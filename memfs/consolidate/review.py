@@ -40,9 +40,9 @@ from memfs.errors import MemfsError
 from memfs.memory.durable import crash_point
 from memfs.memory.generation import GlobalGeneration, WorkspaceGeneration
 from memfs.memory.preview import preview_global_change
-from memfs.memory.sessions import FrozenSession, ProjectedTurn, SessionStore
+from memfs.memory.sessions import FrozenSession, ProjectedTurn
 from memfs.memory.shared import open_memory_store
-from memfs.rootdir import sessions_dir
+from memfs.memory.shared_sessions import open_session_store
 
 EVIDENCE_SCHEMA = {
     "type": "array",
@@ -183,7 +183,7 @@ def consolidate(root: Path, session_id: str, workspace: str | None,
     """One review end to end. Raises MemfsError for refusals before anything is written,
     and the provider's error (auth, refusal, truncation) with the worker session kept."""
     say = progress or (lambda _m: None)
-    sessions = SessionStore(sessions_dir(root))
+    sessions = open_session_store(root)
     frozen = sessions.freeze(session_id)
     ws_name = workspace or frozen.workspace
     if not ws_name:

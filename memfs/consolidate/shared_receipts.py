@@ -18,7 +18,6 @@ Threads: any; one connection per store and process, used under its lock.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from memfs.consolidate.receipts import (
@@ -37,19 +36,11 @@ class SharedReceipts:
 
     def __init__(self, url: str, host: str) -> None:
         from memfs.store.backend import redact
-        from memfs.store.pg import schema
-        from memfs.store.pg.conn import Conn
+        from memfs.store.pg.conn import process_conn
 
-        self.conn = Conn(url, autocommit=False)
+        self.conn = process_conn(url)
         self.host = host
         self.where = f"the PostgreSQL store at {redact(url)}"
-        with self.conn.lock:
-            c = self.conn.get()
-            try:
-                schema.create(c)  # the table, on a store no daemon of this version opened yet
-            except BaseException as exc:
-                self._rollback(c)
-                raise self._told(exc) from exc
 
     def location(self, review_id: str) -> str:
         return f"receipt {check_review_id(review_id)} in {self.where}"
@@ -57,24 +48,16 @@ class SharedReceipts:
     def write(self, receipt: Receipt) -> str:
         """Store `receipt` (insert or replace its row) and commit; returns where it is."""
         body = render_receipt(receipt)
-        with self.conn.lock:
-            c = self.conn.get()
-            try:
-                c.execute("INSERT INTO receipts VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
-                          "(review_id) DO UPDATE SET state = EXCLUDED.state, "
-                          "body = EXCLUDED.body",
-                          (receipt.review_id, receipt.created_at, receipt.state, self.host,
-                           body))
-                crash_point("receipt-before-rename")  # written, not committed: not durable
-                c.commit()
-            except BaseException as exc:
-                self._rollback(c)
-                raise self._told(exc) from exc
+        with self.conn.write() as c:
+            c.execute("INSERT INTO receipts VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
+                      "(review_id) DO UPDATE SET state = EXCLUDED.state, body = EXCLUDED.body",
+                      (receipt.review_id, receipt.created_at, receipt.state, self.host, body))
+            crash_point("receipt-before-rename")  # written, not committed: not durable
         return self.location(receipt.review_id)
 
     def read(self, review_id: str) -> Receipt | None:
-        rows = self._rows("SELECT review_id, body FROM receipts WHERE review_id = %s",
-                          (check_review_id(review_id),))
+        rows = self.conn.rows("SELECT review_id, body FROM receipts WHERE review_id = %s",
+                              (check_review_id(review_id),))
         if not rows:
             return None
         receipt, why = _parsed(*rows[0])
@@ -88,43 +71,15 @@ class SharedReceipts:
         """Every receipt of the store, oldest first; damaged rows reported, not skipped."""
         receipts: list[Receipt] = []
         damaged: list[tuple[Path | str, str]] = []
-        for review_id, body in self._rows("SELECT review_id, body FROM receipts "
-                                          "ORDER BY created_at, review_id", ()):
+        for review_id, body in self.conn.rows("SELECT review_id, body FROM receipts "
+                                              "ORDER BY created_at, review_id"):
             receipt, why = _parsed(review_id, body)
             if receipt is None:
-                damaged.append((f"receipt {review_id} in {self.where}", why))
+                damaged.append((self.location(review_id), why))
             else:
                 receipts.append(receipt)
         receipts.sort(key=lambda r: (r.created_at, r.review_id))
         return ReceiptScan(receipts, damaged, [])
-
-    def _rows(self, sql: str, args: tuple) -> list[tuple]:
-        import psycopg
-
-        with self.conn.lock:
-            c = self.conn.get()
-            try:
-                return c.execute(sql, args).fetchall()
-            except psycopg.OperationalError as exc:
-                self._rollback(c)
-                raise self.conn.failed(exc) from exc
-            finally:
-                if not c.closed:
-                    c.rollback()
-
-    def _rollback(self, c) -> None:
-        import psycopg
-
-        try:
-            c.rollback()
-        except psycopg.Error:
-            self.conn.drop()
-
-    def _told(self, exc: BaseException) -> BaseException:
-        """A write's failure: the server's (out of reach, its disk full) in words."""
-        import psycopg
-
-        return self.conn.failed(exc) if isinstance(exc, psycopg.OperationalError) else exc
 
 
 def _parsed(review_id: str, body: str) -> tuple[Receipt | None, str]:
@@ -142,14 +97,4 @@ def open_shared_receipts(root: Path) -> SharedReceipts | None:
     from memfs.store.backend import read_location
 
     loc = read_location(Path(root))
-    if loc is None:
-        return None
-    with _opened_lock:
-        got = _opened.get((loc.url, loc.host))
-        if got is None:  # one connection per store and process, its table made once
-            got = _opened[(loc.url, loc.host)] = SharedReceipts(loc.url, loc.host)
-        return got
-
-
-_opened: dict[tuple[str, str], SharedReceipts] = {}
-_opened_lock = threading.Lock()
+    return None if loc is None else SharedReceipts(loc.url, loc.host)

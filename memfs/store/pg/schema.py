@@ -59,7 +59,23 @@ CREATE TABLE IF NOT EXISTS receipts (
 CREATE INDEX IF NOT EXISTS receipts_state ON receipts(state);
 """
 
-MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS}
+# Version 3: agent sessions and consolidation worker logs, shared by every host
+# (memfs.memory.shared_sessions, memfs.consolidate.shared_workers). A turn or an event is one
+# row holding the JSON line the file store appends (JSON escapes what TEXT cannot hold, NUL).
+SESSIONS = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, workspace TEXT, created TEXT NOT NULL, host TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS session_turns (
+    session TEXT NOT NULL REFERENCES sessions(id), idx INTEGER NOT NULL, line TEXT NOT NULL,
+    PRIMARY KEY (session, idx));
+CREATE TABLE IF NOT EXISTS worker_attempts (
+    id TEXT PRIMARY KEY, created TEXT NOT NULL, host TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS worker_events (
+    attempt TEXT NOT NULL REFERENCES worker_attempts(id), seq INTEGER NOT NULL,
+    line TEXT NOT NULL, PRIMARY KEY (attempt, seq));
+"""
+
+MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS, 3: SESSIONS}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

@@ -28,7 +28,7 @@ from helpers.stub_server import StubServer
 from helpers.worker import PUT_TABS, consolidate
 from test_pg_consolidate import OLD, WS, host, prepare
 
-from memfs.consolidate.receipts import read_receipt
+from memfs.consolidate.receipts import read_receipt, render_receipt
 from memfs.errors import MemfsError
 from memfs.memory.sessions import SessionStore
 from memfs.memory.shared import SharedMemoryStore
@@ -248,3 +248,24 @@ def test_a_real_consolidate_killed_on_a_is_replayed_by_b(
     assert memory.workspace_generation("ws-alpha").revision == receipt.scopes[
         "workspace"].planned_after
     assert not (a / "sessions").exists()  # the worker's log is rows, not a file of a's
+
+
+def test_the_mount_on_one_host_shows_the_receipt_of_a_review_on_another(
+        hosts: tuple[Path, Path, SharedMemoryStore], mount_factory) -> None:
+    a, b, memory = hosts
+    m = mount_factory(root=a)
+    m.require_real()
+    code, made = cli(b, "session", "new", "--workspace", "ws-alpha")
+    cli(b, "session", "append", made["id"], "--role", "user", "--text",
+        "Please always indent with tabs, in every project of mine.")
+    with StubServer([{"propose": {"changes": [PUT_TABS], "final": True}}]) as stub:
+        code, out, err = consolidate(b, stub, "openai", made["id"])
+    assert code == 0 and out["state"] == "committed", err
+    assert out["receipt"].startswith(f"receipt {out['review_id']} in the PostgreSQL store at ")
+    view = m.mnt / ".memfs" / "receipts"
+    assert os.listdir(view) == [f"{out['review_id']}.md"]
+    text = (view / f"{out['review_id']}.md").read_text()
+    assert text == render_receipt(read_receipt(a, out["review_id"]))
+    assert "**committed**" in text and out["worker_attempt"] in text
+    record = m.mnt / ".memfs" / "memory" / "workspaces" / "ws-alpha" / "indentation.md"
+    assert record.read_text() == PUT_TABS["content"]

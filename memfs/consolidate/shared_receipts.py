@@ -67,6 +67,10 @@ class SharedReceipts:
                                "once you know what it held, and re-run")
         return receipt
 
+    def bodies(self) -> dict[str, str]:
+        """review id -> its Markdown as stored (the mount's `.memfs/receipts/`)."""
+        return dict(self.conn.rows("SELECT review_id, body FROM receipts"))
+
     def scan(self) -> ReceiptScan:
         """Every receipt of the store, oldest first; damaged rows reported, not skipped."""
         receipts: list[Receipt] = []

@@ -269,3 +269,46 @@ def test_the_mount_on_one_host_shows_the_receipt_of_a_review_on_another(
     assert "**committed**" in text and out["worker_attempt"] in text
     record = m.mnt / ".memfs" / "memory" / "workspaces" / "ws-alpha" / "indentation.md"
     assert record.read_text() == PUT_TABS["content"]
+
+
+def test_a_host_that_lost_the_review_lock_cannot_overwrite_the_end_another_recorded(
+        hosts: tuple[Path, Path, SharedMemoryStore], pg_url: str) -> None:
+    """The review lock is a database session's: if host a's lock connection is cut mid-commit
+    (here: terminated by the server, right after a's receipt is durable), host b may recover
+    the review meanwhile. b replays it and records `committed`; a, going on, finds memory
+    moved (its CAS refuses) and would record a target conflict: the row refuses that, so the
+    first end stands and memory holds the one swap."""
+    from test_pg_consolidate import review_from_json
+
+    from memfs.consolidate.committer import commit_review
+    from memfs.consolidate.lock import REVIEW_KEY
+    from memfs.consolidate.receipts import ReceiptError
+    from memfs.testing import FAULT_HOOKS
+
+    a, b, memory = hosts
+    job = prepare(a, memory, raw(False))
+    review = review_from_json(a, job)
+    seen: dict[str, Any] = {}
+
+    def cut_lock_then_recover_on_b() -> None:
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            pids = [r[0] for r in admin.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND "
+                "((classid::bigint << 32) | objid::bigint) = %s", (REVIEW_KEY,)).fetchall()]
+            assert len(pids) == 1, pids
+            admin.execute("SELECT pg_terminate_backend(%s)", (pids[0],))
+        seen["recover"] = cli(b, "recover")
+
+    FAULT_HOOKS["commit-after-receipt"] = cut_lock_then_recover_on_b
+    try:
+        with pytest.raises(ReceiptError, match="already finished as committed"):
+            commit_review(a, review)
+    finally:
+        FAULT_HOOKS.clear()
+    code, report = seen["recover"]
+    assert code == 0 and [o["action"] for o in report["outcomes"]] == ["replay"]
+    after = read_receipt(a, review.review_id)
+    assert after is not None and after.state == "committed"
+    assert [h.by for h in after.history] == ["commit", "recover"]
+    assert memory.read_record(WS, "editor") == NEW
+    assert len(memory.history(WS)) == 2  # the put before the review, and one swap

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memfs.consolidate.receipts import (
+    COMMITTING,
     Receipt,
     ReceiptError,
     ReceiptScan,
@@ -49,11 +50,28 @@ class SharedReceipts:
         """Store `receipt` (insert or replace its row) and commit; returns where it is."""
         body = render_receipt(receipt)
         with self.conn.write() as c:
-            c.execute("INSERT INTO receipts VALUES (%s, %s, %s, %s, %s) ON CONFLICT "
-                      "(review_id) DO UPDATE SET state = EXCLUDED.state, body = EXCLUDED.body",
-                      (receipt.review_id, receipt.created_at, receipt.state, self.host, body))
+            done = c.execute(
+                "INSERT INTO receipts VALUES (%s, %s, %s, %s, %s) ON CONFLICT (review_id) DO "
+                "UPDATE SET state = EXCLUDED.state, body = EXCLUDED.body WHERE receipts.state "
+                "= %s RETURNING review_id",
+                (receipt.review_id, receipt.created_at, receipt.state, self.host, body,
+                 COMMITTING)).fetchall()
+            if not done:
+                raise self._finished_elsewhere(c, receipt)
             crash_point("receipt-before-rename")  # written, not committed: not durable
         return self.location(receipt.review_id)
+
+    def _finished_elsewhere(self, c, receipt: Receipt) -> ReceiptError:
+        """A final receipt is never written over. Under the review lock no one else writes
+        it; but that lock is a database session's, and a host whose lock connection broke
+        mid-review may go on while another host recovers the same review: the first end
+        recorded stands (memory itself is guarded by its own compare-and-swap)."""
+        state = c.execute("SELECT state FROM receipts WHERE review_id = %s",
+                          (receipt.review_id,)).fetchone()[0]
+        return ReceiptError(f"{self.location(receipt.review_id)} was already finished as "
+                            f"{state} (by another host's recovery, while this one lost the "
+                            f"review lock); {receipt.state} is not recorded",
+                            "see it with `memfs receipts`; nothing more is to be done")
 
     def read(self, review_id: str) -> Receipt | None:
         rows = self.conn.rows("SELECT review_id, body FROM receipts WHERE review_id = %s",

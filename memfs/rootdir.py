@@ -9,9 +9,9 @@ copied, backed up or deleted as one folder:
     host.db       a shared store's host side: branch, bindings, the journal (memfs.store.pg)
     cache/        a shared store's chunks and objects read or written here (safe to delete)
     staging/      scratch files of a running daemon (safe to delete when none runs)
-    memory/       agent memory generations (memfs.memory)
-    sessions/     append-only agent sessions (memfs.memory.sessions)
-    receipts/     consolidation receipts (memfs.consolidate)
+    memory/       agent memory generations (memfs.memory)            } the embedded store;
+    sessions/     append-only agent sessions (memfs.memory.sessions)  } a shared store keeps
+    receipts/     consolidation receipts (memfs.consolidate)          } them as its rows
     daemon.lock   held (flock) by the one daemon serving this root; its record (memfs.liveness)
     review.lock   held (flock) by the one consolidation review committing at a time
     control.sock  that daemon's control socket

@@ -119,7 +119,7 @@ def test_new_review_ids_are_safe_and_distinct() -> None:
 def test_write_is_atomic_replace_and_leaves_no_temp(tmp_path: Path) -> None:
     r = sample()
     path = write_receipt(tmp_path, r)
-    assert path == receipts_dir(tmp_path) / f"{r.review_id}.md"
+    assert path == str(receipts_dir(tmp_path) / f"{r.review_id}.md")
     assert read_receipt(tmp_path, r.review_id) == r
     done = r.finished("committed", "commit", "swapped in")
     write_receipt(tmp_path, done)

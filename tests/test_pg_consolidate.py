@@ -1,11 +1,12 @@
 """Two hosts consolidating one workspace of a store shared in PostgreSQL, end to end.
 
-Each host is a root of its own (its session of agent turns, its receipts) on one database,
-whose workspace memory is shared rows (memfs.memory.shared). Both reviews are prepared
+Each host is a root of its own on one database, whose workspace memory, agent sessions and
+consolidation receipts are shared rows (memfs.memory.shared, memfs.memory.shared_sessions,
+memfs.consolidate.shared_receipts). Both reviews are prepared
 against the same workspace revision and committed by two processes, one per host, started
 while a review holds the shared review lock: the lock serializes them across hosts, one
-commits and the other ends as a target conflict that changed nothing, each receipt on its
-own host.
+commits and the other ends as a target conflict that changed nothing, and both receipts are
+listed alike by either host.
 """
 
 from __future__ import annotations
@@ -24,10 +25,9 @@ from memfs.consolidate.committer import Review, plan_from_proposal, snapshot_of
 from memfs.consolidate.lock import review_lock
 from memfs.consolidate.proposal import parse_proposal
 from memfs.consolidate.receipts import new_review_id, scan_receipts
-from memfs.consolidate.worker import WorkerSession, new_attempt_id, worker_session_path
-from memfs.memory.sessions import SessionStore
+from memfs.consolidate.worker import new_attempt_id, open_worker_session
 from memfs.memory.shared import SharedMemoryStore
-from memfs.rootdir import sessions_dir
+from memfs.memory.shared_sessions import open_session_store
 from memfs.store.backend import Location, record_location
 from memfs.store.pg.conn import Conn
 
@@ -64,14 +64,14 @@ def proposal(editor: str) -> dict[str, Any]:
 def prepare(root: Path, memory: SharedMemoryStore, raw: dict[str, Any]) -> dict[str, Any]:
     """This host's session, frozen and reviewed as the worker would: the job a committer
     process rebuilds its Review from."""
-    sessions = SessionStore(sessions_dir(root))
+    sessions = open_session_store(root)
     sid = sessions.new(WS)
     sessions.append_many(sid, TURNS)
     frozen = sessions.freeze(sid)
     current, glob = memory.workspace_generation(WS), memory.global_generation()
     parse_proposal(raw, frozen, current, glob)  # accepted as final
     attempt = new_attempt_id()
-    session = WorkerSession(worker_session_path(root, attempt))
+    session = open_worker_session(root, attempt)
     session.append("draft", step=1, call_id="c1", final=True, changes=raw["changes"])
     session.append("result", step=1, call_id="c1", accepted=True, final=True, is_error=False,
                    content="accepted as final")
@@ -89,7 +89,7 @@ def review_from_json(root: Path, job: dict[str, Any]) -> Review:
 
     source = SourceSnapshot(**job["source"])
     memory = open_memory_store(root)
-    frozen = frozen_prefix(SessionStore(sessions_dir(root)), source)
+    frozen = frozen_prefix(open_session_store(root), source)
     parsed = parse_proposal(job["raw"], frozen, memory.workspace_generation(WS),
                             memory.global_generation())
     return Review(job["review_id"], source, WS, job["workspace_revision"],
@@ -118,12 +118,13 @@ def test_two_hosts_consolidating_one_workspace(tmp_path: Path, pg_url: str) -> N
     outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     assert sorted(outs) == ["committed", "target-conflict"], outs
     won = outs.index("committed")
-    receipts = []
-    for root in roots:  # each receipt is on the host that ran its review
-        scan = scan_receipts(root)
-        assert not scan.damaged and len(scan.receipts) == 1, scan
-        receipts.append(scan.receipts[0])
-    first, second = receipts[won], receipts[1 - won]
+    ids = [json.loads(j.read_text())["review_id"] for j in jobs]
+    scans = [scan_receipts(root) for root in roots]
+    for scan in scans:  # both receipts are the store's, seen alike from either host
+        assert not scan.damaged and sorted(r.review_id for r in scan.receipts) == sorted(ids)
+    assert scans[0].receipts == scans[1].receipts
+    by_id = {r.review_id: r for r in scans[0].receipts}
+    first, second = by_id[ids[won]], by_id[ids[1 - won]]
     assert first.state == "committed" and second.state == "target-conflict"
     assert [h.state for h in second.history] == ["target-conflict"]  # nothing of it landed
     after = first.scopes["workspace"].planned_after

@@ -1,7 +1,8 @@
 """`memfs memory show|log|preview` and `memfs session new|append|import|list|show`.
 
-These open the memory and session files directly: they are plain files under the root, safe to
-read while a daemon runs (commits swap whole generations) and safe to write (flock).
+These open the memory and sessions directly: plain files under the root, safe to read while a
+daemon runs (commits swap whole generations) and safe to write (flock); or, on a root whose
+store is in PostgreSQL, rows of that database (memfs.memory.shared, shared_sessions).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from memfs.consolidate.proposal import parse_proposal
 from memfs.errors import MemfsError
 from memfs.memory.sessions import SessionStore, is_visible
 from memfs.memory.shared import open_memory_store
+from memfs.memory.shared_sessions import open_session_store
 from memfs.memory.store import MemoryStore
-from memfs.rootdir import resolve_root, sessions_dir
+from memfs.rootdir import resolve_root
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _stores(args: argparse.Namespace) -> tuple[MemoryStore, SessionStore]:
     root = resolve_root(args.root)
-    return open_memory_store(root), SessionStore(sessions_dir(root))
+    return open_memory_store(root), open_session_store(root)
 
 
 def _read_input(path: str) -> str:
@@ -200,7 +202,7 @@ def cmd_session_list(args: argparse.Namespace) -> int:
              f"created {i.created or '?'}" if i.damaged is None else f"{i.id}  DAMAGED: {i.damaged}"
              for i in infos]
     emit(args, {"sessions": [asdict(i) for i in infos]},
-         "\n".join(lines) or f"no sessions in {sessions.root} (`memfs session new` creates one)")
+         "\n".join(lines) or f"no sessions in {sessions.where} (`memfs session new` creates one)")
     return 0
 
 

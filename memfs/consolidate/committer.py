@@ -68,8 +68,8 @@ from memfs.memory.preview import (
 from memfs.memory.records import normalize_global_content, normalize_record_content
 from memfs.memory.sessions import FrozenSession, SessionStore, is_visible, turns_hash
 from memfs.memory.shared import open_memory_store
+from memfs.memory.shared_sessions import open_session_store
 from memfs.memory.store import MemoryStore
-from memfs.rootdir import sessions_dir
 
 DEFAULT_CONSOLIDATOR_VERSION = "memfs-consolidator/2"
 GLOBAL_NAME = "global"  # the `name` of a replace-global change hash
@@ -281,7 +281,7 @@ def _with_scopes(receipt: Receipt, scopes: dict[str, ScopeRevisions]) -> Receipt
 
 def _current_source(root: Path, source: SourceSnapshot) -> SourceSnapshot | None:
     try:
-        frozen = SessionStore(sessions_dir(root)).freeze(source.session_id)
+        frozen = open_session_store(root).freeze(source.session_id)
     except SessionError:
         return None
     return snapshot_of(frozen)
@@ -524,7 +524,7 @@ def worker_plan_source(root: Path) -> PlanSource:
         from memfs.consolidate.worker import load_worker_session, replay_final_proposal
 
         raw = replay_final_proposal(load_worker_session(root, receipt.worker_attempt))
-        frozen = frozen_prefix(SessionStore(sessions_dir(root)), receipt.source)
+        frozen = frozen_prefix(open_session_store(root), receipt.source)
         memory = open_memory_store(root)
         current = memory.workspace_generation(receipt.workspace)
         deleted = [c.name for c in receipt.changes if c.op == "delete"]

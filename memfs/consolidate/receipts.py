@@ -12,6 +12,10 @@ the memory generations; duplicating them here would copy model output into an au
 Writes are atomic and durable: a temp file in the same directory, fsync, rename over the
 final name, fsync the directory. A crash leaves either the old receipt or the new one,
 plus at worst an orphaned temp file that recovery removes under the review lock.
+
+A root whose store is in PostgreSQL keeps the same Markdown as rows of that database
+instead (memfs.consolidate.shared_receipts), so every host lists and recovers every
+receipt; `write_receipt`, `read_receipt` and `scan_receipts` choose by the root.
 """
 
 from __future__ import annotations
@@ -281,6 +285,37 @@ def parse_receipt(text: str) -> Receipt:
     return Receipt.from_json(data)
 
 
+# --- Where: the root's files, or its shared store's rows ------------------------------------
+
+
+def _shared(root: Path):
+    from memfs.consolidate.shared_receipts import open_shared_receipts
+
+    return open_shared_receipts(root)
+
+
+def receipt_location(root: Path, review_id: str) -> str:
+    """Where the receipt of `review_id` is kept, in words (a path, or a store's row)."""
+    shared = _shared(root)
+    return shared.location(review_id) if shared else str(receipt_path(root, review_id))
+
+
+def write_receipt(root: Path, receipt: Receipt) -> str:
+    """Persist `receipt` atomically and durably (on disk, or committed in the shared store)
+    before returning; returns where it is."""
+    shared = _shared(root)
+    if shared is not None:
+        return shared.write(receipt)
+    return str(write_receipt_file(root, receipt))
+
+
+def read_receipt(root: Path, review_id: str) -> Receipt | None:
+    shared = _shared(root)
+    if shared is not None:
+        return shared.read(review_id)
+    return read_receipt_file(root, review_id)
+
+
 # --- Files -------------------------------------------------------------------------------
 
 
@@ -288,8 +323,8 @@ def receipt_path(root: Path, review_id: str) -> Path:
     return receipts_dir(root) / f"{check_review_id(review_id)}.md"
 
 
-def write_receipt(root: Path, receipt: Receipt) -> Path:
-    """Persist `receipt` atomically and durably; returns its path."""
+def write_receipt_file(root: Path, receipt: Receipt) -> Path:
+    """Persist `receipt` atomically and durably under the root; returns its path."""
     directory = receipts_dir(root)
     _ensure_dir(directory)
     final = receipt_path(root, receipt.review_id)
@@ -307,7 +342,7 @@ def write_receipt(root: Path, receipt: Receipt) -> Path:
     return final
 
 
-def read_receipt(root: Path, review_id: str) -> Receipt | None:
+def read_receipt_file(root: Path, review_id: str) -> Receipt | None:
     path = receipt_path(root, review_id)
     try:
         text = path.read_text(encoding="utf-8")
@@ -319,15 +354,18 @@ def read_receipt(root: Path, review_id: str) -> Receipt | None:
 @dataclass(frozen=True)
 class ReceiptScan:
     receipts: list[Receipt]
-    damaged: list[tuple[Path, str]]  # receipts that could not be read, with why
-    temp_files: list[Path]  # leftovers of writes cut short before their rename
+    damaged: list[tuple[Path | str, str]]  # receipts that could not be read (file or row), why
+    temp_files: list[Path]  # leftovers of writes cut short before their rename (files only)
 
 
 def scan_receipts(root: Path) -> ReceiptScan:
-    """Every receipt under the root, oldest first; damaged ones are reported, not skipped."""
+    """Every receipt of the root, oldest first; damaged ones are reported, not skipped."""
+    shared = _shared(root)
+    if shared is not None:
+        return shared.scan()
     directory = receipts_dir(root)
     receipts: list[Receipt] = []
-    damaged: list[tuple[Path, str]] = []
+    damaged: list[tuple[Path | str, str]] = []
     temps: list[Path] = []
     try:
         names = sorted(os.listdir(directory))

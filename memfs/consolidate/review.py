@@ -25,7 +25,7 @@ from memfs.consolidate.committer import Review, commit_review, plan_from_proposa
 from memfs.consolidate.proposal import parse_proposal
 from memfs.consolidate.providers import make_provider
 from memfs.consolidate.providers.base import Usage, api_key_from_env, missing_key
-from memfs.consolidate.receipts import Receipt, new_review_id, receipt_path
+from memfs.consolidate.receipts import Receipt, new_review_id, receipt_location
 from memfs.consolidate.worker import (
     CONSOLIDATOR_VERSION,
     Budget,
@@ -40,9 +40,9 @@ from memfs.errors import MemfsError
 from memfs.memory.durable import crash_point
 from memfs.memory.generation import GlobalGeneration, WorkspaceGeneration
 from memfs.memory.preview import preview_global_change
-from memfs.memory.sessions import FrozenSession, ProjectedTurn, SessionStore
+from memfs.memory.sessions import FrozenSession, ProjectedTurn
 from memfs.memory.shared import open_memory_store
-from memfs.rootdir import sessions_dir
+from memfs.memory.shared_sessions import open_session_store
 
 EVIDENCE_SCHEMA = {
     "type": "array",
@@ -183,7 +183,7 @@ def consolidate(root: Path, session_id: str, workspace: str | None,
     """One review end to end. Raises MemfsError for refusals before anything is written,
     and the provider's error (auth, refusal, truncation) with the worker session kept."""
     say = progress or (lambda _m: None)
-    sessions = SessionStore(sessions_dir(root))
+    sessions = open_session_store(root)
     frozen = sessions.freeze(session_id)
     ws_name = workspace or frozen.workspace
     if not ws_name:
@@ -238,7 +238,7 @@ def consolidate(root: Path, session_id: str, workspace: str | None,
         workspace_revision=ws_gen.revision, plan=plan, worker_attempt=attempt_id,
         global_revision=glob_gen.revision, consolidator_version=CONSOLIDATOR_VERSION))
     result.receipt, result.state = receipt, receipt.state
-    result.receipt_path = str(receipt_path(root, review_id))
+    result.receipt_path = receipt_location(root, review_id)
     result.revisions = {s: {"before": r.before, "after": r.planned_after}
                         for s, r in receipt.scopes.items()}
     return result

@@ -158,9 +158,30 @@ class WorkerSession:
             self._fd = -1
 
 
+def open_worker_session(root: Path, attempt_id: str) -> WorkerSession:
+    """A new attempt's log: a file under the root, or rows of its shared store (a root in
+    PostgreSQL: memfs.consolidate.shared_workers), which every host can replay."""
+    from memfs.store.backend import read_location
+
+    path = worker_session_path(root, attempt_id)  # checks the id in both cases
+    loc = read_location(root)
+    if loc is None:
+        return WorkerSession(path)
+    from memfs.consolidate.shared_workers import SharedWorkerSession
+
+    return SharedWorkerSession(loc.url, loc.host, attempt_id)  # type: ignore[return-value]
+
+
 def load_worker_session(root: Path, attempt_id: str) -> list[dict[str, Any]]:
     """The events of one attempt; a torn last line (a crash mid-append) is dropped."""
+    from memfs.store.backend import read_location
+
     path = worker_session_path(root, attempt_id)
+    loc = read_location(root)
+    if loc is not None:
+        from memfs.consolidate.shared_workers import load_shared_worker_session
+
+        return load_shared_worker_session(loc.url, attempt_id)
     try:
         text = path.read_text()
     except FileNotFoundError as exc:
@@ -365,7 +386,7 @@ def run_worker(
     and raised. `context` (the frozen sources, workspace, revisions) is recorded, never sent.
     """
     attempt_id = attempt_id or new_attempt_id()
-    session = WorkerSession(worker_session_path(root, attempt_id))
+    session = open_worker_session(root, attempt_id)
     max_tokens = request_max_tokens(provider.model, budget.max_output_tokens)
     loop = _Loop(provider, tool, validate, budget, session, progress or (lambda _m: None),
                  max_tokens)

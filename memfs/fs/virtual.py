@@ -77,7 +77,7 @@ class VirtualTree:
             b"branches": lambda: self._dir(self._branch_lookup, self._branch_list),
             b"history": lambda: self.history.history_dir(),
             b"checkpoints": lambda: self.history.checkpoints_dir(),
-            b"receipts": lambda: self._folder(self.root_dir / "receipts"),
+            b"receipts": self._receipts,
         }
         items.update(self._extra)
         return items
@@ -101,6 +101,27 @@ class VirtualTree:
         head = heads.get(name.decode("utf-8", "surrogateescape"))
         return None if head is None else self.ws.view(head, "branches/" + name.decode(
             "utf-8", "surrogateescape"))
+
+    def _receipts(self) -> VDir:
+        """The receipts, read-only: the root's files, or a shared store's rows as the same
+        `<review id>.md` files (one query per listing or open, on the loop, as a lookup of an
+        uncached directory of such a store is)."""
+        from memfs.workspace.agent_memory import shared_receipt_bodies
+
+        bodies = shared_receipt_bodies(self.root_dir)
+        if bodies is None:
+            return self._folder(self.root_dir / "receipts")
+
+        def listing() -> list[bytes]:
+            return sorted(f"{rid}.md".encode() for rid in bodies())
+
+        def lookup(name: bytes):
+            rid = name.decode("utf-8", "surrogateescape").removesuffix(".md")
+            if not name.endswith(b".md") or rid not in bodies():
+                return None
+            return self._file(lambda: bodies().get(rid, "").encode())
+
+        return self._dir(lookup, listing)
 
     def _folder(self, path: Path) -> VDir:
         """A read-only mirror of a real folder under the root (receipts, memory)."""

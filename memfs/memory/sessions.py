@@ -116,10 +116,12 @@ class SessionInfo:
 
 
 class SessionStore:
-    """Sessions as files under one root (memfs.rootdir.sessions_dir)."""
+    """Sessions as files under one root (memfs.rootdir.sessions_dir); a root whose store is in
+    PostgreSQL keeps them as rows there instead (memfs.memory.shared_sessions)."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self.where = str(self.root)  # where the sessions are, in words
 
     def _path(self, session_id: str) -> Path:
         return self.root / f"{validate_session_id(session_id)}.jsonl"

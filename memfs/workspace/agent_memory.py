@@ -4,6 +4,7 @@ workspace package (fs → workspace → memory/consolidate)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from memfs.memory.records import (
@@ -23,6 +24,15 @@ def open_memory(root: Path) -> MemoryStore:
     return open_memory_store(root)
 
 
+def shared_receipt_bodies(root: Path) -> Callable[[], dict[str, str]] | None:
+    """Where `.memfs/receipts/` reads a shared store's receipts (review id -> Markdown), or
+    None when they are files under the root."""
+    from memfs.consolidate.shared_receipts import open_shared_receipts
+
+    shared = open_shared_receipts(root)
+    return None if shared is None else shared.bodies
+
+
 def recover_reviews(root: Path) -> None:
     """Finish consolidation reviews a crash left `committing` (never asks a model)."""
     from memfs.consolidate.committer import recover_receipts
@@ -35,4 +45,4 @@ def recover_reviews(root: Path) -> None:
 
 
 __all__ = ["INDEX_NAME", "MAX_GLOBAL_BYTES", "MAX_RECORD_BYTES", "RECORD_SUFFIX", "MemoryStore",
-           "open_memory", "recover_reviews", "validate_name"]
+           "open_memory", "recover_reviews", "shared_receipt_bodies", "validate_name"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 
@@ -151,6 +153,45 @@ class Conn:
                         raise server_error(self.url, exc) from None
         raise AssertionError("unreachable")
 
+    @contextmanager
+    def write(self) -> Iterator[psycopg.Connection]:
+        """One transaction (a connection that is not autocommit) under `lock`, committed when
+        the block ends: a COMMIT that returned is durable (synchronous_commit on). Rolled back
+        on any error; the server's own in words (ServerError), once, never retried here."""
+        with self.lock:
+            c = self.get()
+            try:
+                yield c
+                c.commit()
+            except BaseException as exc:
+                try:
+                    c.rollback()
+                except psycopg.Error:
+                    self.drop()
+                if isinstance(exc, psycopg.OperationalError):
+                    raise self.failed(exc) from exc
+                raise
+
+    def rows(self, sql: str, args: tuple | list = ()) -> list[tuple]:
+        """Rows of one read on a connection that is not autocommit (its transaction ended
+        after), once more on a new connection if it broke."""
+        with self.lock:
+            for attempt in (1, 2):
+                c = self.get()
+                try:
+                    return c.execute(sql, args).fetchall()
+                except psycopg.OperationalError as exc:
+                    if isinstance(exc, psycopg.errors.DiskFull) or attempt == 2:
+                        raise self.failed(exc) from None
+                    self.drop()
+                finally:
+                    if not c.closed:
+                        try:
+                            c.rollback()
+                        except psycopg.Error:
+                            self.drop()
+        raise AssertionError("unreachable")
+
     def failed(self, exc: psycopg.OperationalError) -> ServerError:
         """`exc` of a write on this connection (the caller holds `lock` and rolls back), in
         words; the connection is dropped unless the server answered on it (a full disk)."""
@@ -161,3 +202,28 @@ class Conn:
     def close(self) -> None:
         with self.lock:
             self.drop()
+
+
+_process_conns: dict[str, Conn] = {}
+_process_lock = threading.Lock()
+
+
+def process_conn(url: str) -> Conn:
+    """This process's one connection (not autocommit) for the shared rows of consolidation
+    (receipts, sessions, worker logs) of the store at `url`; the first call makes or upgrades
+    the store's tables (memfs.store.pg.schema), so a command that opens no store still finds
+    them."""
+    from memfs.store.pg import schema
+
+    with _process_lock:
+        got = _process_conns.get(url)
+        if got is None:
+            got = Conn(url, autocommit=False)
+            with got.lock:
+                c = got.get()
+                try:
+                    schema.create(c)
+                except psycopg.OperationalError as exc:
+                    raise got.failed(exc) from exc
+            _process_conns[url] = got
+        return got

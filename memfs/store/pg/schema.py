@@ -5,15 +5,19 @@ many hosts need: chunks as content-addressed rows (bytea, one row per 1 MiB piec
 sequence, and one writer lease per branch. Per-host state (the selected branch, backing
 bindings, the backing journal) is not here: it lives in each host's root (memfs.store.pg.local).
 
-Created once, under an advisory lock, so two hosts opening a new store at once do not race.
+Created once and upgraded in place, under an advisory lock, so two hosts opening a new (or an
+older) store at once do not race. The version is the `schema` row of memfs_meta; each
+migration adds what its version brought (tables only, `IF NOT EXISTS`), and a store a newer
+memfs wrote is refused rather than half-understood.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+from memfs.errors import MemfsError
+
 LOCK_KEY = 0x6D656D6673  # pg_advisory_xact_lock key while creating ("memfs")
 
-DDL = """
+BASE = """
 CREATE TABLE IF NOT EXISTS memfs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS chunks (id TEXT PRIMARY KEY, data BYTEA NOT NULL);
 CREATE TABLE IF NOT EXISTS objects (id TEXT PRIMARY KEY, data BYTEA NOT NULL);
@@ -45,14 +49,66 @@ CREATE TABLE IF NOT EXISTS leases (
     token BIGINT NOT NULL, expires DOUBLE PRECISION NOT NULL);
 """
 
+# Version 2: consolidation receipts, shared by every host (memfs.consolidate.shared_receipts).
+# `body` is the receipt's Markdown exactly as the file store writes it (its JSON block is the
+# truth); `host` is the host that first wrote it, for the audit.
+RECEIPTS = """
+CREATE TABLE IF NOT EXISTS receipts (
+    review_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, state TEXT NOT NULL,
+    host TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS receipts_state ON receipts(state);
+"""
 
-def create(conn) -> None:
-    """Create the tables if missing (one transaction, serialized between hosts)."""
+# Version 3: agent sessions and consolidation worker logs, shared by every host
+# (memfs.memory.shared_sessions, memfs.consolidate.shared_workers). A turn or an event is one
+# row holding the JSON line the file store appends (JSON escapes what TEXT cannot hold, NUL).
+SESSIONS = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY, workspace TEXT, created TEXT NOT NULL, host TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS session_turns (
+    session TEXT NOT NULL REFERENCES sessions(id), idx INTEGER NOT NULL, line TEXT NOT NULL,
+    PRIMARY KEY (session, idx));
+CREATE TABLE IF NOT EXISTS worker_attempts (
+    id TEXT PRIMARY KEY, created TEXT NOT NULL, host TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS worker_events (
+    attempt TEXT NOT NULL REFERENCES worker_attempts(id), seq INTEGER NOT NULL,
+    line TEXT NOT NULL, PRIMARY KEY (attempt, seq));
+"""
+
+MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS, 3: SESSIONS}
+SCHEMA_VERSION = max(MIGRATIONS)
+
+
+def version(conn) -> int:
+    """The store's schema version (0: nothing made yet)."""
+    if conn.execute("SELECT to_regclass('memfs_meta')").fetchone()[0] is None:
+        return 0
+    row = conn.execute("SELECT value FROM memfs_meta WHERE key = 'schema'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def check_known(conn) -> int:
+    """The version, refused if a newer memfs made or upgraded the store."""
+    v = version(conn)
+    if v > SCHEMA_VERSION:
+        raise MemfsError(f"the PostgreSQL store is schema version {v}; this memfs knows "
+                         f"versions up to {SCHEMA_VERSION}",
+                         "use the newer memfs that made or upgraded this store")
+    return v
+
+
+def create(conn) -> int:
+    """Create the tables, or upgrade an older store's, in one transaction serialized between
+    hosts; returns the version the store had (0: new)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-        conn.execute(DDL)
-        conn.execute("INSERT INTO memfs_meta VALUES ('schema', %s) ON CONFLICT DO NOTHING",
-                     (str(SCHEMA_VERSION),))
+        had = check_known(conn)
+        for n in range(had + 1, SCHEMA_VERSION + 1):
+            conn.execute(MIGRATIONS[n])
+        if had < SCHEMA_VERSION:
+            conn.execute("INSERT INTO memfs_meta VALUES ('schema', %s) ON CONFLICT (key) DO "
+                         "UPDATE SET value = EXCLUDED.value", (str(SCHEMA_VERSION),))
+    return had
 
 
 def channel(conn) -> str:

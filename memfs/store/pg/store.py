@@ -79,7 +79,9 @@ class PgStore(PgRecords):
         self.leases = Leases(self.url, self.host)
         with self._reader.lock:
             conn = self._reader.get()
-            if not readonly:
+            if readonly:
+                schema.check_known(conn)  # a newer memfs's store is refused here too
+            else:
                 schema.create(conn)
             self.channel = schema.channel(conn)
         if not readonly:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers.proc import rss
 from helpers.workspace import deep_workspace, new_ws, walk
 
 from memfs.store import chunks
@@ -135,14 +136,6 @@ def drop_kernel_caches() -> None:
         Path("/proc/sys/vm/drop_caches").write_text("2")
     except OSError as exc:
         pytest.skip(f"cannot drop the kernel's dentry cache (needs root): {exc}")
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 @pytest.mark.mount

@@ -32,6 +32,7 @@ class Expected:
 
 
 def files_at(store: Store, cid: str) -> dict[str, bytes]:
+    """path -> bytes of every file in a commit's tree (read from chunks)."""
     out: dict[str, bytes] = {}
     stack = [(store.commit(cid).tree, "")]
     while stack:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers.gcstore import keep_nothing_by_age
+from helpers.space import fsync_path
 from helpers.store import store_check
 
 from memfs.store import Store
@@ -117,19 +119,6 @@ def test_gc_keeps_kept_commits_links_and_sweeps_dropped_inode_tables(tmp_path: P
 
 
 # -- through a mount -------------------------------------------------------------------------
-
-def keep_nothing_by_age(m) -> None:
-    for key in ("keep-all", "keep-hourly", "keep-daily"):
-        m.cli("config", key, "0")
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 @pytest.mark.mount
 def test_gc_beside_a_live_mount_with_hard_links(mounted) -> None:

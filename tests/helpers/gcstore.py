@@ -25,6 +25,12 @@ MiB = 1 << 20
 KEEP_NOTHING_BY_AGE = Policy(keep_all=0, hourly=0, daily=0)
 
 
+def keep_nothing_by_age(m) -> None:
+    """KEEP_NOTHING_BY_AGE on a mount's store, through its CLI (`memfs config`)."""
+    for key in ("keep-all", "keep-hourly", "keep-daily"):
+        m.cli("config", key, "0")
+
+
 @dataclass
 class Expected:
     files: dict[str, dict[str, bytes]]  # kept commit -> path -> bytes

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from helpers.gcstore import files_at
+from helpers.gcstore import files_at, is_dropped
 
 from memfs.store import Store
 from memfs.store.gc import Collector, Pins, last_run
@@ -159,21 +159,13 @@ def test_pressure_drops_the_oldest_kept_history_first_and_never_a_checkpoint(
     assert r.chunk_bytes_freed >= 3 * MiB and r.chunk_bytes_freed < 6 * MiB, r
     assert files_at(h.store, ids[2]) == h.commits[ids[2]]
     assert files_at(h.store, ids[-1]) == h.commits[ids[-1]]
-    gone = [_dropped(h.store, c) for c in ids]
+    gone = [is_dropped(h.store, c) for c in ids]
     assert gone[0] and gone[4] and not gone[2], gone  # oldest first, never the checkpoint
     assert not gone[6] and not gone[7], gone  # the newest history stays
     for cid, g in zip(ids, gone, strict=True):
         if not g:
             assert files_at(h.store, cid) == h.commits[cid]
     assert h.store.fsck() == []
-
-
-def _dropped(store: Store, cid: str) -> bool:
-    try:
-        store.commit(cid)
-    except CommitDropped:
-        return True
-    return False
 
 
 def test_pins_keep_what_an_open_file_still_reads(tmp_path: Path) -> None:

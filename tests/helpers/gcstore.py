@@ -18,6 +18,7 @@ import trio
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE, chunk_digest
 from memfs.store.retention import Policy
+from memfs.store.store import CommitDropped
 from memfs.store.trees import DIR, FILE, decode_dir
 from memfs.workspace.workspace import Workspace
 
@@ -35,6 +36,15 @@ def keep_nothing_by_age(m) -> None:
 class Expected:
     files: dict[str, dict[str, bytes]]  # kept commit -> path -> bytes
     intents: dict[str, dict[str, bytes]]  # kept commit -> mount -> intent bytes
+
+
+def is_dropped(store: Store, cid: str) -> bool:
+    """Whether `cid` is a commit the retention policy dropped (refused by name)."""
+    try:
+        store.commit(cid)
+    except CommitDropped:
+        return True
+    return False
 
 
 def files_at(store: Store, cid: str) -> dict[str, bytes]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 import xxhash
+from helpers.proc import rss
 
 from memfs import heap
 from memfs.backing.storeview import StoreView
@@ -32,14 +33,6 @@ PER_DIR = 100
 # with where a worker thread's arena landed. Lower it as the figure drops (the target is well
 # under 1 KB: docs/lifecycle.md says what is left).
 BOUND_PER_FILE = 3600
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def tree(disk: Path, n: int) -> None:

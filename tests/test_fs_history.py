@@ -15,15 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.files import gone, write_durably
 
 pytestmark = pytest.mark.mount
-
-
-def write_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def cat(path: Path) -> bytes:
@@ -33,14 +27,6 @@ def cat(path: Path) -> bytes:
 def ls(path: Path) -> list[str]:
     return sorted(subprocess.run(["ls", "-A", str(path)], capture_output=True, text=True,
                                  check=True).stdout.split())
-
-
-def gone(path: Path) -> bool:
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return True
-    return False
 
 
 def warm(path: Path) -> None:

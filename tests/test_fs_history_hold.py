@@ -19,19 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.files import write_durably
 from helpers.mount import REPO, memfs_cmd
 
 pytestmark = pytest.mark.mount
 
 STALL = 1.0  # the longest a free daemon takes to answer one request under the shared load
 WINDOW = 2.0  # how long reads are timed while the undo waits
-
-
-def write_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def status(m) -> dict:  # noqa: ANN001

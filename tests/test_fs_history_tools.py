@@ -10,19 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.files import write_durably as fsynced
 from helpers.mount import REPO, memfs_cmd
 
 pytestmark = pytest.mark.mount
 
 BIN_OLD = bytes(range(256)) * 4
 BIN_NEW = b"\0" + bytes(range(255, 0, -1)) * 4
-
-
-def fsynced(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def cli(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -10,34 +10,20 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
+from helpers.files import gone as missing
+from helpers.files import write_durably
 
 from memfs.control import call
 
 pytestmark = pytest.mark.mount
 
 
-def write_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def lookups(m) -> int:
     counts = call(m.root, "requests")
     assert isinstance(counts, dict)
     return int(counts.get("lookup", 0))
-
-
-def missing(path: Path) -> bool:
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return True
-    return False
 
 
 def test_a_missing_name_is_asked_once(mounted) -> None:

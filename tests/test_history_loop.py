@@ -23,25 +23,14 @@ from pathlib import Path
 import pytest
 import trio
 from helpers.backing import held_by_another_thread
+from helpers.workspace import new_ws, walk
 
-from memfs.store import Store
 from memfs.store.trees import DIR, FILE
-from memfs.workspace.nodes import Node, WorkspaceError
+from memfs.workspace.nodes import WorkspaceError
 from memfs.workspace.workspace import Workspace
 
 HOLD = 1.5
 STALL = 0.5  # the longest gap a free loop shows under the shared machine's load
-
-
-def new_ws(root: Path) -> Workspace:
-    return Workspace(Store.open(root), commit_interval=0.05)
-
-
-def walk(ws: Workspace, path: str) -> Node:
-    node = ws.root
-    for part in path.split("/"):
-        node = ws.lookup(node, part.encode())
-    return node
 
 
 def content(ws: Workspace, path: str) -> bytes:

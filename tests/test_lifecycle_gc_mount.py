@@ -7,27 +7,15 @@ import os
 import random
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
+from helpers.gcstore import keep_nothing_by_age
+from helpers.space import fsync_path
 from helpers.store import store_check
 
 pytestmark = pytest.mark.mount
 
 MiB = 1 << 20
-
-
-def keep_nothing_by_age(m) -> None:
-    for key in ("keep-all", "keep-hourly", "keep-daily"):
-        m.cli("config", key, "0")
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def test_gc_beside_a_writer_loses_nothing(mounted) -> None:

@@ -6,25 +6,13 @@ name, and what is kept still reads."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-
-def keep_nothing_by_age(m) -> None:
-    for key in ("keep-all", "keep-hourly", "keep-daily"):
-        m.cli("config", key, "0")
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from helpers.gcstore import keep_nothing_by_age
+from helpers.space import fsync_path
 
 
 def _run_own_group(cwd: Path, code: str) -> None:

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers.gcstore import is_dropped, keep_nothing_by_age
+from helpers.space import fsync_path
 from helpers.store import store_check
 
 from memfs.store import Store
 from memfs.store.gc import Collector
 from memfs.store.retention import Policy
-from memfs.store.store import CommitDropped
 from memfs.store.trees import CHR, DIR, FIFO, FILE, SOCK, decode_dir
 from memfs.workspace.workspace import Workspace
 
@@ -30,14 +31,6 @@ def _commit(ws: Workspace) -> str:
     cid = trio.run(ws.commit)
     assert cid is not None
     return cid
-
-
-def _dropped(store: Store, cid: str) -> bool:
-    try:
-        store.commit(cid)
-    except CommitDropped:
-        return True
-    return False
 
 
 def _has_object(store: Store, oid: str) -> bool:
@@ -88,8 +81,8 @@ def test_gc_keeps_kept_commits_links_and_sweeps_dropped_inode_tables(tmp_path: P
     report = Collector(store).run()
 
     assert report.problems == [], report.problems
-    assert _dropped(store, c1) and _dropped(store, c3)
-    assert not _dropped(store, c2) and not _dropped(store, head)
+    assert is_dropped(store, c1) and is_dropped(store, c3)
+    assert not is_dropped(store, c2) and not is_dropped(store, head)
     assert store.fsck() == []
     # A dropped commit's inode table goes, and what only it named.
     assert not _has_object(store, t1) and not _has_object(store, t3)
@@ -117,19 +110,6 @@ def test_gc_keeps_kept_commits_links_and_sweeps_dropped_inode_tables(tmp_path: P
 
 
 # -- through a mount -------------------------------------------------------------------------
-
-def keep_nothing_by_age(m) -> None:
-    for key in ("keep-all", "keep-hourly", "keep-daily"):
-        m.cli("config", key, "0")
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
 
 @pytest.mark.mount
 def test_gc_beside_a_live_mount_with_hard_links(mounted) -> None:

@@ -13,26 +13,16 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers.proc import rss
+from helpers.workspace import deep_workspace, new_ws, walk
 
-from memfs.store import Store, chunks
+from memfs.store import chunks
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.gc import Collector
-from memfs.store.trees import DIR, FILE, Entry, encode_dir
-from memfs.workspace.nodes import Node
+from memfs.store.trees import DIR, FILE
 from memfs.workspace.workspace import Workspace
 
 MiB = 1 << 20
-
-
-def new_ws(root: Path) -> Workspace:
-    return Workspace(Store.open(root), commit_interval=0.05)
-
-
-def walk(ws: Workspace, path: str) -> Node:
-    node = ws.root
-    for part in path.split("/"):
-        node = ws.lookup(node, part.encode())
-    return node
 
 
 def test_a_spilled_file_reads_and_changes_exactly_like_memory(tmp_path: Path) -> None:
@@ -125,18 +115,7 @@ def test_a_dirty_directory_is_not_unloaded(tmp_path: Path) -> None:
 
 def test_trees_of_any_depth_commit_undo_check_and_collect(tmp_path: Path) -> None:
     depth = sys.getrecursionlimit() * 2 + 100
-    store = Store.open(tmp_path / "root")
-    with store.transaction() as tx:
-        ref = tx.put_object(encode_dir([]))
-        for name in ["d"] * depth + ["work"]:
-            ref = tx.put_object(encode_dir([Entry(name, DIR, 0o755, 0, 0, 1, 1, 4096, ref)]))
-        tx.add_commit(store.head(), ref, "main", "deep", [])
-    store.close()
-    ws = new_ws(tmp_path / "root")
-    d = walk(ws, "work")
-    for _ in range(depth):
-        d = ws.lookup(d, b"d")
-    ws.write(ws.create(d, b"leaf", FILE, 0o644, 0, 0), 0, b"deep")
+    ws = deep_workspace(tmp_path / "root", depth)
     trio.run(ws.commit)
     trio.run(ws.undo, 1)  # remaps every loaded level
     trio.run(ws.restore, "HEAD")
@@ -157,14 +136,6 @@ def drop_kernel_caches() -> None:
         Path("/proc/sys/vm/drop_caches").write_text("2")
     except OSError as exc:
         pytest.skip(f"cannot drop the kernel's dentry cache (needs root): {exc}")
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 @pytest.mark.mount

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from helpers.pg import pg_missing
+from helpers.pg import host_root, pg_missing
 from helpers.require import require_tool
 
 from memfs.consolidate.committer import Review, plan_from_proposal, snapshot_of
@@ -28,7 +28,6 @@ from memfs.consolidate.receipts import new_review_id, scan_receipts
 from memfs.consolidate.worker import new_attempt_id, open_worker_session
 from memfs.memory.shared import SharedMemoryStore
 from memfs.memory.shared_sessions import open_session_store
-from memfs.store.backend import Location, record_location
 from memfs.store.pg.conn import Conn
 
 WS = "work"
@@ -47,13 +46,6 @@ review = review_from_json(root, json.loads(Path(sys.argv[2]).read_text()))
 print("ready", flush=True)
 print(commit_review(root, review).state, flush=True)
 """
-
-
-def host(tmp_path: Path, name: str, url: str) -> Path:
-    root = tmp_path / f"root-{name}"
-    root.mkdir()
-    record_location(root, Location("postgresql", url, f"host-{name}"))
-    return root
 
 
 def proposal(editor: str) -> dict[str, Any]:
@@ -98,7 +90,7 @@ def review_from_json(root: Path, job: dict[str, Any]) -> Review:
 
 def test_two_hosts_consolidating_one_workspace(tmp_path: Path, pg_url: str) -> None:
     require_tool(pg_missing())
-    roots = [host(tmp_path, name, pg_url) for name in ("a", "b")]
+    roots = [host_root(tmp_path, name, pg_url) for name in ("a", "b")]
     mems = [SharedMemoryStore(Conn(pg_url, autocommit=False), r) for r in roots]
     base = mems[0].put_record(WS, "editor", OLD)
     jobs = []

@@ -20,11 +20,9 @@ from pathlib import Path
 
 import pytest
 from helpers.mount import REPO, MemfsMount
-from helpers.pg import PgCluster, pg_missing
+from helpers.pg import PgCluster, host_root, pg_missing
 from helpers.require import require_tool
 from helpers.store import store_check
-
-from memfs.store.backend import Location, record_location
 
 pytestmark = pytest.mark.mount
 LEASE = {"MEMFS_LEASE_SECONDS": "2"}
@@ -42,13 +40,6 @@ def wait_for(pred: Callable[[], object], what: str, timeout: float = 20.0) -> ob
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
-
-
-def host_root(tmp_path: Path, name: str, url: str) -> Path:
-    root = tmp_path / f"root-{name}"
-    root.mkdir()
-    record_location(root, Location("postgresql", url, f"host-{name}"))
-    return root
 
 
 def write_synced(path: Path, data: bytes) -> None:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.pg import pg_missing
+from helpers.pg import host_root, pg_missing
 from helpers.require import require_tool
 
 from memfs.consolidate.lock import review_lock
@@ -21,15 +21,7 @@ from memfs.memory.errors import StaleRevision
 from memfs.memory.preview import Put, preview_workspace_changes
 from memfs.memory.shared import SharedMemoryStore, open_memory_store
 from memfs.memory.store import MemoryStore
-from memfs.store.backend import Location, record_location
 from memfs.store.pg.conn import Conn
-
-
-def host(tmp_path: Path, name: str, url: str) -> Path:
-    root = tmp_path / f"root-{name}"
-    root.mkdir()
-    record_location(root, Location("postgresql", url, f"host-{name}"))
-    return root
 
 
 def shared(url: str, root: Path) -> SharedMemoryStore:
@@ -39,8 +31,8 @@ def shared(url: str, root: Path) -> SharedMemoryStore:
 
 def test_two_hosts_share_memory_and_a_stale_commit_is_refused(tmp_path: Path,
                                                               pg_url: str) -> None:
-    a = shared(pg_url, host(tmp_path, "a", pg_url))
-    b = shared(pg_url, host(tmp_path, "b", pg_url))
+    a = shared(pg_url, host_root(tmp_path, "a", pg_url))
+    b = shared(pg_url, host_root(tmp_path, "b", pg_url))
     files = MemoryStore(tmp_path / "files")
     rev = a.put_record("work", "editor", "# Editor\ntabs\n")
     assert rev == files.put_record("work", "editor", "# Editor\ntabs\n")  # the same revision
@@ -61,7 +53,7 @@ def test_two_hosts_share_memory_and_a_stale_commit_is_refused(tmp_path: Path,
 
 
 def test_the_review_lock_holds_across_hosts(tmp_path: Path, pg_url: str) -> None:
-    ra, rb = host(tmp_path, "a", pg_url), host(tmp_path, "b", pg_url)
+    ra, rb = host_root(tmp_path, "a", pg_url), host_root(tmp_path, "b", pg_url)
     held, release = threading.Event(), threading.Event()
 
     def a_reviews() -> None:
@@ -89,8 +81,8 @@ def test_the_review_lock_holds_across_hosts(tmp_path: Path, pg_url: str) -> None
 def test_a_record_written_through_one_mount_is_read_through_the_other(
         mount_factory, pg_url: str, tmp_path: Path) -> None:
     require_tool(pg_missing())
-    a = mount_factory(root=host(tmp_path, "a", pg_url), name="a")
-    b = mount_factory(root=host(tmp_path, "b", pg_url), name="b")
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a")
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b")
     (a.work / "x").write_text("so the workspace exists\n")
     (b.mnt / ".memfs/memory").stat()
     rec = a.mnt / ".memfs/memory/workspaces/work/editor.md"

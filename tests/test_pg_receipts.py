@@ -22,11 +22,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.pg import host_root as host
 from helpers.pg import pg_missing
 from helpers.require import require_tool
 from helpers.stub_server import StubServer
 from helpers.worker import PUT_TABS, consolidate
-from test_pg_consolidate import OLD, WS, host, prepare
+from test_pg_consolidate import OLD, WS, prepare
 
 from memfs.consolidate.receipts import read_receipt, render_receipt
 from memfs.errors import MemfsError

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 from helpers.mount import REPO
-from test_pg_hosts import host_root
+from helpers.pg import host_root
 
 
 def test_a_connection_limit_is_named_with_its_remedy(pg_cluster, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers.gcstore import files_at, is_dropped
 
 from memfs.store import Store
 from memfs.store.gc import Collector, Pins, last_run
@@ -18,7 +19,7 @@ from memfs.store.packs import pack_usage, store_usage
 from memfs.store.refs import CHUNK, Ref
 from memfs.store.retention import DAY, Policy
 from memfs.store.store import CommitDropped
-from memfs.store.trees import DIR, FILE, decode_dir
+from memfs.store.trees import DIR, FILE
 from memfs.workspace.workspace import Workspace
 
 MiB = 1 << 20
@@ -29,24 +30,6 @@ def later_ns(seconds: float = LATER) -> int:
     import time
 
     return time.time_ns() + int(seconds * 1e9)
-
-
-def files_at(store: Store, cid: str) -> dict[str, bytes]:
-    """path -> bytes of every file in a commit's tree (read from chunks)."""
-    out: dict[str, bytes] = {}
-    stack = [(store.commit(cid).tree, "")]
-    while stack:
-        tree, prefix = stack.pop()
-        for e in decode_dir(store.read_object(tree)):
-            if e.kind == DIR:
-                stack.append((e.ref, prefix + e.name + "/"))
-            elif e.kind == FILE:
-                buf = bytearray(e.size)
-                for i, chunk in store.file_chunks(e.ref).items():
-                    data = store.read_chunk(chunk)
-                    buf[i * (1 << 20): i * (1 << 20) + len(data)] = data
-                out[prefix + e.name] = bytes(buf[:e.size])
-    return out
 
 
 class History:
@@ -176,21 +159,13 @@ def test_pressure_drops_the_oldest_kept_history_first_and_never_a_checkpoint(
     assert r.chunk_bytes_freed >= 3 * MiB and r.chunk_bytes_freed < 6 * MiB, r
     assert files_at(h.store, ids[2]) == h.commits[ids[2]]
     assert files_at(h.store, ids[-1]) == h.commits[ids[-1]]
-    gone = [_dropped(h.store, c) for c in ids]
+    gone = [is_dropped(h.store, c) for c in ids]
     assert gone[0] and gone[4] and not gone[2], gone  # oldest first, never the checkpoint
     assert not gone[6] and not gone[7], gone  # the newest history stays
     for cid, g in zip(ids, gone, strict=True):
         if not g:
             assert files_at(h.store, cid) == h.commits[cid]
     assert h.store.fsck() == []
-
-
-def _dropped(store: Store, cid: str) -> bool:
-    try:
-        store.commit(cid)
-    except CommitDropped:
-        return True
-    return False
 
 
 def test_pins_keep_what_an_open_file_still_reads(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers.workspace import deep_workspace, new_ws, walk
 
-from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import DIR, FILE, decode_dir, name_to_str
 from memfs.workspace.nodes import Node, WorkspaceError
@@ -25,21 +25,10 @@ from memfs.workspace.workspace import Workspace
 MiB = 1 << 20
 
 
-def new_ws(root: Path) -> Workspace:
-    return Workspace(Store.open(root), commit_interval=0.05)
-
-
 def reopen(ws: Workspace) -> Workspace:
     root = ws.store.root
     ws.store.close()
     return new_ws(root)
-
-
-def walk(ws: Workspace, path: str) -> Node:
-    node = ws.root
-    for part in path.split("/"):
-        node = ws.lookup(node, part.encode())
-    return node
 
 
 def content(ws: Workspace, f: Node) -> bytes:
@@ -329,21 +318,8 @@ def test_undo_finishes_while_a_writer_keeps_writing(tmp_path: Path) -> None:
 def test_deeper_than_the_recursion_limit_tree_commits(tmp_path: Path) -> None:
     import sys
 
-    from memfs.store.trees import Entry, encode_dir
-
     depth = sys.getrecursionlimit() + 100
-    store = Store.open(tmp_path / "root")
-    with store.transaction() as tx:  # built bottom-up in the store: O(depth), not O(depth^2)
-        ref = tx.put_object(encode_dir([]))
-        for name in ["d"] * depth + ["work"]:
-            ref = tx.put_object(encode_dir([Entry(name, DIR, 0o755, 0, 0, 1, 1, 4096, ref)]))
-        tx.add_commit(store.head(), ref, "main", "deep", [])
-    store.close()
-    ws = new_ws(tmp_path / "root")
-    d = walk(ws, "work")
-    for _ in range(depth):
-        d = ws.lookup(d, b"d")
-    ws.write(ws.create(d, b"leaf", FILE, 0o644, 0, 0), 0, b"deep")
+    ws = deep_workspace(tmp_path / "root", depth)
     try:
         trio.run(ws.commit)
         wedged = False

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memfs.memory.errors import InvalidRecord, NoSuchRecord
 from memfs.memory.generation import (
     GlobalGeneration,
     WorkspaceGeneration,
@@ -130,12 +129,7 @@ class SharedMemoryStore:
         return rows[0] if rows else None
 
     def read_record(self, workspace: str, name: str) -> str:
-        gen = self.workspace_generation(workspace)
-        norm = validate_name(name)
-        if norm not in gen.records:
-            raise NoSuchRecord(f"no record {norm!r} in workspace {gen.workspace!r}",
-                               "list the workspace's records with `memfs memory show`")
-        return gen.records[norm]
+        return MemoryStore._record(self.workspace_generation(workspace), name)
 
     def workspaces(self) -> list[str]:
         return [r[0] for r in self._read("SELECT workspace FROM memory_heads WHERE workspace "
@@ -159,21 +153,9 @@ class SharedMemoryStore:
     # ---- commits -----------------------------------------------------------------------
     def commit_workspace(self, workspace: str, preview: WorkspacePreview,
                          expected_revision: str) -> str:
-        ws = validate_workspace(workspace)
-        if preview.workspace != ws:
-            raise InvalidRecord(f"preview is for workspace {preview.workspace!r}, not {ws!r}",
-                                "preview against the workspace you commit to")
-
-        def plan(current: WorkspaceGeneration) -> WorkspacePreview:
-            MemoryStore._check_expected(f"workspace {ws!r}", current.revision, expected_revision)
-            if preview.before_revision != current.revision:
-                from memfs.memory.errors import StaleRevision
-
-                raise StaleRevision("the preview was computed against another revision",
-                                    "preview again against the current generation")
-            return MemoryStore._replay(current, preview)
-
-        return self._commit_ws(ws, plan)
+        ws = MemoryStore._preview_target(workspace, preview)
+        return self._commit_ws(
+            ws, lambda current: MemoryStore._checked(current, preview, expected_revision))
 
     def commit_global(self, content: str, expected_revision: str) -> str:
         def plan(current: GlobalGeneration) -> str:
@@ -189,9 +171,7 @@ class SharedMemoryStore:
         ws, norm = validate_workspace(workspace), validate_name(name)
 
         def plan(current: WorkspaceGeneration) -> WorkspacePreview:
-            if norm not in current.records:
-                raise NoSuchRecord(f"no record {norm!r} in workspace {ws!r}",
-                                   "list the workspace's records with `memfs memory show`")
+            MemoryStore._record(current, norm)  # NoSuchRecord unless it is there
             return preview_workspace_changes(current, [Delete(norm)])
 
         return self._commit_ws(ws, plan)
@@ -200,9 +180,7 @@ class SharedMemoryStore:
         ws, src, dst = validate_workspace(workspace), validate_name(old), validate_name(new)
 
         def plan(current: WorkspaceGeneration) -> WorkspacePreview:
-            if src not in current.records:
-                raise NoSuchRecord(f"no record {src!r} in workspace {ws!r}",
-                                   "list the workspace's records with `memfs memory show`")
+            MemoryStore._record(current, src)  # NoSuchRecord unless it is there
             if src == dst:
                 return preview_workspace_changes(current, [])
             return preview_workspace_changes(current, [Delete(src), Put(dst, current.records[src])])

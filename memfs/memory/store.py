@@ -143,7 +143,11 @@ class MemoryStore:
         return self._read_locked(lambda: self._load_workspace(ws))
 
     def read_record(self, workspace: str, name: str) -> str:
-        gen = self.workspace_generation(workspace)
+        return self._record(self.workspace_generation(workspace), name)
+
+    @staticmethod
+    def _record(gen: WorkspaceGeneration, name: str) -> str:
+        """One record of a generation, or NoSuchRecord (both stores read records so)."""
         norm = validate_name(name)
         if norm not in gen.records:
             raise NoSuchRecord(f"no record {norm!r} in workspace {gen.workspace!r}",
@@ -254,17 +258,11 @@ class MemoryStore:
                          expected_revision: str) -> str:
         """Swap in `preview` if the workspace is still at `expected_revision`; return the
         revision now current. A preview with no change keeps the revision and swaps nothing."""
-        ws = validate_workspace(workspace)
-        if preview.workspace != ws:
-            raise InvalidRecord(f"preview is for workspace {preview.workspace!r}, not {ws!r}",
-                                "preview against the workspace you commit to")
+        ws = self._preview_target(workspace, preview)
         with self._writing():
             current = self._load_workspace(ws)
-            self._check_expected(f"workspace {ws!r}", current.revision, expected_revision)
-            if preview.before_revision != current.revision:
-                raise StaleRevision("the preview was computed against another revision",
-                                    "preview again against the current generation")
-            return self._commit_records(current, self._replay(current, preview))
+            return self._commit_records(current,
+                                        self._checked(current, preview, expected_revision))
 
     def commit_global(self, content: str, expected_revision: str) -> str:
         """Replace Global if it is still at `expected_revision`; return the current revision."""
@@ -281,9 +279,7 @@ class MemoryStore:
         ws, norm = validate_workspace(workspace), validate_name(name)
         with self._writing():
             current = self._load_workspace(ws)
-            if norm not in current.records:
-                raise NoSuchRecord(f"no record {norm!r} in workspace {ws!r}",
-                                   "list the workspace's records with `memfs memory show`")
+            self._record(current, norm)  # NoSuchRecord unless it is there
             return self._commit_records(current, preview_workspace_changes(current,
                                                                            [Delete(norm)]))
 
@@ -292,9 +288,7 @@ class MemoryStore:
         ws, src, dst = validate_workspace(workspace), validate_name(old), validate_name(new)
         with self._writing():
             current = self._load_workspace(ws)
-            if src not in current.records:
-                raise NoSuchRecord(f"no record {src!r} in workspace {ws!r}",
-                                   "list the workspace's records with `memfs memory show`")
+            self._record(current, src)  # NoSuchRecord unless it is there
             if src == dst:
                 return current.revision
             changes = [Delete(src), Put(dst, current.records[src])]
@@ -314,6 +308,27 @@ class MemoryStore:
     def _writing(self) -> AbstractContextManager[None]:
         self.ops.makedirs(self.root)
         return flocked(self._lock, exclusive=True)
+
+    @staticmethod
+    def _preview_target(workspace: str, preview: WorkspacePreview) -> str:
+        """The workspace a commit of `preview` goes to (it must be the preview's own)."""
+        ws = validate_workspace(workspace)
+        if preview.workspace != ws:
+            raise InvalidRecord(f"preview is for workspace {preview.workspace!r}, not {ws!r}",
+                                "preview against the workspace you commit to")
+        return ws
+
+    @staticmethod
+    def _checked(current: WorkspaceGeneration, preview: WorkspacePreview,
+                 expected: str) -> WorkspacePreview:
+        """`preview` replayed, if `current` is still the revision it was made against (and
+        the one the caller expects); StaleRevision if not."""
+        MemoryStore._check_expected(f"workspace {current.workspace!r}", current.revision,
+                                    expected)
+        if preview.before_revision != current.revision:
+            raise StaleRevision("the preview was computed against another revision",
+                                "preview again against the current generation")
+        return MemoryStore._replay(current, preview)
 
     @staticmethod
     def _check_expected(what: str, actual: str, expected: str) -> None:

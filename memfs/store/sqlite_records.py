@@ -58,6 +58,14 @@ class SqliteRecords:
                            "WHERE id = ?", (cid,))
         return DroppedCommit(cid, *rows[0]) if rows else None
 
+    def branch_head(self, name: str) -> str | None:
+        rows = self._query("SELECT head FROM branches WHERE name = ?", (name,))
+        return rows[0][0] if rows else None
+
+    def commits_with_prefix(self, prefix: str) -> list[str]:
+        return [r[0] for r in self._query("SELECT id FROM commits WHERE substr(id, 1, ?) = ?",
+                                          (len(prefix), prefix))]
+
     def dropped_with_prefix(self, base: str) -> list[str]:
         """Ids of dropped commits that start with `base` (a revision naming one is refused
         by name, not as unknown)."""

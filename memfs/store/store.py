@@ -333,37 +333,9 @@ class Store(SqliteRecords, SingleHost):
 
     def resolve(self, rev: str) -> str:
         """A commit id (or unique prefix ≥ 6), branch, checkpoint, or REV~N."""
-        base, _, back = rev.partition("~")
-        steps = int(back) if back else 0
-        cid = self._resolve_base(base)
-        for _ in range(steps):
-            parent = self.commit(cid).parent
-            if parent is None:
-                raise StoreError(f"{rev} goes past the first commit", "use a smaller N")
-            cid = parent
-        self.commit(cid)  # a commit retention dropped is refused by name
-        return cid
+        from memfs.store import revisions
 
-    def _resolve_base(self, base: str) -> str:
-        if base in ("", "HEAD"):
-            return self.head()
-        rows = self._query("SELECT head FROM branches WHERE name = ?", (base,))
-        if rows:
-            return rows[0][0]
-        rows = self._query("SELECT commit_id FROM checkpoints WHERE name = ?", (base,))
-        if rows:
-            return rows[0][0]
-        if len(base) >= 6:
-            rows = self._query("SELECT id FROM commits WHERE substr(id, 1, ?) = ?",
-                               (len(base), base))
-            if len(rows) == 1:
-                return rows[0][0]
-            if not rows:
-                gone = self.dropped_with_prefix(base)
-                if len(gone) == 1:
-                    self._refuse_dropped(gone[0])
-        raise UnknownRevision(f"unknown revision {base!r}",
-                              "name a branch, a checkpoint or a commit id")
+        return revisions.resolve(self, rev)
 
     # -- branch and history operations (writer) -----------------------------------
     def set_current_branch(self, branch: str) -> None:

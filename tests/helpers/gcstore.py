@@ -18,11 +18,18 @@ import trio
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE, chunk_digest
 from memfs.store.retention import Policy
+from memfs.store.store import CommitDropped
 from memfs.store.trees import DIR, FILE, decode_dir
 from memfs.workspace.workspace import Workspace
 
 MiB = 1 << 20
 KEEP_NOTHING_BY_AGE = Policy(keep_all=0, hourly=0, daily=0)
+
+
+def keep_nothing_by_age(m) -> None:
+    """KEEP_NOTHING_BY_AGE on a mount's store, through its CLI (`memfs config`)."""
+    for key in ("keep-all", "keep-hourly", "keep-daily"):
+        m.cli("config", key, "0")
 
 
 @dataclass
@@ -31,7 +38,17 @@ class Expected:
     intents: dict[str, dict[str, bytes]]  # kept commit -> mount -> intent bytes
 
 
+def is_dropped(store: Store, cid: str) -> bool:
+    """Whether `cid` is a commit the retention policy dropped (refused by name)."""
+    try:
+        store.commit(cid)
+    except CommitDropped:
+        return True
+    return False
+
+
 def files_at(store: Store, cid: str) -> dict[str, bytes]:
+    """path -> bytes of every file in a commit's tree (read from chunks)."""
     out: dict[str, bytes] = {}
     stack = [(store.commit(cid).tree, "")]
     while stack:

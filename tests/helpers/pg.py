@@ -161,3 +161,13 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def host_root(tmp_path: Path, name: str, url: str) -> Path:
+    """A new root for host `name` (host id `host-NAME`) whose store is the database `url`."""
+    from memfs.store.backend import Location, record_location
+
+    root = tmp_path / f"root-{name}"
+    root.mkdir()
+    record_location(root, Location("postgresql", url, f"host-{name}"))
+    return root

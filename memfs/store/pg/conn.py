@@ -114,6 +114,15 @@ def connect(url: str, *, autocommit: bool) -> psycopg.Connection:
     return conn
 
 
+def close_quietly(conn: psycopg.Connection | None) -> None:
+    """Close `conn`, if any: one being dropped may be broken already, with nothing to say."""
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
+
+
 class Conn:
     """A lazily (re)opened connection; `lock` serializes its users."""
 
@@ -133,11 +142,7 @@ class Conn:
 
     def drop(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except psycopg.Error:
-                pass
+        close_quietly(conn)
 
     def query(self, sql: str, args: tuple | list = ()) -> list[tuple]:
         """Rows of one statement in autocommit; once more on a new connection if it broke."""

@@ -68,29 +68,16 @@ class Leases:
     # -- taking and giving back ---------------------------------------------------------
     def claim(self, branch: str) -> Claim:
         """Take the branch's lease if it is free, released, or this host's own."""
-        rows = self._conn.query(
-            "INSERT INTO leases AS l (branch, host, hostname, token, expires) VALUES "
-            "(%s, %s, %s, nextval('lease_token'), extract(epoch FROM clock_timestamp()) + %s) "
-            "ON CONFLICT (branch) DO UPDATE SET host = excluded.host, "
-            "hostname = excluded.hostname, token = excluded.token, expires = excluded.expires "
-            "WHERE l.host = excluded.host OR l.expires = 0 RETURNING token",
-            (branch, self.host, self.hostname, self.ttl))
-        if rows:
-            return self._took(branch, rows[0][0])
+        token = self._take(branch, "l.expires = 0")
+        if token is not None:
+            return self._took(branch, token)
         return self.state(branch)
 
     def takeover(self, branch: str) -> Claim:
         """Take the lease of a host whose lease expired (refused while it is live)."""
-        rows = self._conn.query(
-            "INSERT INTO leases AS l (branch, host, hostname, token, expires) VALUES "
-            "(%s, %s, %s, nextval('lease_token'), extract(epoch FROM clock_timestamp()) + %s) "
-            "ON CONFLICT (branch) DO UPDATE SET host = excluded.host, "
-            "hostname = excluded.hostname, token = excluded.token, expires = excluded.expires "
-            "WHERE l.host = excluded.host OR l.expires < extract(epoch FROM clock_timestamp()) "
-            "RETURNING token",
-            (branch, self.host, self.hostname, self.ttl))
-        if rows:
-            return self._took(branch, rows[0][0])
+        token = self._take(branch, "l.expires < extract(epoch FROM clock_timestamp())")
+        if token is not None:
+            return self._took(branch, token)
         state = self.state(branch)
         raise StoreError(
             f"branch {branch} is written by host {state.holder}, whose lease is live for "
@@ -125,6 +112,18 @@ class Leases:
     def all(self) -> list[Claim]:
         names = [r[0] for r in self._conn.query("SELECT branch FROM leases ORDER BY branch")]
         return [self.state(b) for b in names]
+
+    def _take(self, branch: str, free: str) -> int | None:
+        """A new token for this host, if the branch has no lease, this host's, or one
+        `free` (SQL over the row `l`) says may be taken; None if another host keeps it."""
+        rows = self._conn.query(
+            "INSERT INTO leases AS l (branch, host, hostname, token, expires) VALUES "
+            "(%s, %s, %s, nextval('lease_token'), extract(epoch FROM clock_timestamp()) + %s) "
+            "ON CONFLICT (branch) DO UPDATE SET host = excluded.host, "
+            "hostname = excluded.hostname, token = excluded.token, expires = excluded.expires "
+            f"WHERE l.host = excluded.host OR {free} RETURNING token",
+            (branch, self.host, self.hostname, self.ttl))
+        return rows[0][0] if rows else None
 
     def _took(self, branch: str, token: int) -> Claim:
         with self._lock:

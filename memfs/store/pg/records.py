@@ -36,6 +36,20 @@ class PgRecords:
     def dropped_commit(self, cid: str) -> DroppedCommit | None:
         return None  # no retention policy drops commits here yet (docs/lifecycle.md)
 
+    def dropped_with_prefix(self, base: str) -> list[str]:
+        return []
+
+    def branch_head(self, name: str) -> str | None:
+        rows = self._query("SELECT head FROM branches WHERE name = %s", (name,))
+        return rows[0][0] if rows else None
+
+    def commits_with_prefix(self, prefix: str) -> list[str]:
+        """Two at the most (the caller asks whether one is alone); LIKE's wildcards are
+        dropped from the prefix (commit ids are hex)."""
+        pattern = prefix.replace("\\", "").replace("%", "").replace("_", "") + "%"
+        return [r[0] for r in self._query("SELECT id FROM commits WHERE id LIKE %s LIMIT 2",
+                                          (pattern,))]
+
     def commit_ops(self, ids: list[str]) -> dict[str, str]:
         if not ids:
             return {}

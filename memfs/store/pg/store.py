@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 
-from memfs.store import history
+from memfs.store import history, revisions
 from memfs.store.backend import Location, redact
 from memfs.store.chunks import chunk_digest
 from memfs.store.pg import schema
@@ -41,7 +41,6 @@ from memfs.store.store import (
     EMPTY_TREE,
     Commit,
     StoreError,
-    UnknownRevision,
     _check_ref_name,
     _commit_from_row,
     check_new_name,
@@ -255,32 +254,7 @@ class PgStore(PgRecords):
                            "ORDER BY time_ns")
 
     def resolve(self, rev: str) -> str:
-        base, _, back = rev.partition("~")
-        steps = int(back) if back else 0
-        cid = self._resolve_base(base)
-        for _ in range(steps):
-            parent = self.commit(cid).parent
-            if parent is None:
-                raise StoreError(f"{rev} goes past the first commit", "use a smaller N")
-            cid = parent
-        return cid
-
-    def _resolve_base(self, base: str) -> str:
-        if base in ("", "HEAD"):
-            return self.head()
-        rows = self._query("SELECT head FROM branches WHERE name = %s", (base,))
-        if rows:
-            return rows[0][0]
-        rows = self._query("SELECT commit_id FROM checkpoints WHERE name = %s", (base,))
-        if rows:
-            return rows[0][0]
-        if len(base) >= 6:
-            rows = self._query("SELECT id FROM commits WHERE id LIKE %s LIMIT 2",
-                               (base.replace("\\", "").replace("%", "").replace("_", "") + "%",))
-            if len(rows) == 1:
-                return rows[0][0]
-        raise UnknownRevision(f"unknown revision {base!r}",
-                              "name a branch, a checkpoint or a commit id")
+        return revisions.resolve(self, rev)
 
     def file_chunks(self, ref: str) -> dict[int, str]:
         if not ref:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import psycopg
 from psycopg import sql
 
-from memfs.store.pg.conn import ServerError, connect
+from memfs.store.pg.conn import ServerError, close_quietly, connect
 
 log = logging.getLogger("memfs.watch")
 
@@ -72,11 +72,7 @@ class Watcher:
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except psycopg.Error:
-                pass
+        close_quietly(conn)
 
     def close(self) -> None:
         self._stop.set()

@@ -185,7 +185,10 @@ def clock(t: float) -> str:
 
 @dataclass(frozen=True)
 class DurableHead:
-    """The store's last durable commit on the current branch."""
+    """The store's last durable commit on the current branch; `time`: when it became the
+    head — its commit's time, or, when an undo or restore moved the head to it later, that
+    move's (the commit's own time made a daemon killed just after an undo look as if it had
+    lost the minutes since that older commit)."""
 
     id: str
     time: float
@@ -199,8 +202,15 @@ def durable_head(root: Path) -> DurableHead | None:
     except (MemfsError, OSError, sqlite3.Error):
         return None
     try:
-        head = store.head()
-        return DurableHead(head, store.commit(head).time_ns / 1e9)
+        branch = store.current_branch()
+        head = store.head(branch)
+        became = store.commit(head).time_ns / 1e9
+        for move in store.reflog(limit=20):
+            if move["branch"] == branch:  # the newest move of this branch's head
+                if move["new"] == head:
+                    became = max(became, move["time"])
+                break
+        return DurableHead(head, became)
     finally:
         store.close()
 

@@ -147,3 +147,32 @@ def test_a_clean_unmount_leaves_no_record(mounted):
     assert f"everything was committed (daemon pid {mounted.proc.pid} exited)" in out.stdout
     assert (mounted.root / "daemon.lock").read_text() == ""
     assert json.loads(mounted.cli("status", "--json").stdout)["daemon"] is None
+
+
+def test_a_death_just_after_an_undo_claims_no_old_loss(mounted) -> None:
+    """From a user trial: `memfs undo`, then `kill -9` of the daemon before its record
+    caught up: status said "changes made after that commit are lost (it died at most 30.3 s
+    after it)", measuring from the older commit the undo went back to, though nothing was
+    pending. The window starts when that commit became the head (the undo's move). The
+    record that had not caught up is written here, so the case is certain."""
+    from memfs.liveness import DaemonRecord, DeadDaemon, durable_head
+
+    mounted.require_real()
+    for name in ("old.txt", "new.txt"):
+        with open(mounted.work / name, "w") as f:
+            f.write(name)
+            f.flush()
+            os.fsync(f.fileno())
+        if name == "old.txt":
+            time.sleep(3)  # the commit the undo goes back to is 3 s old by then
+    newer = mounted.status()["head"]
+    mounted.cli("undo")
+    assert mounted.status()["head"] != newer
+    now = time.time()
+    record = DaemonRecord(pid=1, mountpoint=str(mounted.mnt), started=now - 10, seen=now,
+                          commit_interval_ms=100, head=newer)  # its last word: before the undo
+    mounted.umount()
+    loss = DeadDaemon(mounted.root, record, False, durable_head(mounted.root)).loss
+    window = float(loss.split("died at most ")[1].split(" s")[0]) if "died at most" in loss \
+        else 0.0
+    assert window < 1.5, loss  # (HEARTBEAT 0.5 s after `seen`, and the undo's own time)

@@ -202,3 +202,26 @@ def test_ls_states_lists_what_no_materialize_writes(repo):
     assert text.startswith("not-writable") and "work/fifo (a FIFO in the workspace" in text, text
     m.cli("sync", "work/fifo")  # a scope naming a FIFO: walked into as a directory (ENOTDIR)
     assert not (disk / "fifo").exists()
+
+
+def test_a_symlink_made_in_a_bound_mount_is_written_or_named(backed):
+    """A symlink made in a bound mount: materialize never writes it, and nothing said so.
+
+    Found trying memfs as a user: `ln -s README mlink` in a mount bound to a git checkout, then
+    `memfs materialize` wrote every draft but the link, `memfs ls --states` did not list it (a
+    FIFO or a hard link made in the mount is listed as not-writable, with the reason), and
+    `memfs materialize work/mlink` answered "nothing owed". The link is silently never on disk."""
+    m, disk = backed
+    os.symlink("a.txt", m.work / "mlink")
+    res = m.cli_json("materialize")["mounts"]["work"]
+    written = set(res["written"])
+    skipped = {s["path"]: s for s in res["skipped"]}
+    on_disk = os.path.islink(disk / "mlink")
+    # Either the link reaches disk, or materialize names it (as it does a FIFO or hard link).
+    assert on_disk or "mlink" in skipped, (res, written)
+    rows = {e["path"]: e for e in m.cli_json("ls", "--states", "work")["mounts"][0]["entries"]}
+    if not on_disk:
+        assert "mlink" in rows, f"ls --states does not list the unwritten symlink: {sorted(rows)}"
+        assert rows["mlink"]["state"] == "not-writable", rows["mlink"]
+    text = m.cli("materialize", "work/mlink").stdout
+    assert on_disk or "nothing owed" not in text, text

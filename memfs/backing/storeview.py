@@ -256,12 +256,18 @@ class StoreView:
                 out[path] = (f"a hard link ({links} names share this file in the workspace): "
                              "written to disk it would be separate copies, so it is not written")
         for path, kind in self._specials(mount).items():
+            if kind == LINK:
+                # Links are carried neither way (a disk link is an incomplete region, never
+                # followed unless the mount follows links): one made here stays here.
+                out[path] = ("a symbolic link in the workspace: links are not written to disk "
+                             "(nor taken from it); to put one there, make it on disk")
+                continue
             out[path] = (f"a {_KIND_NAMES.get(kind, 'special file')} in the workspace: no "
                          "materialize makes special files on disk")
         return out
 
     def _specials(self, mount: str) -> dict[str, str]:
-        """path -> kind of the mount's entries that are neither file, directory nor symlink."""
+        """path -> kind of the mount's entries that are neither file nor directory."""
         top = self.mount_node(mount)
         out: dict[str, str] = {}
         stack: list[tuple[Node, str]] = [(top, "")] if top is not None else []
@@ -271,7 +277,7 @@ class StoreView:
                 rel = prefix + name_to_str(name)
                 if child.kind == DIR:
                     stack.append((child, rel + "/"))
-                elif child.kind not in (FILE, LINK):
+                elif child.kind != FILE:
                     out[rel] = child.kind
         return out
 

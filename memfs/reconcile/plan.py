@@ -454,9 +454,8 @@ def plan_materialize(
             continue  # disk owes nothing where it agrees
         named = _named(p, paths)
         if dec.state == State.UNVERIFIED:
-            out.skipped.append(Skipped(p, "unverified", dec.reason,
-                                       "make the path readable (or fix the branch intent with a "
-                                       "sync of the path), then materialize again"))
+            out.skipped.append(Skipped(p, "unverified", dec.reason, _LINK_REMEDY
+                                       if "symlink" in (dec.reason or "") else _UNREAD_REMEDY))
             continue
         if dec.owes is None:
             continue
@@ -495,6 +494,11 @@ def plan_materialize(
     return out
 
 
+_UNREAD_REMEDY = ("make the path readable (or fix the branch intent with a sync of the "
+                  "path), then materialize again")
+_LINK_REMEDY = ("disk has a symlink there, which memfs never writes through: rename or "
+                "remove the link on disk, or give the file another name in the mount, then "
+                "materialize again")
 _NOT_WRITABLE_REMEDY = ("it stays in the workspace (kept with its links or type); to put its "
                         "content on disk, copy it to a plain file in the mount and materialize "
                         "that")

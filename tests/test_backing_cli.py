@@ -3,6 +3,7 @@ case, what a pass left and why, a path sync after an undone attach. Real mounts.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -155,3 +156,75 @@ def test_a_first_pass_that_fails_leaves_the_daemon_serving(mount_factory, tmp_pa
     trigger.unlink()
     assert m.cli_json("sync")["mounts"]["p"]["taken"] == ["late.txt"]
     assert (m.mnt / "p" / "late.txt").read_text() == "late\n"
+
+
+def test_attach_of_a_directory_another_mount_is_bound_to_is_refused(backed):
+    """`memfs attach B DIR` of a directory mount A is bound to was accepted.
+
+    Found trying memfs as a user (a slip of the mount's name): `memfs attach work ~/proj` while
+    `proj` was bound to ~/proj answered "work is bound to ~/proj", took the checkout's files into
+    `work` beside everything it held, and left two mounts whose materializes both write ~/proj.
+    Attaching one mount to another directory is refused ("already bound to ..., memfs detach
+    first"); the same directory under a second mount is not. Bad input should change nothing."""
+    m, disk = backed
+    (m.mnt / "other").mkdir()
+    (m.mnt / "other" / "mine.txt").write_text("mine\n")
+    out = m.cli("attach", "other", str(disk), check=False)
+    taken = sorted(p.name for p in (m.mnt / "other").iterdir())
+    assert out.returncode != 0, (
+        f"a second mount bound to {disk} (already bound to work): {out.stdout}{out.stderr}; "
+        f"`other` now holds {taken}")
+    assert "work" in out.stderr, out.stderr  # names the mount that has the directory
+    assert taken == ["mine.txt"]
+
+
+def test_materialize_of_a_path_naming_nothing_is_refused_like_sync(backed):
+    """`memfs materialize PATH` of a path that names nothing answered "nothing owed", exit 0.
+
+    Found trying memfs as a user: a typo (`memfs materialize work/a.tx`) reads as success, while
+    `memfs sync work/a.tx` and `memfs ls --states work/a.tx` refuse the same path (exit 1, "no
+    such file or directory, on disk ... or in the workspace — check the name"), as docs/cli.md
+    says a path naming nothing is refused."""
+    m, _disk = backed
+    sync = m.cli("sync", "work/a.tx", check=False)
+    assert sync.returncode == 1 and "check the name" in sync.stderr, sync
+    out = m.cli("materialize", "work/a.tx", check=False)
+    assert out.returncode != 0, f"materialize of a typo answered {out.stdout!r}"
+    assert "a.tx" in out.stderr and "check the name" in out.stderr, out.stderr
+
+
+def test_the_remedy_for_a_disk_symlink_fits_a_symlink(backed):
+    """The remedy materialize gave for a path that is a symlink on disk said "make the path
+    readable", which does not fit: the path is readable, it is a symlink memfs does not follow.
+
+    Found trying memfs as a user: a checkout with `link -> run.sh`; `link` is not in the mount
+    (an incomplete region, "symlink (following is off)"); writing a file `link` in the mount,
+    `memfs materialize` answers `skipped work/link (unverified): disk unknown: symlink (following
+    is off) — make the path readable (or fix the branch intent with a sync of the path), then
+    materialize again`. chmod cannot help; the remedies that fit are removing or renaming the
+    disk symlink, `--follow-symlinks` at attach, or another name in the mount."""
+    m, disk = backed
+    os.symlink("a.txt", disk / "link")
+    m.cli("sync")
+    (m.work / "link").write_text("a file where disk has a symlink\n")
+    res = m.cli_json("materialize")["mounts"]["work"]
+    skipped = {s["path"]: s for s in res["skipped"]}
+    assert "link" in skipped, res
+    assert os.path.islink(disk / "link")  # disk's link is kept: right
+    remedy = skipped["link"]["remedy"]
+    assert "readable" not in remedy and "symlink" in remedy, remedy
+
+
+def test_attach_inside_or_around_a_bound_directory_is_refused(backed, tmp_path: Path) -> None:
+    """Beside the same directory: one inside a bound one, or one holding it, would put the
+    same disk files in two mounts; refused with the mount named, nothing bound."""
+    m, disk = backed
+    inner = tmp_path / "outer" / "inner"
+    inner.mkdir(parents=True)
+    m.cli("attach", "inner", str(inner))
+    for d, mount in ((disk / "sub", "work"), (inner.parent, "inner")):
+        out = m.cli("attach", "other", str(d), check=False)
+        assert out.returncode == 1, out.stdout
+        assert f"which mount '{mount}' is bound to" in out.stderr, out.stderr
+        assert f"memfs detach {mount}" in out.stderr, out.stderr
+    assert sorted(m.cli_json("status")["backing"]) == ["inner", "work"]

@@ -238,6 +238,11 @@ class Backing:
 
     async def materialize(self, paths: Iterable[str] | None, *, force: bool = False,
                           apply_deletions: bool = False) -> Materialized:
+        if paths is not None:
+            paths = list(paths)
+            for path in paths:
+                mount, rel = split_path(path)
+                await self._refuse_nothing_at(mount, rel, "materialize")
         return await self.materializer.materialize(paths, force=force,
                                                    apply_deletions=apply_deletions)
 
@@ -265,6 +270,7 @@ class Backing:
             raise MemfsError(f"mount {mount!r} is already bound to {old.dir}",
                              f"`memfs detach {mount}` first")
         check_options(binding)
+        await trio.to_thread.run_sync(self._refuse_overlap, binding)
         st = await trio.to_thread.run_sync(os.stat, binding.dir)
         recorded = await trio.to_thread.run_sync(self.journal.root, mount)
         if old is None and recorded is not None and tuple(recorded) != (st.st_dev, st.st_ino):
@@ -280,6 +286,25 @@ class Backing:
         self.intent.bound(mount)
         result = await self.run_pass(mount)
         return Attached(mount, binding.dir, binding.watch, result)
+
+    def _refuse_overlap(self, binding: Binding) -> None:
+        """One directory, one mount: a second mount bound to a directory another is bound to
+        (or inside it, or holding it) took disk's files into it beside its own, and both
+        mounts' materializes wrote the same files (a slip of a mount's name did it). Worker
+        thread: realpath looks at disk."""
+        new = os.path.realpath(binding.dir)
+        for mount, other in self.config.bindings.items():
+            if mount == binding.mount:
+                continue
+            old = os.path.realpath(other.dir)
+            how = ("is the directory" if new == old else
+                   "is inside the directory" if new.startswith(old.rstrip("/") + "/") else
+                   "holds the directory" if old.startswith(new.rstrip("/") + "/") else None)
+            if how is not None:
+                raise MemfsError(
+                    f"{binding.dir} {how} {other.dir}, which mount {mount!r} is bound to",
+                    f"its files are in {mount!r} already (`memfs ls --states {mount}`); to "
+                    f"bind them to {binding.mount!r} instead, `memfs detach {mount}` first")
 
     async def detach(self, mount: str) -> Detached:
         if mount not in self.config.bindings:

@@ -171,3 +171,27 @@ def test_checkpoint_names_refused_say_why_and_the_remedy_is_true(mounted) -> Non
     assert mounted.cli("show", "before demo.v2@me:work/f.txt").stdout == "one\n"
     view = mounted.mnt / ".memfs" / "checkpoints" / "before demo.v2@me"
     assert (view / "work" / "f.txt").read_text() == "one\n"
+
+
+def test_a_restore_names_the_way_back(mounted) -> None:
+    """From a user trial: the redo `memfs undo` prints (`memfs restore X`), typed after
+    another command changed files, moved the branch to X; the newer files left the tree and
+    restore said only `head is now X`, so the work was findable only in the reflog. Restore
+    now names the head it moved from and the command that brings it back."""
+    import re
+
+    mounted.require_real()
+    w = mounted.work
+    job(w, "sh", "-c", "echo one > one")
+    redo = re.search(r"memfs restore ([0-9a-f]+)", mounted.cli("undo").stdout)
+    assert redo
+    job(w, "sh", "-c", "echo two > two")
+    fd = os.open(w / "two", os.O_RDONLY)
+    os.fsync(fd)  # durable: the head below holds `two`
+    os.close(fd)
+    before = mounted.status()["head"]
+    said = mounted.cli("restore", redo.group(1)).stdout
+    assert not (w / "two").exists()
+    assert f"to go back: memfs restore {before[:12]}" in said, said
+    mounted.cli("restore", before[:12])
+    assert (w / "two").read_text() == "two\n"

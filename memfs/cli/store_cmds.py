@@ -56,11 +56,16 @@ def cmd_restore(args) -> int:
         from memfs.store import history
 
         target = history.resolve(store, args.rev)
+        old = store.head(store.current_branch())
         store.reset_head(store.current_branch(), target, f"restore {args.rev}")
-        return {"head": target}
+        return {"head": target, "old_head": old}
 
     res = _ask(args, "restore", direct, rev=args.rev)
-    emit(args, res, f"head is now {res['head'][:12]}")
+    text = f"head is now {res['head'][:12]}"
+    if res["old_head"] != res["head"]:  # what the branch held until now stays one command away
+        text += (f" (it was {res['old_head'][:12]})\n  to go back: memfs restore "
+                 f"{res['old_head'][:12]}")
+    emit(args, res, text)
     return 0
 
 

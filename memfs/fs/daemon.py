@@ -316,7 +316,8 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
     if op == "undo":
         result = await _undo(ws, args)
     elif op == "restore":
-        result = {"head": await ws.restore(args["rev"])}
+        head, old_head = await ws.restore(args["rev"])
+        result = {"head": head, "old_head": old_head}
     elif op == "checkpoint":
         made = await ws.checkpoint(args["name"], args.get("at"), force=bool(args.get("force")))
         result = {**made.checkpoint.to_json(), "moved_from": made.moved_from}

@@ -85,8 +85,9 @@ class HistoryOps:
             await self._commit_locked(message)  # returns at once when nothing is dirty
             yield
 
-    async def restore(self, rev: str) -> str:
-        """Move the branch head to `rev` (the old head stays in the reflog)."""
+    async def restore(self, rev: str) -> tuple[str, str]:
+        """Move the branch head to `rev` (the old head stays in the reflog): (new head, old
+        head), so the command can say how to come back."""
         # `rev` as it reads now; then disk's changes so far, against this tree (the restore
         # rewinds past whatever that pass commits).
         async with self._commit_lock, self._settled("before restore", "restore"):
@@ -95,16 +96,17 @@ class HistoryOps:
         async with self._commit_lock, self._settled("before restore", "restore"):
             branch = self.branch
             known = resolved[1] if resolved[0] == branch else None
-            target = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
+            target, old = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
             self._replace_tree(target)
-            return target
+            return target, old
 
-    def _restore_head(self, branch: str, rev: str, target: str | None) -> str:
+    def _restore_head(self, branch: str, rev: str, target: str | None) -> tuple[str, str]:
         """restore's store step (worker thread): `rev` resolved unless known, the head moved."""
         if target is None:
             target = history.resolve(self.store, rev)
+        old = self.store.head(branch)
         self.store.reset_head(branch, target, f"restore {rev}")
-        return target
+        return target, old
 
     async def switch_branch(self, name: str) -> str:
         self.store.head(name)  # an unknown branch is refused before anything moves

@@ -57,6 +57,10 @@ async def commit_locked(ws: Workspace, message: str = "") -> str | None:
     if not ws.root.dirty:
         ws.durable_seq = max(ws.durable_seq, ws.mutation_seq)
         ws.dirty_since = None
+        # Nothing in the tree to commit, so no operation's changes wait either: a write to
+        # a file an undo replaced (an orphan, no longer under the root) names its writer
+        # here, and kept, it made the next two commands one mixed group (user trial).
+        ws._group, ws._last_op = {}, None
         ws._recount_dirty()
         return None
     ops = [op.with_pids(list(procs.values())) for op, procs in ws._group.values()]

@@ -246,3 +246,36 @@ def test_undo_after_an_orphaned_writer_takes_back_only_the_named_command(mounted
     out = mounted.cli("undo").stdout
     assert not (w / "d" / "f").exists(), out
     assert (w / "d").is_dir(), f"undo took back `mkdir d` too, saying: {out}"
+
+
+def bash_line(cmd: str, cwd: Path) -> None:
+    """A command line as a terminal with job control runs it: a process group of its own."""
+    subprocess.run(["bash", "-c", cmd], cwd=cwd, check=True, start_new_session=True,
+                   timeout=60)
+
+
+def test_undo_after_bash_c_takes_back_only_the_last_command(mounted):
+    """From a user trial: in `bash -c 'A; B'` bash execs its last command in its own
+    process, and memfs took the whole group for one operation, so `memfs undo` took back A
+    with B. The top's program is now part of the group's identity.
+
+    docs/guarantees.md ("What an operation is"): a shell at the top of its group is a runner, and
+    each command it starts is one operation. Found trying memfs as a user:
+    `bash -c 'echo x > n1; git add n1; git commit -qm n1'` is one operation named
+    `git commit -qm n1`, and `memfs undo` (saying it undid the git commit) also removed n1 and the
+    staged index. `bash -c 'echo a > a.txt; cp a.txt b.txt; true'` (nothing exec'd over the
+    shell) splits as documented; the same line without `; true` does not."""
+    mounted.require_real()
+    w = mounted.work
+    mounted.cli("mark", "before")
+    bash_line("echo a > a.txt; cp a.txt b.txt; true", w)  # control: splits as documented
+    mounted.cli("undo")
+    assert (w / "a.txt").exists() and not (w / "b.txt").exists()
+    mounted.cli("undo")
+    assert not (w / "a.txt").exists()
+
+    bash_line("echo a > a.txt; cp a.txt b.txt", w)  # bash execs cp over itself
+    out = mounted.cli("undo").stdout
+    assert not (w / "b.txt").exists(), out
+    assert (w / "a.txt").exists(), (
+        f"undo took back the shell's own `echo a > a.txt` with the exec'd `cp`: {out}")

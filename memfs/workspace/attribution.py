@@ -78,6 +78,15 @@ def read_tgid(tid: int) -> int:
     return tid
 
 
+def _exe(pid: int) -> tuple[int, int]:
+    """(device, inode) of the program a process runs, (0, 0) if not ours to see."""
+    try:
+        st = os.stat(f"/proc/{pid}/exe")
+    except OSError:
+        return (0, 0)
+    return (st.st_dev, st.st_ino)
+
+
 def read_cmdline(pid: int, fallback: str) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -99,6 +108,7 @@ class Attribution:
         self._procs: dict[int, Proc | None] = {}
         self._ops: dict[tuple[int, int], OpRecord] = {}
         self._cmdlines: dict[tuple[int, int], str] = {}
+        self._exes: dict[int, tuple[int, int]] = {}  # top pid -> its program (Attribution._execed)
         # Epoch: a daemon start plus the marks since; part of every group's identity.
         self._run = f"{time.time_ns():x}"
         self._marks = 0
@@ -108,9 +118,24 @@ class Attribution:
     # -- per request -----------------------------------------------------------------------
     def of_request(self, pid: int, uid: int) -> OpRecord:
         op = self._ops.get((pid, uid))
+        if op is not None and op.top_self and op.top_shell and self._execed(op):
+            op = None  # the shell ran its last command in its own place (bash -c 'a; b')
         if op is None:
             op = self._ops[(pid, uid)] = self._build(pid, uid)
         return op
+
+    def _execed(self, op: OpRecord) -> bool:
+        """Has the shell `op` was built for exec'd another program since? Its pid and start
+        stay, so only the program tells: bash runs the last command of `bash -c 'a; b'` in
+        its own process, and that command's changes read as the shell's own (one operation:
+        undo took back `a` with `b`). Asked only for a shell's own requests, which are few
+        (a builtin's redirection); the program's requests then have an op of their own."""
+        if _exe(op.pid) == self._exes.get(op.pid):
+            return False
+        self._procs.pop(op.pid, None)  # read again: comm, and the command line below
+        for key in [k for k in self._cmdlines if k[0] == op.pid]:
+            del self._cmdlines[key]
+        return True
 
     def forget_processes(self) -> None:
         """At each group commit: a pid seen again is read again (it may be another process,
@@ -118,6 +143,7 @@ class Attribution:
         self._procs.clear()
         self._ops.clear()
         self._cmdlines.clear()
+        self._exes.clear()
 
     def mark(self) -> None:
         """`memfs mark` / after-batch: every operation after this is a new one."""
@@ -168,7 +194,11 @@ class Attribution:
         chain = self._chain(me)
         top = chain[-1]
         cmd = chain[-2] if len(chain) > 1 else top
-        group = f"{me.sid}:{me.pgid}:{top.pid}@{top.start}#{self._run}.{self._marks}"
+        # The top's program is part of the group: a shell that exec'd its last command is
+        # that command's group from then on (pid and start stay the same).
+        exe = self._exes[top.pid] = _exe(top.pid)
+        group = (f"{me.sid}:{me.pgid}:{top.pid}@{top.start}" + (f"~{exe[1]:x}" if exe[1] else "")
+                 + f"#{self._run}.{self._marks}")
         command = "top" if cmd is top else f"{cmd.pid}@{cmd.start}"
         leader, label = self._cmdline(top), self._cmdline(cmd)
         if cmd is not top and label == leader and cmd is not me:

@@ -77,13 +77,17 @@ class PgStore(PgRecords):
         self._listeners: list[Callable[[str, str], None]] = []
         self._watcher: Watcher | None = None
         self.leases = Leases(self.url, self.host)
-        with self._reader.lock:
-            conn = self._reader.get()
+        try:
+            with self._reader.lock:
+                conn = self._reader.get()
+                if not readonly:
+                    schema.create(conn)  # a store of a newer memfs is refused here
+                self.channel = schema.channel(conn)
             if not readonly:
-                schema.create(conn)
-            self.channel = schema.channel(conn)
-        if not readonly:
-            self._ensure_initial_commit()
+                self._ensure_initial_commit()
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
     def open(cls, root: Path, loc: Location, *, readonly: bool = False) -> PgStore:

@@ -104,6 +104,7 @@ class PgStore(PgRecords):
         if self._watcher is not None:
             self._watcher.close()
         self.leases.close()
+        self.cache.close()
         self._reader.close()
         if self._writer is not None:
             self._writer.close()
@@ -154,8 +155,7 @@ class PgStore(PgRecords):
                 raise server_error(self.url, exc) from exc
         self.unsure_commits.clear()
         self.object_cache.put_many(tx.sent_objects)
-        for cid, data in tx.chunks.items():
-            self.cache.put(cid, data)
+        self.cache.keep(tx.chunks)  # written by the cache's thread: this commit does not wait
         for branch, head in tx.notices:
             if branch != "*":
                 self._heads[branch] = head
@@ -205,7 +205,7 @@ class PgStore(PgRecords):
         data = self.cache.get(chunk_id)
         if data is None:
             data = self._db_chunk(chunk_id)
-            self.cache.put(chunk_id, data)
+            self.cache.keep({chunk_id: data}, wait=False)
         return data
 
     def read_chunk_range(self, chunk_id: str, start: int, length: int) -> bytes:

@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from memfs.errors import MemfsError
-from memfs.store.backend import Location, open_store, record_location
+from memfs.store.backend import Location, open_store, open_store_readonly, record_location
 from memfs.store.pg import schema
 
 
@@ -86,6 +86,8 @@ def test_a_store_of_a_newer_memfs_is_refused_unchanged(tmp_path: Path, pg_url: s
                        f"{schema.SCHEMA_VERSION}") as err:
         open_store(pg_root(tmp_path, pg_url))
     assert "newer memfs" in str(err.value.remedy)
+    with pytest.raises(MemfsError, match="schema version 99"):
+        open_store_readonly(tmp_path / "root")
     assert recorded(pg_url) == "99" and storage(pg_url) == "x"
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT COUNT(*) FROM branches").fetchone()[0] == 0

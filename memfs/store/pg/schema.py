@@ -75,17 +75,23 @@ def create(conn) -> int:
     between hosts); returns the version the store had (0: new)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-        had = version(conn)
-        if had > SCHEMA_VERSION:
-            raise MemfsError(
-                f"the PostgreSQL store is schema version {had}; this memfs knows versions up "
-                f"to {SCHEMA_VERSION}", "use the newer memfs that made or upgraded this store")
+        had = check_known(conn)
         conn.execute(DDL)
         for n in range(max(had, 1) + 1, SCHEMA_VERSION + 1):
             MIGRATIONS[n](conn)
         if had < SCHEMA_VERSION:
             conn.execute("INSERT INTO memfs_meta VALUES ('schema', %s) ON CONFLICT (key) DO "
                          "UPDATE SET value = excluded.value", (str(SCHEMA_VERSION),))
+    return had
+
+
+def check_known(conn) -> int:
+    """The version, refused if a newer memfs wrote it (read-only opens check this too)."""
+    had = version(conn)
+    if had > SCHEMA_VERSION:
+        raise MemfsError(
+            f"the PostgreSQL store is schema version {had}; this memfs knows versions up to "
+            f"{SCHEMA_VERSION}", "use the newer memfs that made or upgraded this store")
     return had
 
 

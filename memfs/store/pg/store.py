@@ -80,8 +80,10 @@ class PgStore(PgRecords):
         try:
             with self._reader.lock:
                 conn = self._reader.get()
-                if not readonly:
-                    schema.create(conn)  # a store of a newer memfs is refused here
+                if readonly:
+                    schema.check_known(conn)  # a store of a newer memfs is refused
+                else:
+                    schema.create(conn)  # likewise, or made or migrated to this version
                 self.channel = schema.channel(conn)
             if not readonly:
                 self._ensure_initial_commit()

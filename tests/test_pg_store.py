@@ -236,6 +236,39 @@ def test_a_commit_does_not_wait_for_its_cache_copies(tmp_path: Path, pg_url: str
             store.close()
 
 
+def test_the_cache_thread_goes_on_after_a_copy_fails(tmp_path: Path, pg_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy that fails in an unforeseen way is a miss, and the next ones are still written
+    (a dead writer thread would leave commits waiting for room forever)."""
+    root = pg_root(tmp_path, "a", pg_url)
+    store = open_store(root)
+    try:
+        put = store.cache.put
+        failed: list[str] = []
+
+        def flaky(cid: str, data: bytes) -> None:
+            if not failed:
+                failed.append(cid)
+                raise RuntimeError("unforeseen")
+            put(cid, data)
+
+        monkeypatch.setattr(store.cache, "put", flaky)
+        pieces = [os.urandom(1000), os.urandom(1000)]
+        with store.transaction() as tx:
+            first = tx.put_chunks(pieces[:1])
+        with store.transaction() as tx:
+            second = tx.put_chunks(pieces[1:])
+        flushed = threading.Thread(target=store.cache.flush, daemon=True)
+        flushed.start()
+        flushed.join(10)
+        assert not flushed.is_alive(), "the cache's thread stopped"
+        assert failed == first
+        assert (root / "cache/chunks" / second[0]).read_bytes() == pieces[1]
+        assert store.read_chunk(first[0]) == pieces[0]  # the miss: from the database
+    finally:
+        store.close()
+
+
 def test_a_pack_cut_short_is_an_error_on_the_embedded_store(tmp_path: Path) -> None:
     """The embedded store's side of the test above: its packs are the only copy, so a ranged
     read past what a pack holds is an error, never a short read."""

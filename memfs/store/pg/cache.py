@@ -158,6 +158,8 @@ class ChunkCache:
                 cid, data = next(iter(self._pending.items()))
             try:
                 self.put(cid, data)
+            except Exception:  # noqa: BLE001 - a copy not kept is a miss; the thread goes on
+                log.exception("chunk cache: the copy of %s was not kept", cid)
             finally:
                 with self._moved:
                     del self._pending[cid]

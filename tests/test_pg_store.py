@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from helpers.mount import REPO
 
 from memfs.store.backend import Location, open_store, read_location, record_location
+from memfs.store.pg import cache as cache_mod
 from memfs.store.pg.lease import Fenced, Leases
 from memfs.store.pg.store import PgStore
 from memfs.store.trees import encode_dir
@@ -74,9 +76,11 @@ def test_the_cache_may_be_deleted_or_damaged_under_a_running_store(tmp_path: Pat
         pieces = [os.urandom(1 << 20), b"small piece"]
         with store.transaction() as tx:
             ids = tx.put_chunks(pieces)
+        store.cache.flush()  # the copies are written by the cache's thread
         assert (root / "cache/chunks" / ids[0]).exists()
         (root / "cache/chunks" / ids[1]).write_bytes(b"other bytes")  # damaged: a miss
         assert store.read_chunk(ids[1]) == pieces[1]
+        store.cache.flush()  # its copy, rewritten by the cache's thread, would race rmtree's walk
         shutil.rmtree(root / "cache")
         assert store.read_chunk(ids[0]) == pieces[0]
         assert store.read_chunk_range(ids[0], 10, 20) == pieces[0][10:30]
@@ -181,11 +185,86 @@ def test_a_cached_chunk_cut_short_under_a_running_store_is_a_miss(tmp_path: Path
         piece = os.urandom(1 << 20)
         with store.transaction() as tx:
             (cid,) = tx.put_chunks([piece])
+        store.cache.flush()
         assert store.read_chunk_range(cid, 0, 10) == piece[:10]  # the copy, checked whole
         os.truncate(root / "cache/chunks" / cid, 1000)
         assert store.read_chunk_range(cid, 500, 4096) == piece[500:4596]
         assert store.read_chunk_range(cid, (1 << 20) - 100, 4096) == piece[-100:]
         assert store.read_chunk(cid) == piece
+    finally:
+        store.close()
+
+
+def test_a_commit_does_not_wait_for_its_cache_copies(tmp_path: Path, pg_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copies of a commit's chunks are written by the cache's thread: with that thread
+    held up, the commit still returns, its chunks read from memory until written; past
+    PENDING_MAX waiting bytes a reader's copy is not kept, and close writes what waits."""
+    root = pg_root(tmp_path, "a", pg_url)
+    store = open_store(root)
+    closed = False
+    try:
+        release = threading.Event()
+        put = store.cache.put
+        monkeypatch.setattr(store.cache, "put", lambda cid, data: (release.wait(), put(cid, data)))
+        monkeypatch.setattr(cache_mod, "PENDING_MAX", 2 << 20)
+        pieces = [os.urandom(1 << 20), os.urandom(1 << 20)]
+        done: list[list[str]] = []
+
+        def commit() -> None:
+            with store.transaction() as tx:
+                ids = tx.put_chunks(pieces)
+            done.append(ids)
+
+        t = threading.Thread(target=commit)
+        t.start()
+        t.join(10)
+        assert done, "the commit waited for its cache copies"
+        ids = done[0]
+        assert not (root / "cache/chunks" / ids[0]).exists()
+        assert store.read_chunk(ids[1]) == pieces[1]
+        assert store.read_chunk_range(ids[0], 5, 10) == pieces[0][5:15]
+        store.cache.keep({"x" * 32: b"read after a miss"}, wait=False)  # over the bound
+        release.set()
+        store.close()
+        closed = True
+        assert [(root / "cache/chunks" / i).read_bytes() for i in ids] == pieces
+        assert not (root / "cache/chunks" / ("x" * 32)).exists()
+    finally:
+        release.set()
+        if not closed:
+            store.close()
+
+
+def test_the_cache_thread_goes_on_after_a_copy_fails(tmp_path: Path, pg_url: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy that fails in an unforeseen way is a miss, and the next ones are still written
+    (a dead writer thread would leave commits waiting for room forever)."""
+    root = pg_root(tmp_path, "a", pg_url)
+    store = open_store(root)
+    try:
+        put = store.cache.put
+        failed: list[str] = []
+
+        def flaky(cid: str, data: bytes) -> None:
+            if not failed:
+                failed.append(cid)
+                raise RuntimeError("unforeseen")
+            put(cid, data)
+
+        monkeypatch.setattr(store.cache, "put", flaky)
+        pieces = [os.urandom(1000), os.urandom(1000)]
+        with store.transaction() as tx:
+            first = tx.put_chunks(pieces[:1])
+        with store.transaction() as tx:
+            second = tx.put_chunks(pieces[1:])
+        flushed = threading.Thread(target=store.cache.flush, daemon=True)
+        flushed.start()
+        flushed.join(10)
+        assert not flushed.is_alive(), "the cache's thread stopped"
+        assert failed == first
+        assert (root / "cache/chunks" / second[0]).read_bytes() == pieces[1]
+        assert store.read_chunk(first[0]) == pieces[0]  # the miss: from the database
     finally:
         store.close()
 

@@ -75,7 +75,18 @@ CREATE TABLE IF NOT EXISTS worker_events (
     line TEXT NOT NULL, PRIMARY KEY (attempt, seq));
 """
 
-MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS, 3: SESSIONS}
+# Version 4: chunk bytes are stored as they come, not compressed (STORAGE EXTERNAL: out of
+# line, never pglz). Chunks are mostly what compression cannot shrink (media, archives,
+# builds), and on those pglz spent the server's CPU to no end: a piece whose first KiB repeats
+# a few bytes makes it go through most of the MiB (measured: 51 MiB of such pieces, 0.70 s of
+# server CPU and 40 MiB/s; 0.14 s and 129 MiB/s stored as they come; docs/performance.md, "On
+# a PostgreSQL store"). The embedded store's packs do not compress either. Rows stored before
+# keep their form (reads of compressed and plain rows are the same); a DBA may choose
+# otherwise (`ALTER TABLE chunks ALTER COLUMN data SET STORAGE EXTENDED, ALTER COLUMN data SET
+# COMPRESSION lz4`) and this step, run once, does not undo it.
+CHUNKS_AS_THEY_COME = "ALTER TABLE chunks ALTER COLUMN data SET STORAGE EXTERNAL;"
+
+MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS, 3: SESSIONS, 4: CHUNKS_AS_THEY_COME}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

@@ -76,15 +76,19 @@ class PgStore(PgRecords):
         self._listeners: list[Callable[[str, str], None]] = []
         self._watcher: Watcher | None = None
         self.leases = Leases(self.url, self.host)
-        with self._reader.lock:
-            conn = self._reader.get()
-            if readonly:
-                schema.check_known(conn)  # a newer memfs's store is refused here too
-            else:
-                schema.create(conn)
-            self.channel = schema.channel(conn)
-        if not readonly:
-            self._ensure_initial_commit()
+        try:
+            with self._reader.lock:
+                conn = self._reader.get()
+                if readonly:
+                    schema.check_known(conn)  # a store of a newer memfs is refused
+                else:
+                    schema.create(conn)  # likewise, or made or migrated to this version
+                self.channel = schema.channel(conn)
+            if not readonly:
+                self._ensure_initial_commit()
+        except BaseException:
+            self.close()
+            raise
 
     @classmethod
     def open(cls, root: Path, loc: Location, *, readonly: bool = False) -> PgStore:
@@ -101,6 +105,7 @@ class PgStore(PgRecords):
         if self._watcher is not None:
             self._watcher.close()
         self.leases.close()
+        self.cache.close()
         self._reader.close()
         if self._writer is not None:
             self._writer.close()
@@ -151,8 +156,7 @@ class PgStore(PgRecords):
                 raise server_error(self.url, exc) from exc
         self.unsure_commits.clear()
         self.object_cache.put_many(tx.sent_objects)
-        for cid, data in tx.chunks.items():
-            self.cache.put(cid, data)
+        self.cache.keep(tx.chunks)  # written by the cache's thread: this commit does not wait
         for branch, head in tx.notices:
             if branch != "*":
                 self._heads[branch] = head
@@ -202,7 +206,7 @@ class PgStore(PgRecords):
         data = self.cache.get(chunk_id)
         if data is None:
             data = self._db_chunk(chunk_id)
-            self.cache.put(chunk_id, data)
+            self.cache.keep({chunk_id: data}, wait=False)
         return data
 
     def read_chunk_range(self, chunk_id: str, start: int, length: int) -> bytes:

@@ -1,0 +1,93 @@
+"""The PostgreSQL store's schema version: a new store is made at today's version, an older
+one is migrated in place when a writer opens it, a newer one is refused unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from memfs.errors import MemfsError
+from memfs.store.backend import Location, open_store, open_store_readonly, record_location
+from memfs.store.pg import schema
+
+
+def pg_root(tmp_path: Path, url: str) -> Path:
+    root = tmp_path / "root"
+    root.mkdir()
+    record_location(root, Location("postgresql", url, "host-a"))
+    return root
+
+
+def storage(url: str) -> str:
+    """How the chunks' bytes are stored: 'x' compressed if it pays (PostgreSQL's default for
+    bytea), 'e' as they come."""
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT attstorage FROM pg_attribute WHERE attrelid = "
+                            "'chunks'::regclass AND attname = 'data'").fetchone()[0]
+
+
+def recorded(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT value FROM memfs_meta WHERE key = 'schema'").fetchone()[0]
+
+
+def compressible() -> bytes:
+    return b"memfs " * (200_000)
+
+
+def stored_size(url: str, cid: str) -> int:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT pg_column_size(data) FROM chunks WHERE id = %s",
+                            (cid,)).fetchone()[0]
+
+
+def test_a_new_store_keeps_chunk_bytes_as_they_come(tmp_path: Path, pg_url: str) -> None:
+    store = open_store(pg_root(tmp_path, pg_url))
+    try:
+        data = compressible()
+        with store.transaction() as tx:
+            (cid,) = tx.put_chunks([data])
+    finally:
+        store.close()
+    assert recorded(pg_url) == str(schema.SCHEMA_VERSION)
+    assert storage(pg_url) == "e"
+    assert stored_size(pg_url, cid) >= len(data)  # never handed to pglz
+
+
+def test_a_version_1_store_is_migrated_when_a_writer_opens_it(tmp_path: Path,
+                                                              pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:  # the first release's tables and version row
+        conn.execute(schema.BASE)
+        conn.execute("INSERT INTO memfs_meta VALUES ('schema', '1')")
+        conn.execute("INSERT INTO chunks VALUES ('old', %s)", (compressible(),))
+    assert storage(pg_url) == "x" and stored_size(pg_url, "old") < len(compressible())
+    store = open_store(pg_root(tmp_path, pg_url))
+    try:
+        assert recorded(pg_url) == str(schema.SCHEMA_VERSION)
+        assert storage(pg_url) == "e"
+        with store.transaction() as tx:
+            (cid,) = tx.put_chunks([compressible() + b"!"])
+        assert stored_size(pg_url, cid) > len(compressible())
+        assert store._db_chunk(cid) == compressible() + b"!"
+        with psycopg.connect(pg_url) as conn:  # the row stored compressed reads as before
+            assert bytes(conn.execute("SELECT data FROM chunks WHERE id = 'old'"
+                                      ).fetchone()[0]) == compressible()
+    finally:
+        store.close()
+
+
+def test_a_store_of_a_newer_memfs_is_refused_unchanged(tmp_path: Path, pg_url: str) -> None:
+    with psycopg.connect(pg_url) as conn:
+        conn.execute(schema.BASE)
+        conn.execute("INSERT INTO memfs_meta VALUES ('schema', '99')")
+    with pytest.raises(MemfsError, match="schema version 99; this memfs knows versions up to "
+                       f"{schema.SCHEMA_VERSION}") as err:
+        open_store(pg_root(tmp_path, pg_url))
+    assert "newer memfs" in str(err.value.remedy)
+    with pytest.raises(MemfsError, match="schema version 99"):
+        open_store_readonly(tmp_path / "root")
+    assert recorded(pg_url) == "99" and storage(pg_url) == "x"
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM branches").fetchone()[0] == 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import hashlib
 import operator
 import os
 import posixpath
@@ -63,14 +64,16 @@ class DirMemo:
     `==` on bytes) and those rows are unchanged, a walk would build exactly these facts,
     regions and subdirectories again, so it takes them as they are.
 
-    Kept for every directory of a mount between passes, so it is compact: the listing as one
-    string, the facts as one tuple (a fact's path is its own, and a file's fact keeps the
-    very cache row that vouched for it as its record: `FileFact.seen`)."""
+    Kept for every directory of a mount between passes, so it is compact: the listing and the
+    records as their blake2b-128 digests (16 bytes a directory, where the records alone were
+    64 a file; a collision would take 2**64 tries), the facts as one tuple (a fact's path is
+    its own, and a file's fact keeps the very cache row that vouched for it as its record,
+    `FileFact.seen`)."""
 
-    listing: str  # the sorted listing, joined by NULs (no name holds one)
+    listing: bytes  # digest of the sorted listing, joined by NULs (no name holds one)
     statted: list[str] | None  # the names not ignored, in the order of `records` (None: all)
     ignored: list[Region]
-    records: bytes
+    records: bytes  # digest of the names' lstat records
     facts: tuple[FileFact, ...]  # a special file's vouched by nothing: its lstat record
     regions: list[Region]  # after the ignored ones: symlinks (following off)
     subdirs: list[tuple[str, str, LStat]]
@@ -92,8 +95,13 @@ class DirMemo:
         files.update(zip(map(_path_of, facts), facts, strict=True))
 
 
-def listing_of(names: list[str]) -> str:
-    return "\0".join(names)
+def listing_of(names: list[str]) -> bytes:
+    """The digest of a sorted listing (a name's surrogate escapes encoded one-to-one)."""
+    return _digest("\0".join(names).encode("utf-8", "surrogatepass"))
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 _path_of = operator.itemgetter(0)  # FileFact.path
@@ -211,7 +219,7 @@ class _Walk:
         can stand for, the directory's memo is made afresh."""
         regions = self.obs.regions
         old = self.memo.get(rel) if self.memo is not None else None
-        listing = listing_of(names) if self.memo_out is not None or old is not None else ""
+        listing = listing_of(names) if self.memo_out is not None or old is not None else b""
         if old is not None and old.listing == listing:
             statted = names if old.statted is None else old.statted
             ignored = old.ignored
@@ -222,7 +230,8 @@ class _Walk:
             statted = self._not_ignored(rel, names)
             ignored = regions[mark:]
         recs = lstat_records(fd, statted)
-        if old is not None and recs == old.records and old.vouched_by(self.cache):
+        recs_digest = _digest(recs) if self.memo_out is not None or old is not None else b""
+        if old is not None and recs_digest == old.records and old.vouched_by(self.cache):
             regions.extend(old.regions)
             if self.hits is not None:
                 self.hits.append(old)
@@ -238,7 +247,7 @@ class _Walk:
         if self.memo_out is not None:
             if keep:
                 self.memo_out[rel] = DirMemo(
-                    listing, None if statted is names else statted, ignored, recs,
+                    listing, None if statted is names else statted, ignored, recs_digest,
                     tuple(facts), regions[mark:], subdirs, self.cache)
             else:
                 self.memo_out.pop(rel, None)

@@ -15,6 +15,7 @@ import xxhash
 from memfs import heap
 from memfs.backing.storeview import StoreView
 from memfs.reconcile.facts import shared_content
+from memfs.reconcile.observe import observe
 from memfs.reconcile.rule import MODES, Content
 from memfs.store import Store
 from memfs.store.journal import FingerprintRow, Journal
@@ -96,6 +97,40 @@ def test_a_snapshot_of_fingerprints_shares_the_ints_that_repeat(tmp_path: Path) 
     assert patched["c"].ctime_ns is patched["c"].mtime_ns
     assert patched["c"].dev is patched["a"].dev
     assert patched["c"] == row(3)  # the same values
+
+
+def test_a_snapshot_shares_the_times_rows_repeat(tmp_path: Path) -> None:
+    """Files written in one clock tick share an mtime, and files hashed in one directory a
+    hash time: one int object each across the snapshot's rows, read from SQLite or patched."""
+    def row(i: int) -> FingerprintRow:
+        return FingerprintRow(int(str(5000 + i)), int(str(10**18)), int(str(10**18 + 1)),
+                              int(str(7000 + i)), 66305, "a" * 32, "text",
+                              int(str(10**18 + 99)))
+
+    j = Journal(tmp_path / "store.db")
+    j.put_fingerprints("work", {"a": row(1), "b": row(2)})
+    read = Journal(tmp_path / "store.db").pass_inputs("work").fingerprints
+    j.pass_inputs("work")
+    j.put_fingerprints("work", {"c": row(3)})
+    patched = j.pass_inputs("work").fingerprints
+    for snap in (read, patched):
+        a, b = snap["a"], snap["b"]
+        assert a.mtime_ns is b.mtime_ns and a.ctime_ns is b.ctime_ns
+        assert a.hashed_at_ns is b.hashed_at_ns
+    assert patched["c"].hashed_at_ns is patched["a"].hashed_at_ns
+    assert patched["c"] == row(3)
+
+
+def test_files_hashed_in_one_directory_share_their_hash_time(tmp_path: Path) -> None:
+    """The hash time a walk records is when the directory's first hash began (earlier than
+    each file's own, so only stricter for the racy rule): one int for the directory."""
+    for i in range(5):
+        (tmp_path / f"f{i}.txt").write_text(f"{i}\n")
+    ticks = iter(range(10**18, 10**18 + 100))
+    hashed = observe(tmp_path, clock=lambda: next(ticks)).hashed
+    times = {id(r.hashed_at_ns) for r in hashed.values()}
+    assert len(hashed) == 5 and len(times) == 1
+    assert next(iter(hashed.values())).hashed_at_ns == 10**18
 
 
 def test_the_store_view_and_the_disk_side_share_a_content(tmp_path: Path) -> None:

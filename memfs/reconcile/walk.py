@@ -140,6 +140,10 @@ class _Walk:
     memo: dict[str, DirMemo] | None = None  # read per directory (None: off)
     memo_out: dict[str, DirMemo] | None = None  # where this walk's memos go
     hits: list[DirMemo] | None = None  # memos taken, files not yet added (see WalkMemo.last)
+    # When the current directory's first hash began: every file hashed in the directory
+    # records it as its hash time (earlier than its own start, so the racy rule only gets
+    # stricter), one int for the directory's rows instead of one per file.
+    started: int | None = None
 
     def ignored(self, rel: str, name: str) -> str | None:
         if name.startswith(TEMP_PREFIX):
@@ -240,6 +244,7 @@ class _Walk:
             self.memo_out[rel] = old  # type: ignore[index]
             return old.subdirs
         self.flush()
+        self.started = None  # this directory's first hash reads the clock
         mark = len(regions)
         facts: list[FileFact] = []
         subdirs: list[tuple[str, str, LStat]] = []
@@ -423,7 +428,9 @@ class _Walk:
                     "hardlink" if linked else "oversize", mime, True,
                     MODES[first.st_mode & MODE_BITS])
                 return
-            started = self.clock()
+            started = self.started
+            if started is None:
+                started = self.started = self.clock()
             h = xxhash.xxh3_128()
             head = b""
             offset = 0

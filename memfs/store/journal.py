@@ -124,19 +124,36 @@ class PassInputs:
 _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
 _NO_MODES: Mapping[str, int] = MappingProxyType({})
 _DEVS: dict[int, int] = {}  # one int object per device number: a snapshot keeps one per file
+# One int object per recent time or size value: files written by one tar, checkout or take-in
+# share mtimes (the kernel's coarse clock) and, hashed by one walk's directory, the hash time;
+# each is a 32-byte int of its own otherwise, kept per file in the snapshot. Emptied when
+# full: a miss only costs the sharing. Any thread (a lost entry to a race costs the same).
+_INTS: dict[int, int] = {}
+INTS_KEPT = 1 << 14
 _new = tuple.__new__
+
+
+def _shared(v: int) -> int:
+    got = _INTS.get(v)
+    if got is None:
+        if len(_INTS) >= INTS_KEPT:
+            _INTS.clear()
+        got = _INTS[v] = v
+    return got
 
 
 def _row(size: int, mtime_ns: int, ctime_ns: int, ino: int, dev: int, digest: str, kind: str,
          hashed_at_ns: int, mime: str | None) -> FingerprintRow:
-    """A snapshot's row, sharing the ints that repeat: the device (one per mount's disk) and
-    a ctime equal to the mtime (a file written and not chmod-ed since). Each is a 32-byte int
-    of its own otherwise, kept per file (CPython shares only -5..256). tuple.__new__ skips the
-    NamedTuple's Python-level __new__: one per file."""
-    if ctime_ns == mtime_ns:
-        ctime_ns = mtime_ns
-    return _new(FingerprintRow, (size, mtime_ns, ctime_ns, ino, _DEVS.setdefault(dev, dev),
-                                 digest, kind, hashed_at_ns, mime))
+    """A snapshot's row, sharing the ints that repeat: the device (one per mount's disk), a
+    ctime equal to the mtime (a file written and not chmod-ed since), and times and sizes
+    other rows have (`_INTS`). Each is a 32-byte int of its own otherwise, kept per file
+    (CPython shares only -5..256). tuple.__new__ skips the NamedTuple's Python-level
+    __new__: one per file."""
+    mtime_ns = _shared(mtime_ns)
+    ctime_ns = mtime_ns if ctime_ns == mtime_ns else _shared(ctime_ns)
+    return _new(FingerprintRow, (size if -5 <= size <= 256 else _shared(size), mtime_ns,
+                                 ctime_ns, ino, _DEVS.setdefault(dev, dev), digest, kind,
+                                 _shared(hashed_at_ns), mime))
 
 
 def _change_count(c: sqlite3.Connection) -> int:

@@ -148,6 +148,29 @@ def test_the_store_view_and_the_disk_side_share_a_content(tmp_path: Path) -> Non
     ws.store.close()
 
 
+def test_unloaded_files_of_one_size_share_their_data(tmp_path: Path) -> None:
+    """A committed file whose chunk map is not loaded keeps only its size: one shared object
+    per size (a FileData of its own was 72 bytes a node). A write loads the file's own data
+    first, so the other file of that size is untouched; setting a field on the shared one
+    fails loudly."""
+    ws = Workspace(Store.open(tmp_path / "root"), commit_interval=0.05)
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    a = ws.create(work, b"a.txt", FILE, 0o644, 0, 0)
+    b = ws.create(work, b"b.txt", FILE, 0o644, 0, 0)
+    ws.write(a, 0, b"one\n")
+    ws.write(b, 0, b"two\n")
+    trio.run(ws.commit)
+    assert a.data is b.data and isinstance(a.data, nodes.UnloadedData)
+    with pytest.raises(TypeError, match="shared"):
+        b.data.size = 99  # type: ignore[union-attr]
+    ws.write(a, 0, b"ONE!\n")
+    assert a.data is not b.data
+    assert ws.read(a, 0, 10) == b"ONE!\n" and ws.read(b, 0, 10) == b"two\n"
+    trio.run(ws.commit)
+    assert ws.read(b, 0, 10) == b"two\n" and b.data.size == 4  # type: ignore[union-attr]
+    ws.store.close()
+
+
 def test_nodes_made_in_one_clock_tick_share_their_time() -> None:
     """A take-in makes thousands of nodes a tick: their times are one int object (equal
     values; an int of its own is 32 bytes a node)."""

@@ -245,6 +245,38 @@ class FileData:
         self.size = size
 
 
+class UnloadedData(FileData):
+    """A committed file's data before its chunk map is read: nothing but its size, one object
+    shared by the unloaded files of that size (`unloaded`). A bound mount keeps a node per
+    file it takes in, and a FileData of its own was 72 bytes each. Read-only: every change
+    goes through memfs.workspace.loading.load_data, which gives the file a FileData of its
+    own first; anything else setting a field fails loudly instead of changing every file of
+    that size."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise TypeError(f"an unloaded file's data is shared (setting {name}): load it first")
+
+
+_UNLOADED: dict[int, UnloadedData] = {}
+UNLOADED_KEPT = 1 << 16  # sizes remembered; emptied when full (a miss costs one object)
+
+
+def unloaded(size: int) -> FileData:
+    """The shared data of an unloaded file of `size` bytes (loop thread)."""
+    got = _UNLOADED.get(size)
+    if got is None:
+        if len(_UNLOADED) >= UNLOADED_KEPT:
+            _UNLOADED.clear()
+        got = FileData.__new__(UnloadedData)
+        for name, value in (("size", size), ("chunks", EMPTY), ("dirty", EMPTY),
+                            ("gen", EMPTY), ("spill", None)):
+            object.__setattr__(got, name, value)
+        _UNLOADED[size] = got
+    return got
+
+
 class Node:
     __slots__ = (
         "id", "kind", "mode", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "xattrs",
@@ -334,5 +366,5 @@ class Node:
         elif self.kind == DIR:
             self._children = None
         elif self.kind == FILE:
-            self.data = FileData(e.size)
+            self.data = unloaded(e.size)
             self._data_loaded = False

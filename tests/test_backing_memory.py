@@ -5,6 +5,7 @@ after it, divided by the files (docs/lifecycle.md, "Memory")."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -169,6 +170,27 @@ def test_unloaded_files_of_one_size_share_their_data(tmp_path: Path) -> None:
     trio.run(ws.commit)
     assert ws.read(b, 0, 10) == b"two\n" and b.data.size == 4  # type: ignore[union-attr]
     ws.store.close()
+
+
+def test_a_shared_content_costs_no_key_of_its_own() -> None:
+    """The Contents D and S share are found by the digest alone (one kind and mode per digest
+    is nearly every file): no key tuple per entry. A digest under a second mode still gets
+    a Content of its own, shared in turn."""
+    import tracemalloc
+
+    digests = [sys.intern(xxhash.xxh3_128_hexdigest(str(i).encode())) for i in range(10_000)]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        kept = [shared_content(d, "text", MODES[0o644]) for d in digests]
+        per = (tracemalloc.get_traced_memory()[0] - base) / len(digests)
+    finally:
+        tracemalloc.stop()
+    assert per < 130, f"{per:.0f} B an entry"  # 85 measured; 158 with a key tuple each
+    a = shared_content(digests[0], "text", MODES[0o755])
+    assert a is not kept[0] and a.mode == 0o755 and kept[0].mode == 0o644
+    assert shared_content(digests[0], "text", MODES[0o755]) is a
+    assert shared_content(digests[0], "text", MODES[0o644]) is kept[0]
 
 
 def test_nodes_made_in_one_clock_tick_share_their_time() -> None:

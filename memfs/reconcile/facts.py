@@ -229,16 +229,28 @@ def _under(path: str, scope: str) -> bool:
     return scope == "" or path == scope or path.startswith(scope + "/")
 
 
+# One Content per (digest, kind, mode), found by the digest alone first: nearly every digest
+# has one kind and mode, and a key tuple of its own was 64 bytes an entry. The others (one
+# content under two modes, say) are kept by the whole key.
+_BY_DIGEST: dict[str | None, Content] = {}
 _CONTENTS: dict[tuple[str | None, Kind, int | None], Content] = {}
 CONTENTS_KEPT = 1 << 16
 
 
 def shared_content(digest: str | None, kind: Kind, mode: int | None) -> Content:
-    """D for a fact, one object per (digest, kind, mode): a dict emptied when full (an
+    """D for a fact, one object per (digest, kind, mode): dicts emptied when full (an
     lru_cache's links cost ~150 bytes an entry more); losing an entry only costs building it
     again. The store view takes S's from here too, so a file both sides agree on has one
-    Content, not two (a plain dict: any thread may read or fill it, losing nothing but an
+    Content, not two (plain dicts: any thread may read or fill them, losing nothing but an
     entry to a race)."""
+    got = _BY_DIGEST.get(digest)
+    if got is not None and got.kind == kind and got.mode == mode:
+        return got
+    if got is None:
+        if len(_BY_DIGEST) >= CONTENTS_KEPT:
+            _BY_DIGEST.clear()
+        got = _BY_DIGEST[digest] = Content(digest, kind, mode)
+        return got
     key = (digest, kind, mode)
     got = _CONTENTS.get(key)
     if got is None:

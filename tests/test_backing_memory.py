@@ -134,6 +134,24 @@ def test_files_hashed_in_one_directory_share_their_hash_time(tmp_path: Path) -> 
     assert next(iter(hashed.values())).hashed_at_ns == 10**18
 
 
+def test_a_walk_record_is_the_snapshot_row(tmp_path: Path) -> None:
+    """The fingerprints a walk hashed are written to the journal and patched into its
+    snapshot as the walk's own records (their ints already the shared ones), not copies: the
+    fact and the row of a file are one object."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    for i in range(3):
+        (disk / f"f{i}.txt").write_text(f"{i}\n")
+    obs = observe(disk)
+    j = Journal(tmp_path / "store.db")
+    j.pass_inputs("work")  # a snapshot current when the write begins: patched by it
+    j.put_fingerprints("work", dict(obs.hashed))  # type: ignore[arg-type]
+    snap = j.pass_inputs("work").fingerprints
+    for path, rec in obs.hashed.items():
+        assert snap[path] is rec and obs.files[path].seen is rec
+    assert Journal(tmp_path / "store.db").pass_inputs("work").fingerprints == snap
+
+
 def test_the_store_view_and_the_disk_side_share_a_content(tmp_path: Path) -> None:
     """A file the store and disk agree on gets one Content for both S and D (the store view
     takes it from the disk side's cache), not a second object per file."""

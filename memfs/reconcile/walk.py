@@ -54,6 +54,7 @@ from memfs.reconcile.facts import (
 from memfs.reconcile.lstat import LStat, unpack
 from memfs.reconcile.lstat import records as lstat_records
 from memfs.reconcile.rule import MODE_BITS, MODES
+from memfs.shared import shared_int
 
 
 @dataclass(slots=True)
@@ -457,8 +458,12 @@ class _Walk:
             kind = "oversize"
         fp = Fingerprint.of(last)
         digest = sys.intern(h.hexdigest())
-        rec = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev, digest, kind,
-                         started, mime)
+        # Its ints shared as the journal's rows share them (memfs.shared), so the snapshot
+        # keeps this very record as the file's row: one object for the fact and the row.
+        mtime = shared_int(fp.mtime_ns)
+        rec = HashRecord(shared_int(fp.size), mtime,
+                         mtime if fp.ctime_ns == mtime else shared_int(fp.ctime_ns), fp.ino,
+                         shared_int(fp.dev), digest, kind, shared_int(started), mime)
         self.obs.files[rel] = FileFact(rel, rec, True, MODES[last.st_mode & MODE_BITS])
         if all(INT64_MIN <= v <= INT64_MAX for v in fp):
             self.obs.hashed[rel] = rec  # the fact's own record

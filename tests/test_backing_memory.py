@@ -282,3 +282,18 @@ def test_a_trim_gives_the_freed_heap_back() -> None:
     heap.trim()
     given = before - rss(os.getpid())
     assert given > 32 << 20, f"the trim gave back {given >> 20} MiB of 64"
+
+
+@pytest.mark.trio
+async def test_status_counts_from_the_passes_converted_evidence(tmp_path: Path) -> None:
+    """What status counts as owed reads P converted as the last whole pass converted it (the
+    same journal snapshot), not a converted copy of its own: one map per mount, not two."""
+    from helpers.backing import attached, close
+
+    ws, b, _ = await attached(tmp_path, {f"f{i}.txt": f"{i}\n" for i in range(20)})
+    await b.run_pass("work")
+    await b.refresh_status()
+    ours = b.passes.evidence_memos[("work", "")]
+    assert len(ours.evidence) == 20
+    assert b.owed._evidence["work"] is ours
+    close(ws, b)

@@ -5,6 +5,7 @@ after it, divided by the files (docs/lifecycle.md, "Memory")."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from helpers.proc import rss
 from memfs import heap
 from memfs.backing.storeview import StoreView
 from memfs.reconcile.facts import shared_content
+from memfs.reconcile.observe import observe
 from memfs.reconcile.rule import MODES, Content
 from memfs.store import Store
 from memfs.store.journal import FingerprintRow, Journal
@@ -26,13 +28,14 @@ from memfs.workspace.workspace import Workspace
 FILES = 20_000
 PER_DIR = 100
 # The daemon's RSS grown per file, attached and idle (see test_a_bound_mount_holds_its_bound):
-# 3.35 KB measured with the heap trimmed after the take-in and the shared ints and Contents
-# (4 runs within 25 B), 3.63-3.87 KB before them, 5.36 KB before the compact nodes and memos.
-# The bound leaves ~250 B a file (4.8 MiB at 20k files) above today's figure for the
+# 2.50-2.55 KB measured (3 runs) with compact facts and memos, the walk's records as the
+# journal's rows, shared ints, shared unloaded data and slotted decisions; 3.35 KB before them, 3.63-3.87 KB
+# before the heap trim and the shared ints and Contents, 5.36 KB before the compact nodes and
+# memos. The bound leaves ~250 B a file (4.8 MiB at 20k files) above today's figure for the
 # allocator's noise: before the second trim (passes.TRIM_AFTER) runs varied by up to 230 B
 # with where a worker thread's arena landed. Lower it as the figure drops (the target is well
 # under 1 KB: docs/lifecycle.md says what is left).
-BOUND_PER_FILE = 3600
+BOUND_PER_FILE = 2800
 
 
 def tree(disk: Path, n: int) -> None:
@@ -91,6 +94,58 @@ def test_a_snapshot_of_fingerprints_shares_the_ints_that_repeat(tmp_path: Path) 
     assert patched["c"] == row(3)  # the same values
 
 
+def test_a_snapshot_shares_the_times_rows_repeat(tmp_path: Path) -> None:
+    """Files written in one clock tick share an mtime, and files hashed in one directory a
+    hash time: one int object each across the snapshot's rows, read from SQLite or patched."""
+    def row(i: int) -> FingerprintRow:
+        return FingerprintRow(int(str(5000 + i)), int(str(10**18)), int(str(10**18 + 1)),
+                              int(str(7000 + i)), 66305, "a" * 32, "text",
+                              int(str(10**18 + 99)))
+
+    j = Journal(tmp_path / "store.db")
+    j.put_fingerprints("work", {"a": row(1), "b": row(2)})
+    read = Journal(tmp_path / "store.db").pass_inputs("work").fingerprints
+    j.pass_inputs("work")
+    j.put_fingerprints("work", {"c": row(3)})
+    patched = j.pass_inputs("work").fingerprints
+    for snap in (read, patched):
+        a, b = snap["a"], snap["b"]
+        assert a.mtime_ns is b.mtime_ns and a.ctime_ns is b.ctime_ns
+        assert a.hashed_at_ns is b.hashed_at_ns
+    assert patched["c"].hashed_at_ns is patched["a"].hashed_at_ns
+    assert patched["c"] == row(3)
+
+
+def test_files_hashed_in_one_directory_share_their_hash_time(tmp_path: Path) -> None:
+    """The hash time a walk records is when the directory's first hash began (earlier than
+    each file's own, so only stricter for the racy rule): one int for the directory."""
+    for i in range(5):
+        (tmp_path / f"f{i}.txt").write_text(f"{i}\n")
+    ticks = iter(range(10**18, 10**18 + 100))
+    hashed = observe(tmp_path, clock=lambda: next(ticks)).hashed
+    times = {id(r.hashed_at_ns) for r in hashed.values()}
+    assert len(hashed) == 5 and len(times) == 1
+    assert next(iter(hashed.values())).hashed_at_ns == 10**18
+
+
+def test_a_walk_record_is_the_snapshot_row(tmp_path: Path) -> None:
+    """The fingerprints a walk hashed are written to the journal and patched into its
+    snapshot as the walk's own records (their ints already the shared ones), not copies: the
+    fact and the row of a file are one object."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    for i in range(3):
+        (disk / f"f{i}.txt").write_text(f"{i}\n")
+    obs = observe(disk)
+    j = Journal(tmp_path / "store.db")
+    j.pass_inputs("work")  # a snapshot current when the write begins: patched by it
+    j.put_fingerprints("work", dict(obs.hashed))  # type: ignore[arg-type]
+    snap = j.pass_inputs("work").fingerprints
+    for path, rec in obs.hashed.items():
+        assert snap[path] is rec and obs.files[path].seen is rec
+    assert Journal(tmp_path / "store.db").pass_inputs("work").fingerprints == snap
+
+
 def test_the_store_view_and_the_disk_side_share_a_content(tmp_path: Path) -> None:
     """A file the store and disk agree on gets one Content for both S and D (the store view
     takes it from the disk side's cache), not a second object per file."""
@@ -103,6 +158,89 @@ def test_the_store_view_and_the_disk_side_share_a_content(tmp_path: Path) -> Non
     digest = xxhash.xxh3_128_hexdigest(b"hello\n")
     assert got == Content(digest, "text", 0o644)
     assert got is shared_content(digest, "text", MODES[0o644])  # what Observation.disk gives
+    ws.store.close()
+
+
+def test_unloaded_files_of_one_size_share_their_data(tmp_path: Path) -> None:
+    """A committed file whose chunk map is not loaded keeps only its size: one shared object
+    per size (a FileData of its own was 72 bytes a node). A write loads the file's own data
+    first, so the other file of that size is untouched; setting a field on the shared one
+    fails loudly."""
+    ws = Workspace(Store.open(tmp_path / "root"), commit_interval=0.05)
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    a = ws.create(work, b"a.txt", FILE, 0o644, 0, 0)
+    b = ws.create(work, b"b.txt", FILE, 0o644, 0, 0)
+    ws.write(a, 0, b"one\n")
+    ws.write(b, 0, b"two\n")
+    trio.run(ws.commit)
+    assert a.data is b.data and isinstance(a.data, nodes.UnloadedData)
+    with pytest.raises(TypeError, match="shared"):
+        b.data.size = 99  # type: ignore[union-attr]
+    ws.write(a, 0, b"ONE!\n")
+    assert a.data is not b.data
+    assert ws.read(a, 0, 10) == b"ONE!\n" and ws.read(b, 0, 10) == b"two\n"
+    trio.run(ws.commit)
+    assert ws.read(b, 0, 10) == b"two\n" and b.data.size == 4  # type: ignore[union-attr]
+    ws.store.close()
+
+
+def test_a_shared_content_costs_no_key_of_its_own() -> None:
+    """The Contents D and S share are found by the digest alone (one kind and mode per digest
+    is nearly every file): no key tuple per entry. A digest under a second mode still gets
+    a Content of its own, shared in turn."""
+    import tracemalloc
+
+    digests = [sys.intern(xxhash.xxh3_128_hexdigest(str(i).encode())) for i in range(10_000)]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        kept = [shared_content(d, "text", MODES[0o644]) for d in digests]
+        per = (tracemalloc.get_traced_memory()[0] - base) / len(digests)
+    finally:
+        tracemalloc.stop()
+    assert per < 130, f"{per:.0f} B an entry"  # 85 measured; 158 with a key tuple each
+    a = shared_content(digests[0], "text", MODES[0o755])
+    assert a is not kept[0] and a.mode == 0o755 and kept[0].mode == 0o644
+    assert shared_content(digests[0], "text", MODES[0o755]) is a
+    assert shared_content(digests[0], "text", MODES[0o644]) is kept[0]
+
+
+def test_a_decision_is_compact() -> None:
+    """A take-in decides every file it takes, and the pass's plans are kept until the next
+    pass: a Decision has slots and shares the empty requirement set (a dict and a
+    frozenset of its own made it 440 bytes)."""
+    import tracemalloc
+    from dataclasses import replace
+
+    from memfs.reconcile.rule import Action, Decision, Detail, State
+
+    digests = [xxhash.xxh3_128_hexdigest(str(i).encode()) for i in range(10_000)]
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        kept = [replace(Decision(Action.ADOPT_DISK, State.SYNCED, Detail.INGEST, record=d),
+                        mode=MODES[0o644], record_mode=MODES[0o644]) for d in digests]
+        per = (tracemalloc.get_traced_memory()[0] - base) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert per < 200, f"{per:.0f} B a decision"  # 168 measured; 440 before
+
+
+def test_nodes_share_their_mode_and_owner_ints(tmp_path: Path) -> None:
+    """A node's mode, uid and gid are one int object per value (0o644 or a uid of 1000 built
+    fresh was 32 bytes a node each), made or loaded from a committed tree."""
+    ws = Workspace(Store.open(tmp_path / "root"), commit_interval=0.05)
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    a, b = (ws.create(work, n, FILE, int("644", 8), int("1000"), int(str(10**6)), )
+            for n in (b"a", b"b"))
+    assert a.mode is b.mode and a.uid is b.uid and a.gid is b.gid
+    trio.run(ws.commit)
+    ws.store.close()
+    ws = Workspace(Store.open(tmp_path / "root"), commit_interval=0.05)
+    kids = ws.children(ws.children(ws.root)[b"work"])
+    a, b = kids[b"a"], kids[b"b"]
+    assert a.mode == 0o644 and a.uid == 1000 and a.gid == 10**6
+    assert a.mode is b.mode and a.uid is b.uid and a.gid is b.gid
     ws.store.close()
 
 
@@ -137,3 +275,18 @@ def test_a_trim_gives_the_freed_heap_back() -> None:
     heap.trim()
     given = before - rss(os.getpid())
     assert given > 32 << 20, f"the trim gave back {given >> 20} MiB of 64"
+
+
+@pytest.mark.trio
+async def test_status_counts_from_the_passes_converted_evidence(tmp_path: Path) -> None:
+    """What status counts as owed reads P converted as the last whole pass converted it (the
+    same journal snapshot), not a converted copy of its own: one map per mount, not two."""
+    from helpers.backing import attached, close
+
+    ws, b, _ = await attached(tmp_path, {f"f{i}.txt": f"{i}\n" for i in range(20)})
+    await b.run_pass("work")
+    await b.refresh_status()
+    ours = b.passes.evidence_memos[("work", "")]
+    assert len(ours.evidence) == 20
+    assert b.owed._evidence["work"] is ours
+    close(ws, b)

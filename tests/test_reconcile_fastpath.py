@@ -75,7 +75,7 @@ def test_decide_unchanged_is_the_rule(disk, store, p, kind, dm, sm, pm):
 
 def _fact(path: str, digest: str | None, kind: str) -> FileFact:
     fp = Fingerprint(1, 2, 3, 4, 5)
-    return FileFact(path, 1, fp, digest, kind, "text/plain", False)  # type: ignore[arg-type]
+    return FileFact.of(path, 1, fp, digest, kind, "text/plain", False)  # type: ignore[arg-type]
 
 
 @st.composite

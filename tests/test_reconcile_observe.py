@@ -16,7 +16,7 @@ import pytest
 from helpers.require import require_tool, root_missing
 
 from memfs.reconcile.contained import RootId, RootUnavailable
-from memfs.reconcile.observe import HEAD, HashRecord, WalkMemo, observe
+from memfs.reconcile.observe import HEAD, WalkMemo, observe
 from memfs.reconcile.rule import ABSENT, Content, DiskUnknown
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -276,13 +276,11 @@ def test_recorded_root_identity_type(tree: Path):
 
 
 def test_fingerprint_cache_round_trips_through_the_journal(tree: Path, tmp_path: Path):
-    from dataclasses import asdict
-
     from memfs.store.journal import FingerprintRow, Journal
 
     j = Journal(tmp_path / "store.db")
     first = observe(tree, clock=later)
-    j.put_fingerprints("work", {p: FingerprintRow(**asdict(r)) for p, r in first.hashed.items()})
+    j.put_fingerprints("work", {p: FingerprintRow(*r) for p, r in first.hashed.items()})
     j.close()
     again = observe(tree, cache=Journal(tmp_path / "store.db").fingerprints("work"))
     assert not any(f.rehashed for f in again.files.values())
@@ -354,7 +352,7 @@ def test_directory_memos_are_taken_only_while_unchanged(tree: Path):
                                                                    memo=memo).files
     row = cache["src/deep/c.txt"]
     cache2 = dict(cache)
-    cache2["src/deep/c.txt"] = HashRecord(**{**row.__dict__, "digest": "f" * 32})
+    cache2["src/deep/c.txt"] = row._replace(digest="f" * 32)
     o = observe(tree, cache=cache2, memo=memo)
     assert o.files["src/deep/c.txt"].digest == "f" * 32
     assert o.files == observe(tree, cache=cache2).files

@@ -105,7 +105,8 @@ class Backing:
                              self.intent, self.settle, self.conflicts, self.events, self.gate,
                              self.applier, self.planner, self.onaccess)
         self.materializer = Materializer(self.passes)
-        self.owed = OwedCounter(lambda: ws.branch, self.journal, self.view, self.intent)
+        self.owed = OwedCounter(lambda: ws.branch, self.journal, self.view, self.intent,
+                                lambda mount: self.passes.evidence_memos.get((mount, "")))
         self.agent = AfterBatch(self.config, self.events, self._pass)
         self.auto = AutoMaterialize(ws, self.config, self.view, self.gate, self.materializer,
                                     self.events)

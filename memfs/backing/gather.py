@@ -57,10 +57,14 @@ class Gathered:
         return self.obs.files
 
 
-def convert_evidence(rows: Mapping[str, str | None], last: EvidenceMemo | None) -> EvidenceMemo:
-    """P as the rule reads it (agreed absence as ABSENT), converted once per journal snapshot."""
-    if last is not None and last.rows is rows:
-        return last
+def convert_evidence(rows: Mapping[str, str | None],
+                     *known: EvidenceMemo | None) -> EvidenceMemo:
+    """P as the rule reads it (agreed absence as ABSENT), converted once per journal snapshot:
+    a `known` conversion of these very rows (its caller's last, another owner's) is taken as
+    it is, so owners reading one snapshot share one converted map, not a copy per file each."""
+    for last in known:
+        if last is not None and last.rows is rows:
+            return last
     return EvidenceMemo(rows, {p: (ABSENT if d is None else d) for p, d in rows.items()})
 
 

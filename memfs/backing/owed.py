@@ -42,10 +42,12 @@ class Owed:
 
 
 def _count(journal: Journal, mount: str, s_view: Mapping[str, Content], table: IntentTable,
-           branch: str, last: EvidenceMemo | None) -> tuple[Owed, EvidenceMemo]:
-    """Worker thread: the journal's snapshot (remembered while unchanged) and the count."""
+           branch: str, last: EvidenceMemo | None,
+           passes: EvidenceMemo | None) -> tuple[Owed, EvidenceMemo]:
+    """Worker thread: the journal's snapshot (remembered while unchanged) and the count; P
+    converted as this counter or the last whole pass last converted it, if the same rows."""
     got = journal.pass_inputs(mount)
-    ev = convert_evidence(got.evidence, last)
+    ev = convert_evidence(got.evidence, last, passes)
     c = count_owed(s_view, ev.evidence, table, pending_from_journal(got.pending, branch),
                    got.modes)
     return Owed(c.pending_changes, c.pending_workspace_deletions, c.conflicts), ev
@@ -53,8 +55,11 @@ def _count(journal: Journal, mount: str, s_view: Mapping[str, Content], table: I
 
 class OwedCounter:
     def __init__(self, branch: Callable[[], str], journal: Journal, view: StoreView,
-                 intent: BranchIntent) -> None:
+                 intent: BranchIntent,
+                 pass_evidence: Callable[[str], EvidenceMemo | None] = lambda mount: None,
+                 ) -> None:
         self._branch = branch
+        self._pass_evidence = pass_evidence  # a mount's last whole pass's converted P
         self.journal = journal
         self.view = view
         self.intent = intent
@@ -84,7 +89,7 @@ class OwedCounter:
         try:
             owed, ev = await trio.to_thread.run_sync(
                 _count, self.journal, mount, s_view, self.intent.table(mount), self._branch(),
-                self._evidence.get(mount))
+                self._evidence.get(mount), self._pass_evidence(mount))
         except MemfsError:
             return self.last.get(mount)
         if self._stored.get(mount, 0) < asked:

@@ -91,7 +91,7 @@ class CachedHash(Protocol):
     @property
     def dev(self) -> int: ...
     @property
-    def digest(self) -> str: ...
+    def digest(self) -> str | None: ...
     @property
     def kind(self) -> str: ...
     @property
@@ -100,30 +100,79 @@ class CachedHash(Protocol):
     def mime(self) -> str | None: ...  # sniffed when hashed (None: not recorded)
 
 
-@dataclass(frozen=True)
-class HashRecord:
-    """A fresh cache entry; field names match memfs.store.journal.FingerprintRow."""
+class HashRecord(NamedTuple):
+    """A fresh cache entry; its fields (names and order) are memfs.store.journal.FingerprintRow's,
+    so a FileFact keeps either as its record. A NamedTuple: a walk makes one per file hashed."""
 
     size: int
     mtime_ns: int
     ctime_ns: int
     ino: int
     dev: int
-    digest: str
+    digest: str | None  # None: never hashed (a special file, an untracked oversize one)
     kind: str
     hashed_at_ns: int
     mime: str | None = None
 
 
 class FileFact(NamedTuple):
+    """One file as a walk found it. Compact, because a mount keeps one per file between passes
+    (its walk memo, beside the journal's snapshot of the same rows): the fingerprint, digest,
+    kind and MIME type are its record's, `seen`: the very cache row that vouched for the bytes
+    (the journal snapshot's object, not a copy) or the HashRecord this walk made. Two facts
+    are equal when all the rule and the fast paths read is (`key`), whatever the record's
+    hash time."""
+
     path: str
-    size: int
-    fingerprint: Fingerprint
-    digest: str | None  # None: an untracked oversize file seen by a head read only
-    kind: Kind
-    mime: str
+    seen: CachedHash  # a FingerprintRow or a HashRecord
     rehashed: bool  # False when a trusted fingerprint vouched for the cached digest
     mode: int | None = None  # permission bits (rule.MODE_BITS) as lstat gave them
+
+    @classmethod
+    def of(cls, path: str, size: int, fp: Fingerprint, digest: str | None, kind: Kind,
+           mime: str, rehashed: bool, mode: int | None = None) -> FileFact:
+        """A fact from its parts."""
+        return cls(path, HashRecord(size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev, digest,
+                                    kind, 0, mime), rehashed, mode)
+
+    @property
+    def size(self) -> int:
+        return self.seen.size
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        s = self.seen
+        return new_tuple(Fingerprint, (s.size, s.mtime_ns, s.ctime_ns, s.ino, s.dev))
+
+    @property
+    def digest(self) -> str | None:  # None: an untracked oversize file seen by a head read only
+        return self.seen.digest
+
+    @property
+    def kind(self) -> Kind:
+        return self.seen.kind  # type: ignore[return-value]
+
+    @property
+    def mime(self) -> str:
+        return MIME_OF_KIND.get(self.seen.kind) or getattr(self.seen, "mime", None) or OCTET
+
+    def key(self) -> tuple[object, ...]:
+        s = self.seen
+        return (self.path, s.size, s.mtime_ns, s.ctime_ns, s.ino, s.dev, s.digest, s.kind,
+                self.mime, self.rehashed, self.mode)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, FileFact):
+            return NotImplemented
+        return self.key() == other.key()
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self.key())
 
 
 @dataclass(frozen=True)
@@ -180,16 +229,28 @@ def _under(path: str, scope: str) -> bool:
     return scope == "" or path == scope or path.startswith(scope + "/")
 
 
+# One Content per (digest, kind, mode), found by the digest alone first: nearly every digest
+# has one kind and mode, and a key tuple of its own was 64 bytes an entry. The others (one
+# content under two modes, say) are kept by the whole key.
+_BY_DIGEST: dict[str | None, Content] = {}
 _CONTENTS: dict[tuple[str | None, Kind, int | None], Content] = {}
 CONTENTS_KEPT = 1 << 16
 
 
 def shared_content(digest: str | None, kind: Kind, mode: int | None) -> Content:
-    """D for a fact, one object per (digest, kind, mode): a dict emptied when full (an
+    """D for a fact, one object per (digest, kind, mode): dicts emptied when full (an
     lru_cache's links cost ~150 bytes an entry more); losing an entry only costs building it
     again. The store view takes S's from here too, so a file both sides agree on has one
-    Content, not two (a plain dict: any thread may read or fill it, losing nothing but an
+    Content, not two (plain dicts: any thread may read or fill them, losing nothing but an
     entry to a race)."""
+    got = _BY_DIGEST.get(digest)
+    if got is not None and got.kind == kind and got.mode == mode:
+        return got
+    if got is None:
+        if len(_BY_DIGEST) >= CONTENTS_KEPT:
+            _BY_DIGEST.clear()
+        got = _BY_DIGEST[digest] = Content(digest, kind, mode)
+        return got
     key = (digest, kind, mode)
     got = _CONTENTS.get(key)
     if got is None:

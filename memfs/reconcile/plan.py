@@ -250,7 +250,7 @@ def _clashes(decisions: Mapping[str, Decision], store_view: Mapping[str, Content
 # --- sync ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Discarded:
     path: str
     was: str  # the state the workspace change had
@@ -382,7 +382,7 @@ def _still_blocked(out: SyncPlan, plan: PassPlan, observation: Observed,
 # --- materialize ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Write:
     path: str
     expected: str | _Absent  # disk as the decision saw it
@@ -391,14 +391,14 @@ class Write:
     mode: int | None = None  # the permission bits to write (None: keep disk's, or 0o644)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Unlink:
     path: str
     expected: str
     force: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Skipped:
     path: str
     state: str

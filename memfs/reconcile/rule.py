@@ -24,7 +24,7 @@ the workspace's mode, or the reverse); both sides changing the mode is a conflic
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 
@@ -87,7 +87,7 @@ class Content:
         return isinstance(other, Content) and self.digest is not None and self.digest == other.digest
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DiskUnknown:
     """Disk could not be observed at this path (unreadable, symlinked, ignored, special, swapped,
     outside the listed scope). It proves neither presence nor absence."""
@@ -100,7 +100,7 @@ Store = _Absent | Content
 Evidence = _NoEvidence | _Absent | str  # str: the digest disk and store last agreed on
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Conflict:
     """A recorded conflict and the disk side it was recorded with (a digest, or None: absent)."""
 
@@ -108,7 +108,7 @@ class Conflict:
     disk: str | None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pending:
     """A write-ahead intent not yet completed. `op` is `write`/`unlink` (disk effect) or `adopt`
     (taking disk into this branch's tree). `old`/`new` are the side's expected values before and
@@ -128,7 +128,7 @@ class Pending:
     id: int = 0  # the journal's intent id (0 in tables of cases): what settling resolves
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PathIntent:
     """Branch intent for one path; it rewinds with the branch (see intent.py).
 
@@ -197,7 +197,12 @@ class ConflictKind(enum.StrEnum):
 Requirement = Literal["named", "force", "apply_deletions"]
 
 
-@dataclass(frozen=True)
+# The empty requirement set, one object: a frozenset() of its own is 216 bytes, and a take-in
+# decides every file it takes (decisions are kept with the pass's plans until the next pass).
+NO_REQUIREMENTS: frozenset[Requirement] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """What to do with a path and how it lists.
 
@@ -217,7 +222,7 @@ class Decision:
     conflict: ConflictKind | None = None
     record: _Absent | str | None = None
     owes: Literal["write", "unlink"] | None = None
-    requires: frozenset[Requirement] = field(default_factory=frozenset)
+    requires: frozenset[Requirement] = NO_REQUIREMENTS
     resolve_pending: Literal["done", "not-done", "interrupted"] | None = None
     record_conflict: Conflict | None = None
     clear_conflict: bool = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import fnmatch
+import hashlib
 import operator
 import os
 import posixpath
@@ -38,8 +39,6 @@ from memfs.reconcile.facts import (
     HEAD,
     INT64_MAX,
     INT64_MIN,
-    MIME_OF_KIND,
-    OCTET,
     SPECIAL_MIME,
     VCS_DIRS,
     CachedHash,
@@ -54,7 +53,8 @@ from memfs.reconcile.facts import (
 )
 from memfs.reconcile.lstat import LStat, unpack
 from memfs.reconcile.lstat import records as lstat_records
-from memfs.reconcile.rule import MODE_BITS, MODES, Kind
+from memfs.reconcile.rule import MODE_BITS, MODES
+from memfs.shared import shared_int
 
 
 @dataclass(slots=True)
@@ -65,15 +65,17 @@ class DirMemo:
     `==` on bytes) and those rows are unchanged, a walk would build exactly these facts,
     regions and subdirectories again, so it takes them as they are.
 
-    Kept for every directory of a mount between passes, so it is compact: the listing as one
-    string, the facts and their rows as two aligned tuples (a fact's path is its own)."""
+    Kept for every directory of a mount between passes, so it is compact: the listing and the
+    records as their blake2b-128 digests (16 bytes a directory, where the records alone were
+    64 a file; a collision would take 2**64 tries), the facts as one tuple (a fact's path is
+    its own, and a file's fact keeps the very cache row that vouched for it as its record,
+    `FileFact.seen`)."""
 
-    listing: str  # the sorted listing, joined by NULs (no name holds one)
+    listing: bytes  # digest of the sorted listing, joined by NULs (no name holds one)
     statted: list[str] | None  # the names not ignored, in the order of `records` (None: all)
     ignored: list[Region]
-    records: bytes
-    facts: tuple[FileFact, ...]
-    rows: tuple[CachedHash | None, ...]  # the cache row that vouched for each fact (None: none)
+    records: bytes  # digest of the names' lstat records
+    facts: tuple[FileFact, ...]  # a special file's vouched by nothing: its lstat record
     regions: list[Region]  # after the ignored ones: symlinks (following off)
     subdirs: list[tuple[str, str, LStat]]
     cache: object = None  # the cache mapping the rows were last found equal in
@@ -83,8 +85,7 @@ class DirMemo:
         if self.cache is cache:
             return True
         get = cache.get
-        if all(row is None or get(f.path) == row for f, row in zip(self.facts, self.rows,
-                                                                    strict=True)):
+        if all(f.seen.kind == "special" or get(f.path) == f.seen for f in self.facts):
             self.cache = cache
             return True
         return False
@@ -95,8 +96,13 @@ class DirMemo:
         files.update(zip(map(_path_of, facts), facts, strict=True))
 
 
-def listing_of(names: list[str]) -> str:
-    return "\0".join(names)
+def listing_of(names: list[str]) -> bytes:
+    """The digest of a sorted listing (a name's surrogate escapes encoded one-to-one)."""
+    return _digest("\0".join(names).encode("utf-8", "surrogatepass"))
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
 
 
 _path_of = operator.itemgetter(0)  # FileFact.path
@@ -135,6 +141,10 @@ class _Walk:
     memo: dict[str, DirMemo] | None = None  # read per directory (None: off)
     memo_out: dict[str, DirMemo] | None = None  # where this walk's memos go
     hits: list[DirMemo] | None = None  # memos taken, files not yet added (see WalkMemo.last)
+    # When the current directory's first hash began: every file hashed in the directory
+    # records it as its hash time (earlier than its own start, so the racy rule only gets
+    # stricter), one int for the directory's rows instead of one per file.
+    started: int | None = None
 
     def ignored(self, rel: str, name: str) -> str | None:
         if name.startswith(TEMP_PREFIX):
@@ -214,7 +224,7 @@ class _Walk:
         can stand for, the directory's memo is made afresh."""
         regions = self.obs.regions
         old = self.memo.get(rel) if self.memo is not None else None
-        listing = listing_of(names) if self.memo_out is not None or old is not None else ""
+        listing = listing_of(names) if self.memo_out is not None or old is not None else b""
         if old is not None and old.listing == listing:
             statted = names if old.statted is None else old.statted
             ignored = old.ignored
@@ -225,7 +235,8 @@ class _Walk:
             statted = self._not_ignored(rel, names)
             ignored = regions[mark:]
         recs = lstat_records(fd, statted)
-        if old is not None and recs == old.records and old.vouched_by(self.cache):
+        recs_digest = _digest(recs) if self.memo_out is not None or old is not None else b""
+        if old is not None and recs_digest == old.records and old.vouched_by(self.cache):
             regions.extend(old.regions)
             if self.hits is not None:
                 self.hits.append(old)
@@ -234,16 +245,16 @@ class _Walk:
             self.memo_out[rel] = old  # type: ignore[index]
             return old.subdirs
         self.flush()
+        self.started = None  # this directory's first hash reads the clock
         mark = len(regions)
         facts: list[FileFact] = []
-        rows: list[CachedHash | None] = []
         subdirs: list[tuple[str, str, LStat]] = []
-        keep = self._decide(fd, rel, statted, recs, chain, facts, rows, subdirs)
+        keep = self._decide(fd, rel, statted, recs, chain, facts, subdirs)
         if self.memo_out is not None:
             if keep:
                 self.memo_out[rel] = DirMemo(
-                    listing, None if statted is names else statted, ignored, recs,
-                    tuple(facts), tuple(rows), regions[mark:], subdirs, self.cache)
+                    listing, None if statted is names else statted, ignored, recs_digest,
+                    tuple(facts), regions[mark:], subdirs, self.cache)
             else:
                 self.memo_out.pop(rel, None)
         return subdirs
@@ -271,9 +282,9 @@ class _Walk:
         return out
 
     def _decide(self, fd: int, rel: str, names: list[str], recs: bytes,
-                chain: list[DirLink], facts: list[FileFact], rows: list[CachedHash | None],
+                chain: list[DirLink], facts: list[FileFact],
                 subdirs: list[tuple[str, str, LStat]]) -> bool:
-        """Each name's outcome from its lstat record, into `facts`, `rows` and `subdirs` (a
+        """Each name's outcome from its lstat record, into `facts` and `subdirs` (a
         DirMemo's) and the observation; True if a memo may stand for this directory next time.
 
         A regular file whose cached fingerprint vouches for its bytes (the rule in `vouches`)
@@ -307,20 +318,12 @@ class _Walk:
                             and st.st_dev == cached.dev and cached.dev == root_dev
                             and mtime < cached.hashed_at_ns - racy_ns
                             and ctime < cached.hashed_at_ns - racy_ns):
-                        kind = cached.kind
                         child = intern(child)
-                        # The row's own ints (equal, just compared): the record's new ones go,
-                        # and the facts a memo keeps share them with the cache.
-                        size = cached.size
+                        # The row itself is the fact's record (equal, just compared): the
+                        # record's new ints go, and the memo shares the journal's row.
                         fact = files[child] = new_tuple(FileFact, (
-                            child, size,
-                            new_tuple(Fingerprint, (size, cached.mtime_ns, cached.ctime_ns,
-                                                    cached.ino, cached.dev)),
-                            cached.digest, kind,
-                            MIME_OF_KIND.get(kind) or cached.mime or OCTET, False,
-                            MODES[mode & MODE_BITS]))
+                            child, cached, False, MODES[mode & MODE_BITS]))
                         facts.append(fact)
-                        rows.append(cached)
                         continue
                 keep = False
                 self.file(fd, name, child, st)
@@ -332,7 +335,6 @@ class _Walk:
             else:
                 child = intern(child)
                 facts.append(self.special(child, st))  # from the record alone
-                rows.append(None)
         return keep
 
     def vouches(self, fp: Fingerprint, cached: CachedHash | None) -> bool:
@@ -387,9 +389,9 @@ class _Walk:
         """A FIFO, socket or device: disk-only, never opened (a FIFO would block), never taken
         in nor written; no digest, so it never compares equal and never reads as agreed."""
         mime = SPECIAL_MIME.get(stat.S_IFMT(st.st_mode), "inode/x-special")
-        fp = Fingerprint(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-        fact = self.obs.files[rel] = FileFact(rel, 0, fp, None, "special", mime, False,
-                                              MODES[st.st_mode & MODE_BITS])
+        rec = HashRecord(0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, None,
+                         "special", 0, mime)
+        fact = self.obs.files[rel] = FileFact(rel, rec, False, MODES[st.st_mode & MODE_BITS])
         return fact
 
     def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result | LStat) -> None:
@@ -399,11 +401,7 @@ class _Walk:
         mode = MODES[st.st_mode & MODE_BITS]
         cached = self.cache.get(rel)
         if cached is not None and self.vouches(fp, cached):
-            kind: Kind = cached.kind  # type: ignore[assignment]
-            self.obs.files[rel] = new_tuple(FileFact, (rel, fp.size, fp, cached.digest, kind,
-                                                  MIME_OF_KIND.get(kind) or
-                                                  getattr(cached, "mime", None) or OCTET,
-                                                  False, mode))
+            self.obs.files[rel] = new_tuple(FileFact, (rel, cached, False, mode))
             return
         try:
             fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
@@ -426,11 +424,14 @@ class _Walk:
                 head = os.pread(fd, HEAD, 0)
                 self.obs.bytes_read += len(head)
                 _, mime = sniff(head)
-                self.obs.files[rel] = FileFact(rel, first.st_size, Fingerprint.of(first), None,
-                                               "hardlink" if linked else "oversize", mime,
-                                               True, MODES[first.st_mode & MODE_BITS])
+                self.obs.files[rel] = FileFact.of(
+                    rel, first.st_size, Fingerprint.of(first), None,
+                    "hardlink" if linked else "oversize", mime, True,
+                    MODES[first.st_mode & MODE_BITS])
                 return
-            started = self.clock()
+            started = self.started
+            if started is None:
+                started = self.started = self.clock()
             h = xxhash.xxh3_128()
             head = b""
             offset = 0
@@ -457,11 +458,15 @@ class _Walk:
             kind = "oversize"
         fp = Fingerprint.of(last)
         digest = sys.intern(h.hexdigest())
-        self.obs.files[rel] = FileFact(rel, fp.size, fp, digest, kind, mime, True,
-                                       MODES[last.st_mode & MODE_BITS])
+        # Its ints shared as the journal's rows share them (memfs.shared), so the snapshot
+        # keeps this very record as the file's row: one object for the fact and the row.
+        mtime = shared_int(fp.mtime_ns)
+        rec = HashRecord(shared_int(fp.size), mtime,
+                         mtime if fp.ctime_ns == mtime else shared_int(fp.ctime_ns), fp.ino,
+                         shared_int(fp.dev), digest, kind, shared_int(started), mime)
+        self.obs.files[rel] = FileFact(rel, rec, True, MODES[last.st_mode & MODE_BITS])
         if all(INT64_MIN <= v <= INT64_MAX for v in fp):
-            self.obs.hashed[rel] = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino,
-                                              fp.dev, digest, kind, started, mime)
+            self.obs.hashed[rel] = rec  # the fact's own record
         # else: a time past 2262 or an inode number of 2**63 and up does not fit the journal's
         # integers; such a file is hashed on every pass instead of vouched for.
 

@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Literal, NamedTuple, TypeVar
 
 from memfs.errors import MemfsError
+from memfs.shared import shared_int
 from memfs.store import schema
 from memfs.testing import journal_fault
 
@@ -125,20 +126,31 @@ class PassInputs:
 
 _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
 _NO_MODES: Mapping[str, int] = MappingProxyType({})
-_DEVS: dict[int, int] = {}  # one int object per device number: a snapshot keeps one per file
 _new = tuple.__new__
 
 
 def _row(size: int, mtime_ns: int, ctime_ns: int, ino: int, dev: int, digest: str, kind: str,
          hashed_at_ns: int, mime: str | None) -> FingerprintRow:
-    """A snapshot's row, sharing the ints that repeat: the device (one per mount's disk) and
-    a ctime equal to the mtime (a file written and not chmod-ed since). Each is a 32-byte int
-    of its own otherwise, kept per file (CPython shares only -5..256). tuple.__new__ skips the
+    """A snapshot's row, sharing the ints that repeat (memfs.shared): the device (one per
+    mount's disk), times and sizes other rows have (files written by one tar, checkout or
+    take-in share mtimes; a walk's directory, its hash time) and a ctime equal to the mtime.
+    Each is a 32-byte int of its own otherwise, kept per file. tuple.__new__ skips the
     NamedTuple's Python-level __new__: one per file."""
-    if ctime_ns == mtime_ns:
-        ctime_ns = mtime_ns
-    return _new(FingerprintRow, (size, mtime_ns, ctime_ns, ino, _DEVS.setdefault(dev, dev),
-                                 digest, kind, hashed_at_ns, mime))
+    mtime_ns = shared_int(mtime_ns)
+    ctime_ns = mtime_ns if ctime_ns == mtime_ns else shared_int(ctime_ns)
+    return _new(FingerprintRow, (shared_int(size), mtime_ns, ctime_ns, ino, shared_int(dev),
+                                 digest, kind, shared_int(hashed_at_ns), mime))
+
+
+def _kept(row: FingerprintRow) -> FingerprintRow:
+    """A written row as the snapshot keeps it: the row itself when its fields already are
+    the shared objects (a walk's own record, which its fact keeps: one object for both, not
+    a copy per file), else a row made of them."""
+    new = _row(row.size, row.mtime_ns, row.ctime_ns, row.ino, row.dev, intern(row.digest),
+               intern(row.kind), row.hashed_at_ns, getattr(row, "mime", None))
+    if len(row) == len(new) and all(a is b for a, b in zip(new, row, strict=True)):
+        return row
+    return new
 
 
 def _change_count(c: sqlite3.Connection) -> int:
@@ -330,10 +342,7 @@ class Journal:
                     if row is None:
                         d.pop(p, None)
                     else:
-                        d[intern(p)] = _row(
-                            row.size, row.mtime_ns, row.ctime_ns, row.ino, row.dev,
-                            intern(row.digest), row.kind, row.hashed_at_ns,
-                            getattr(row, "mime", None))
+                        d[intern(p)] = _kept(row)
                 new_fps = MappingProxyType(d)
             self._memo[key] = (after, new_ev, new_fps, new_mds)
 

@@ -245,6 +245,54 @@ class FileData:
         self.size = size
 
 
+class UnloadedData(FileData):
+    """A committed file's data before its chunk map is read: nothing but its size, one object
+    shared by the unloaded files of that size (`unloaded`). A bound mount keeps a node per
+    file it takes in, and a FileData of its own was 72 bytes each. Read-only: every change
+    goes through memfs.workspace.loading.load_data, which gives the file a FileData of its
+    own first; anything else setting a field fails loudly instead of changing every file of
+    that size."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise TypeError(f"an unloaded file's data is shared (setting {name}): load it first")
+
+
+_UNLOADED: dict[int, UnloadedData] = {}
+UNLOADED_KEPT = 1 << 16  # sizes remembered; emptied when full (a miss costs one object)
+
+
+def unloaded(size: int) -> FileData:
+    """The shared data of an unloaded file of `size` bytes (loop thread)."""
+    got = _UNLOADED.get(size)
+    if got is None:
+        if len(_UNLOADED) >= UNLOADED_KEPT:
+            _UNLOADED.clear()
+        got = FileData.__new__(UnloadedData)
+        for name, value in (("size", size), ("chunks", EMPTY), ("dirty", EMPTY),
+                            ("gen", EMPTY), ("spill", None)):
+            object.__setattr__(got, name, value)
+        _UNLOADED[size] = got
+    return got
+
+
+# One int object per permission value and per owner id kept on nodes: CPython shares only
+# -5..256, so 0o644 or a uid of 1000 was a new 32-byte int per node (a bound mount keeps a
+# node per file it takes in). Loop thread only.
+_PERMS = tuple(range(0o10000))
+_OWNERS: dict[int, int] = {}
+
+
+def shared_int(v: int) -> int:
+    """A node's mode (permission bits) or owner as the one int object for its value."""
+    if 0 <= v < 0o10000:
+        return _PERMS[v]
+    if len(_OWNERS) >= 4096:
+        _OWNERS.clear()
+    return _OWNERS.setdefault(v, v)
+
+
 class Node:
     __slots__ = (
         "id", "kind", "mode", "uid", "gid", "atime_ns", "mtime_ns", "ctime_ns", "xattrs",
@@ -255,9 +303,9 @@ class Node:
     def __init__(self, nid: int, kind: str, mode: int, uid: int, gid: int, now_ns: int) -> None:
         self.id = nid
         self.kind = kind
-        self.mode = mode
-        self.uid = uid
-        self.gid = gid
+        self.mode = shared_int(mode)
+        self.uid = shared_int(uid)
+        self.gid = shared_int(gid)
         self.atime_ns = self.mtime_ns = self.ctime_ns = now_ns
         self.xattrs: dict[bytes, bytes] = EMPTY  # own() before setting one
         self.parent: Node | None = None
@@ -317,8 +365,8 @@ class Node:
 
     def apply_entry(self, e: Entry) -> None:
         """Take a committed entry's metadata (used on load and on branch switch)."""
-        self.mode = e.mode
-        self.uid, self.gid = e.uid, e.gid
+        self.mode = shared_int(e.mode)
+        self.uid, self.gid = shared_int(e.uid), shared_int(e.gid)
         self.mtime_ns, self.ctime_ns = e.mtime_ns, e.ctime_ns
         self.atime_ns = e.mtime_ns if e.atime_ns is None else e.atime_ns
         self.xattrs = xattrs_from_store(e.xattrs) if e.xattrs else EMPTY
@@ -334,5 +382,5 @@ class Node:
         elif self.kind == DIR:
             self._children = None
         elif self.kind == FILE:
-            self.data = FileData(e.size)
+            self.data = unloaded(e.size)
             self._data_loaded = False

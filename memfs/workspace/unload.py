@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from memfs.store.trees import DIR, FILE
-from memfs.workspace.nodes import FileData, Node
+from memfs.workspace.nodes import Node, unloaded
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -61,7 +61,7 @@ def unload_file(f: Node) -> None:
     """A clean file's chunk map goes; it is read from its manifest again when needed."""
     if f.kind == FILE and f._data_loaded and not f.dirty and f.data is not None \
             and not f.data.dirty and f.ref is not None:
-        f.data = FileData(f.data.size)
+        f.data = unloaded(f.data.size)
         f._data_loaded = False
 
 
@@ -74,7 +74,7 @@ def unload_inline(f: Node) -> None:
     if (f.kind == FILE and f._data_loaded and not f.dirty and fd is not None
             and not fd.dirty and fd.spill is None and f.ref is not None
             and (f.ref == "" or f.ref.startswith("c:"))):
-        f.data = FileData(fd.size)
+        f.data = unloaded(fd.size)
         f._data_loaded = False
 
 

@@ -139,6 +139,7 @@ def cmd_mount(args) -> int:
     _refuse_if_served(root, mnt)
     cleaned = _clean_dead_mounts(root, mnt)
     _check_mountpoint(root, mnt)
+    _note_hidden(mnt)
     if allow_other:
         _check_allow_other()
     interval = args.commit_interval / 1000.0
@@ -260,6 +261,24 @@ def _check_mountpoint(root: Path, mnt: Path) -> None:
         # The daemon would reach its own store through its own mount and hang.
         raise MemfsError(f"the store root {root} is inside the mountpoint {mnt}",
                          "put the store elsewhere (--root or MEMFS_ROOT) or mount somewhere else")
+
+
+def _note_hidden(mnt: Path) -> None:
+    """A mount over a directory with files in it hides them until the unmount, as any mount
+    does; said once, on stderr, since a newcomer who mounts over a project thinks it gone."""
+    try:
+        names = sorted(os.listdir(mnt))
+    except OSError:
+        return
+    if names:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        one = len(names) == 1
+        print(f"memfs: note: {mnt} is not empty: its {len(names)} "
+              f"entr{'y' if one else 'ies'} ({shown}) {'is' if one else 'are'} hidden while "
+              f"memfs is mounted there, not changed; `memfs umount {mnt}` shows "
+              f"{'it' if one else 'them'} again (to work on "
+              "a directory's files through memfs, mount elsewhere and `memfs attach NAME DIR`)",
+              file=sys.stderr)
 
 
 def _check_allow_other() -> None:

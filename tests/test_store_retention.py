@@ -109,3 +109,19 @@ def test_init_flags_config_and_status(tmp_path: Path) -> None:
     assert run(root, "config", "keep-hourly").stdout.strip() == "3d", "a refusal changed it"
     status = run(root, "status").stdout
     assert "history  every commit for 2d, one an hour to 3d" in status, status
+
+
+def test_a_config_change_says_what_it_was_and_means(tmp_path: Path) -> None:
+    """From a user trial: `memfs config keep-all 0` was taken without a word, and the next
+    collection thinned the day's history. A change says the old value, the new policy in
+    words, and how to see what the next collection would drop."""
+    root = tmp_path / "root"
+    assert run(root, "init").returncode == 0
+    said = run(root, "config", "keep-all", "0")
+    assert said.returncode == 0, said.stderr
+    lines = said.stdout.splitlines()
+    assert lines[0] == "keep-all: 1d -> 0", said.stdout
+    assert lines[1].startswith("every commit for 0, one an hour to 1w"), said.stdout
+    assert "memfs gc --dry-run" in said.stdout, said.stdout
+    doc = json.loads(run(root, "config", "keep-all", "1d", "--json").stdout)
+    assert doc == {"keep-all": "1d", "was": "0"}, doc

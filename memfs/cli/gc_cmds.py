@@ -77,12 +77,20 @@ def cmd_config(args) -> int:
         if args.key is not None and args.key not in Policy.SETTINGS:
             raise PolicyError(f"no setting {args.key!r}",
                               f"the settings are: {', '.join(Policy.SETTINGS)}")
+        was = policy.setting_text(args.key) if args.key is not None else None
         if args.value is not None:
             policy = policy.with_setting(args.key, args.value)
             store.set_policy(policy)
     finally:
         store.close()
     doc = {k: policy.setting_text(k) for k in Policy.SETTINGS}
+    if args.key is not None and args.value is not None:
+        # A change says what it was and what it means (`keep-all 0` was taken without a word,
+        # and the next collection thinned the day's history).
+        emit(args, {args.key: doc[args.key], "was": was},
+             f"{args.key}: {was} -> {doc[args.key]}\n{policy.summary()}\n`memfs gc --dry-run` "
+             "shows what the next collection would drop under it")
+        return 0
     if args.key is not None:
         emit(args, {args.key: doc[args.key]}, doc[args.key])
         return 0

@@ -279,3 +279,19 @@ def test_undo_after_bash_c_takes_back_only_the_last_command(mounted):
     assert not (w / "b.txt").exists(), out
     assert (w / "a.txt").exists(), (
         f"undo took back the shell's own `echo a > a.txt` with the exec'd `cp`: {out}")
+
+
+def test_diff_names_the_extended_attributes_that_changed(mounted) -> None:
+    """From a user trial: `memfs diff` said "xattrs" for an attribute change without naming
+    which; it names each, added (+), removed (-) or changed (~)."""
+    mounted.require_real()
+    f = mounted.work / "tagged.txt"
+    f.write_text("x\n")
+    os.setxattr(f, "user.keep", b"1")
+    os.setxattr(f, "user.drop", b"1")
+    mounted.cli("mark", "before")
+    os.setxattr(f, "user.keep", b"2")
+    os.removexattr(f, "user.drop")
+    os.setxattr(f, "user.new", b"1")
+    diff = mounted.cli("diff", "before", "now").stdout
+    assert "xattrs +user.new -user.drop ~user.keep" in diff, diff

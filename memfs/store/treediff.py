@@ -267,8 +267,18 @@ def _detail(a: Entry, b: Entry) -> str:
     if (a.uid, a.gid) != (b.uid, b.gid):
         parts.append(f"owner {a.uid}:{a.gid} -> {b.uid}:{b.gid}")
     if a.xattrs != b.xattrs:
-        parts.append("xattrs")
+        parts.append(_xattr_words(a.xattrs, b.xattrs))
     return ", ".join(parts) or "times"
+
+
+def _xattr_words(a: dict[str, str], b: dict[str, str]) -> str:
+    """Which extended attributes changed, by name (it said only "xattrs", and a user had
+    to compare getfattr dumps of two views to learn which)."""
+    words = [f"+{n}" for n in sorted(b.keys() - a.keys())]
+    words += [f"-{n}" for n in sorted(a.keys() - b.keys())]
+    words += [f"~{n}" for n in sorted(k for k in a.keys() & b.keys() if a[k] != b[k])]
+    shown = words[:5] + ([f"{len(words) - 5} more"] if len(words) > 5 else [])
+    return f"xattrs {' '.join(shown)}"
 
 
 def _pair_renames(store: Store, changes: list[Change]) -> list[Change]:

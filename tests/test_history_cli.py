@@ -295,3 +295,34 @@ def test_diff_names_the_extended_attributes_that_changed(mounted) -> None:
     os.setxattr(f, "user.new", b"1")
     diff = mounted.cli("diff", "before", "now").stdout
     assert "xattrs +user.new -user.drop ~user.keep" in diff, diff
+
+
+RUNNING_WRITER = """
+import sys, time
+f = open('live.log', 'a', buffering=1)
+f.write('one\\n')
+open('ready', 'w').close()
+time.sleep(60)
+"""
+
+
+def test_undo_of_a_command_still_running_says_so(mounted) -> None:
+    """From a user trial: undoing a command that was still running gave no word, and what
+    it wrote next through its open file went to the replaced one. The undo names it."""
+    mounted.require_real()
+    w = mounted.work
+    writer = subprocess.Popen([sys.executable, "-c", RUNNING_WRITER], cwd=w,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (w / "ready").exists():
+            assert time.monotonic() < deadline and writer.poll() is None
+            time.sleep(0.01)
+        said = mounted.cli("undo").stdout
+        assert f"(pid {writer.pid})" in said and "still running: " in said, said
+        assert "stop it, and run it again" in said, said
+    finally:
+        writer.kill()
+        writer.wait()
+    job(w, "sh", "-c", "echo done > done.txt")
+    assert "still running" not in mounted.cli("undo").stdout

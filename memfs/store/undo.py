@@ -27,11 +27,14 @@ class UndoPlan:
     others: list[str] = field(default_factory=list)  # other operations sharing those commits
     reason: str = ""  # for the reflog
     quiet: list[str] = field(default_factory=list)  # taken along: they changed only times
+    # The processes whose changes were undone, as (pid, comm): the command checks which
+    # still run (one that goes on writing does so to files the undo replaced).
+    procs: list[tuple[int, str]] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"head": self.target, "old_head": self.old_head, "commits": self.commits,
                 "undone": self.what, "also": self.others, "quiet": self.quiet,
-                "reason": self.reason}
+                "reason": self.reason, "procs": [list(p) for p in self.procs]}
 
 
 def changed_only_times(store: Store) -> Quiet:
@@ -68,7 +71,10 @@ def plan_operations(store: Store, head: str, count: int = 1) -> UndoPlan:
     others = [o for s in got for o in s.others if o not in what]
     quiet = [q for s in got for q in s.quiet]
     label = what[0] if count == 1 else f"{count} operations"
-    return UndoPlan(target, head, n, what, others, f"undo {label} ({n} commit{_s(n)})", quiet)
+    procs = list(dict.fromkeys((p.pid, p.comm) for s in got for c in s.commits
+                               for o in c.ops or () if s.owns(o) for p in o.pids))
+    return UndoPlan(target, head, n, what, others, f"undo {label} ({n} commit{_s(n)})", quiet,
+                    procs)
 
 
 def _over_gaps(store: Store, hist: History, got: list[Span], target: str) -> tuple[str, int]:

@@ -244,3 +244,18 @@ def test_late_scan_with_a_second_batch_queued_and_a_third_arriving(late_scans, t
                                   "error": None}
     assert (m.work / "two.txt").read_text() == "seen by scan 2\n"
     assert [e["scan"] for e in _events(m, "scan-started")] == [1, 2]
+
+
+def test_after_batch_marks_with_any_agent_name(mounted) -> None:
+    """Mark names refuse ':' and '/' (revision syntax), and an agent id such as
+    `claude:main/2` failed the whole after-batch with "invalid name". The mark takes the
+    agent's name as far as a revision name may; one that would shadow a branch falls back
+    to `after-batch`; the label keeps the agent as given."""
+    m = mounted
+    m.require_real()
+    for agent in ("claude:main/2", "main"):
+        (m.work / f"{agent.replace('/', '_')}.txt").write_text("x\n")
+        res = m.cli("after-batch", "--agent", agent, check=False)
+        assert res.returncode == 0, res.stderr
+    log = m.cli("log", "-n", "3").stdout
+    assert "[mark claude-main-2]" in log and "[mark after-batch]" in log, log

@@ -206,6 +206,19 @@ async def _stop(ws: Workspace, backing: Backing) -> None:
     await ws.final_commit("unmount", STOP_COMMIT_LIMIT)
 
 
+async def _batch_mark(ws: Workspace, agent: str | None) -> None:
+    """The mark an after-batch leaves, named by the agent as far as a revision name may be
+    (an agent id with ':' or '/' — `claude:main/2` — is no branch, checkpoint or mark name,
+    and refusing it would fail the batch's scan); one that would shadow a revision (an agent
+    named like a branch) falls back to `after-batch`. The label keeps the agent as given."""
+    name = "".join("-" if ch in "/~:" or ord(ch) < 32 or ord(ch) == 127 else ch
+                   for ch in (agent or "")).strip().lstrip(".") or "after-batch"
+    try:
+        await ws.mark(name[:200], label=agent or "after-batch")
+    except MemfsError:
+        await ws.mark("after-batch", label=agent or "after-batch")
+
+
 async def _heartbeat(ws: Workspace, lock: RootLock) -> None:
     """Every HEARTBEAT seconds, the record in daemon.lock says what is not yet durable: after a
     SIGKILL that is what `memfs status` reports as lost. A record that cannot be written (a
@@ -342,7 +355,7 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
         result = await ws.hosts.takeover(args["branch"])
     elif op.startswith("backing_"):
         if op == "backing_after_batch":  # an agent's tool batch ended: an operation boundary
-            await ws.mark(args.get("agent") or "after-batch")
+            await _batch_mark(ws, args.get("agent"))
         result = await backing.control(op, args)
     else:
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")

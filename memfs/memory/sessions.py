@@ -115,6 +115,21 @@ class SessionInfo:
     damaged: str | None  # why it could not be read, or None
 
 
+def session_workspace(workspace: str | None) -> str | None:
+    """A new session's workspace, checked (None: a session of no workspace)."""
+    if workspace is None:
+        return None
+    try:
+        return validate_workspace(workspace)
+    except InvalidRecord as exc:
+        raise SessionError(exc.message, exc.remedy) from None
+
+
+def new_session_id() -> str:
+    """Time-sortable, with a random suffix: unique without coordination (either store)."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
+
+
 class SessionStore:
     """Sessions as files under one root (memfs.rootdir.sessions_dir); a root whose store is in
     PostgreSQL keeps them as rows there instead (memfs.memory.shared_sessions)."""
@@ -128,14 +143,10 @@ class SessionStore:
 
     def new(self, workspace: str | None = None) -> str:
         """Create an empty session; return its id (time-sortable, random suffix)."""
-        if workspace is not None:
-            try:
-                workspace = validate_workspace(workspace)
-            except InvalidRecord as exc:
-                raise SessionError(exc.message, exc.remedy) from None
+        workspace = session_workspace(workspace)
         self.root.mkdir(parents=True, exist_ok=True)
         while True:
-            sid = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
+            sid = new_session_id()
             header = {"kind": HEADER_KIND, "id": sid, "workspace": workspace,
                       "created": datetime.now(UTC).isoformat(timespec="seconds")}
             try:

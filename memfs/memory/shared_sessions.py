@@ -21,12 +21,10 @@ lock.
 from __future__ import annotations
 
 import json
-import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
-from memfs.memory.errors import InvalidRecord, SessionError
-from memfs.memory.records import validate_workspace
+from memfs.memory.errors import SessionError
 from memfs.memory.sessions import (
     HEADER_KIND,
     ROLES,
@@ -34,6 +32,8 @@ from memfs.memory.sessions import (
     SessionStore,
     Turn,
     check_turn,
+    new_session_id,
+    session_workspace,
     validate_session_id,
 )
 
@@ -61,13 +61,9 @@ class SharedSessionStore(SessionStore):
         self.where = f"the PostgreSQL store at {redact(url)}"
 
     def new(self, workspace: str | None = None) -> str:
-        if workspace is not None:
-            try:
-                workspace = validate_workspace(workspace)
-            except InvalidRecord as exc:
-                raise SessionError(exc.message, exc.remedy) from None
+        workspace = session_workspace(workspace)
         while True:
-            sid = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{secrets.token_hex(4)}"
+            sid = new_session_id()
             with self.conn.write() as c:
                 made = c.execute("INSERT INTO sessions VALUES (%s, %s, %s, %s) ON CONFLICT "
                                  "DO NOTHING RETURNING id",

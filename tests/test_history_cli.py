@@ -199,6 +199,19 @@ def test_a_restore_names_the_way_back(mounted) -> None:
     assert (w / "two").read_text() == "two\n"
 
 
+def started_writer(script: str, cwd: Path, marker: str, *args: str) -> subprocess.Popen:
+    """A Python writer in a process group of its own, once it made `marker` in `cwd`."""
+    writer = subprocess.Popen([sys.executable, "-c", script, *args], cwd=cwd,
+                              start_new_session=True)
+    deadline = time.monotonic() + 20
+    while not (cwd / marker).exists():
+        if time.monotonic() > deadline or writer.poll() is not None:
+            writer.kill()
+            raise AssertionError(f"the writer never made {marker} (exit {writer.poll()})")
+        time.sleep(0.01)
+    return writer
+
+
 ORPHAN_WRITER = """
 import sys, time
 f = open('w.log', 'a', buffering=1)
@@ -228,13 +241,8 @@ def test_undo_after_an_orphaned_writer_takes_back_only_the_named_command(mounted
     mounted.require_real()
     w = mounted.work
     go = tmp_path / "go"  # outside the mount: the writer's signal
-    writer = subprocess.Popen([sys.executable, "-c", ORPHAN_WRITER, str(go)], cwd=w,
-                              start_new_session=True)
+    writer = started_writer(ORPHAN_WRITER, w, "first-written", str(go))
     try:
-        deadline = time.monotonic() + 20
-        while not (w / "first-written").exists():
-            assert time.monotonic() < deadline and writer.poll() is None
-            time.sleep(0.01)
         mounted.cli("undo")  # takes back the writer's w.log (and its marker)
         go.touch()
         assert writer.wait(timeout=30) == 0
@@ -311,13 +319,8 @@ def test_undo_of_a_command_still_running_says_so(mounted) -> None:
     it wrote next through its open file went to the replaced one. The undo names it."""
     mounted.require_real()
     w = mounted.work
-    writer = subprocess.Popen([sys.executable, "-c", RUNNING_WRITER], cwd=w,
-                              start_new_session=True)
+    writer = started_writer(RUNNING_WRITER, w, "ready")
     try:
-        deadline = time.monotonic() + 20
-        while not (w / "ready").exists():
-            assert time.monotonic() < deadline and writer.poll() is None
-            time.sleep(0.01)
         said = mounted.cli("undo").stdout
         assert f"(pid {writer.pid})" in said and "still running: " in said, said
         assert "stop it, and run it again" in said, said

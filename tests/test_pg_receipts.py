@@ -26,6 +26,7 @@ from helpers.pg import host_root as host
 from helpers.pg import pg_missing
 from helpers.require import require_tool
 from helpers.stub_server import StubServer
+from helpers.wait import wait_for
 from helpers.worker import PUT_TABS, consolidate
 from test_pg_consolidate import OLD, WS, prepare
 
@@ -313,3 +314,30 @@ def test_a_host_that_lost_the_review_lock_cannot_overwrite_the_end_another_recor
     assert [h.by for h in after.history] == ["commit", "recover"]
     assert memory.read_record(WS, "editor") == NEW
     assert len(memory.history(WS)) == 2  # the put before the review, and one swap
+
+
+def test_a_locked_receipts_table_holds_only_the_listing_not_the_mount(
+        hosts: tuple[Path, Path, SharedMemoryStore], mount_factory, pg_url: str) -> None:
+    """`.memfs/receipts/` on a PostgreSQL store asks the database in a worker thread: while
+    another session holds the table locked, `ls` of it waits, and every other request of the
+    mount is answered meanwhile (the query ran on the FUSE loop, so a `cat` hung with it)."""
+    a, _, _ = hosts
+    m = mount_factory(root=a)
+    m.require_real()
+    (m.work / "notes.txt").write_text("still here\n")
+    with psycopg.connect(pg_url) as locker, psycopg.connect(pg_url, autocommit=True) as look:
+        locker.execute("LOCK TABLE receipts IN ACCESS EXCLUSIVE MODE")
+        ls = subprocess.Popen(["ls", str(m.mnt / ".memfs" / "receipts")],
+                              stdout=subprocess.PIPE, text=True)
+        try:
+            assert wait_for(lambda: look.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                "query LIKE '%%FROM receipts%%'").fetchone()[0] == 1, timeout=30), \
+                "the listing never waited on the locked table"  # type: ignore[index]
+            cat = subprocess.run(["cat", str(m.work / "notes.txt")], capture_output=True,
+                                 text=True, timeout=20)
+            assert cat.stdout == "still here\n" and ls.poll() is None
+        finally:
+            locker.rollback()
+            out, _ = ls.communicate(timeout=30)
+    assert ls.returncode == 0 and out == ""

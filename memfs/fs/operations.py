@@ -172,6 +172,8 @@ class MemfsOperations(pyfuse3.Operations):
     async def lookup(self, parent_inode, name, ctx=None):
         parent = self._node(parent_inode)
         if isinstance(parent, VDir):
+            if parent.prepare is not None:
+                await parent.prepare()
             return self._counted(self._vlookup(parent, name))
         if isinstance(parent, MemDir):
             return self._counted(self.mem.lookup(parent, name))
@@ -510,6 +512,8 @@ class MemfsOperations(pyfuse3.Operations):
         # (offset 0) takes a fresh snapshot.
         ino = self.handles[fh].data
         if start_id == 0 or not self.handles.dir_snapshots.get(fh):
+            if isinstance(listed := self._node(ino), VDir) and listed.prepare is not None:
+                await listed.prepare()
             self.handles.dir_snapshots[fh] = self._listing(ino)
         snap = self.handles.dir_snapshots[fh]
         dir_node = self._node(ino)

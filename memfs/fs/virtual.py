@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import trio
+
 from memfs.fs.history_view import STABLE, HistoryViews
 
 VIRTUAL_BASE = 1 << 40
@@ -41,6 +43,9 @@ class VDir:
     # (entry, attribute) timeouts the kernel may cache it for: 0 unless its name can only
     # ever mean this directory (history's layout), where a path walk need not ask again.
     timeouts: tuple[float, float] = (0.0, 0.0)
+    # Awaited before a lookup in it and before a listing starts: for entries that live in a
+    # database and are fetched in a worker thread, so `lookup` and `listing` read memory.
+    prepare: Callable[[], Awaitable[None]] | None = None
 
 
 class VirtualTree:
@@ -104,24 +109,32 @@ class VirtualTree:
 
     def _receipts(self) -> VDir:
         """The receipts, read-only: the root's files, or a shared store's rows as the same
-        `<review id>.md` files (one query per listing or open, on the loop, as a lookup of an
-        uncached directory of such a store is)."""
+        `<review id>.md` files, fetched in a worker thread before each lookup, listing and
+        open (a slow or locked server holds that request only, never the loop)."""
         from memfs.workspace.agent_memory import shared_receipt_bodies
 
         bodies = shared_receipt_bodies(self.root_dir)
         if bodies is None:
             return self._folder(self.root_dir / "receipts")
+        fetched: dict[str, str] = {}
+
+        async def refresh() -> None:
+            rows = await trio.to_thread.run_sync(bodies)
+            fetched.clear()
+            fetched.update(rows)
 
         def listing() -> list[bytes]:
-            return sorted(f"{rid}.md".encode() for rid in bodies())
+            return sorted(f"{rid}.md".encode() for rid in fetched)
 
         def lookup(name: bytes):
             rid = name.decode("utf-8", "surrogateescape").removesuffix(".md")
-            if not name.endswith(b".md") or rid not in bodies():
+            if not name.endswith(b".md") or rid not in fetched:
                 return None
-            return self._file(lambda: bodies().get(rid, "").encode())
+            return self._file(lambda: fetched.get(rid, "").encode(), prepare=refresh)
 
-        return self._dir(lookup, listing)
+        folder = self._dir(lookup, listing)
+        folder.prepare = refresh
+        return folder
 
     def _folder(self, path: Path) -> VDir:
         """A read-only mirror of a real folder under the root (receipts, memory)."""

@@ -118,11 +118,13 @@ class Policy:
         return duration_text(value)
 
     def summary(self) -> str:
-        parts = [f"every commit for {duration_text(self.keep_all)}"]
+        parts = [f"every commit for {duration_text(self.keep_all)}"] if self.keep_all else []
         if self.hourly > self.keep_all:
             parts.append(f"one an hour to {duration_text(self.hourly)}")
         if self.daily > max(self.keep_all, self.hourly):
             parts.append(f"one a day to {duration_text(self.daily)}")
+        if not parts:
+            parts.append("no history by age")
         return (", ".join(parts) + f"; reflog {duration_text(self.reflog)}; checkpoints and "
                 f"branch heads until deleted; below {self.space_floor:g}% free, older history "
                 f"goes first; gc {'automatic' if self.gc_auto else 'manual only'}")

@@ -122,9 +122,9 @@ def test_a_config_change_says_what_it_was_and_means(tmp_path: Path) -> None:
     lines = said.stdout.splitlines()
     assert lines[0] == "keep-all: 1d -> 0", said.stdout
     assert lines[1].startswith("one an hour to 1w, one a day to 30d; reflog"), said.stdout
-    for key in ("hourly", "daily"):
+    for key in ("keep-hourly", "keep-daily"):
         assert run(root, "config", key, "0").returncode == 0
-    said = run(root, "config", "reflog", "1d")
+    said = run(root, "config", "keep-reflog", "1d")
     assert said.stdout.splitlines()[1].startswith("no history by age; reflog 1d"), said.stdout
     assert "memfs gc --dry-run" in said.stdout, said.stdout
     doc = json.loads(run(root, "config", "keep-all", "1d", "--json").stdout)

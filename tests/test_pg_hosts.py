@@ -289,3 +289,52 @@ def test_a_command_without_a_daemon_gives_the_branch_back(mount_factory, pg_url:
     assert b.status()["read_only"] is None, b.status()["read_only"]
     assert (b.mnt / "p" / "f.txt").read_text() == "from a's disk\n"
     write_synced(b.work / "b.txt", b"b writes main at once\n")
+
+
+def _waiting_on(pg_url: str, table: str) -> Callable[[], bool]:
+    import psycopg
+
+    def waiting() -> bool:
+        with psycopg.connect(pg_url, autocommit=True) as look:
+            return look.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+                "query LIKE %s", (f"%FROM {table} %",)).fetchone()[0] > 0  # type: ignore[index]
+    return waiting
+
+
+def test_a_locked_server_holds_only_the_reads_that_miss_this_hosts_caches(
+        hosts, pg_url: str) -> None:
+    """Host b's first listing of a directory and first read of a file ask the server in a
+    worker thread: while another session holds the table locked, only that `ls` or `cat`
+    waits, and a file b has read before is served meanwhile (the loaders ran on the FUSE loop,
+    so every request of b's mount hung with the one that missed)."""
+    import psycopg
+
+    a, b = hosts
+    cold = os.urandom(2 << 20)
+    (a.work / "cold").mkdir()
+    write_synced(a.work / "cold" / "f.bin", cold)
+    write_synced(a.work / "hot.txt", b"read on b first\n")
+    wait_for(lambda: read(b.work / "hot.txt") == b"read on b first\n", "host b to see a's files")
+
+    def hot_is_served() -> None:
+        cat = subprocess.run(["cat", str(b.work / "hot.txt")], capture_output=True, timeout=20)
+        assert cat.stdout == b"read on b first\n", cat
+
+    for table, argv in (("objects", ["ls", str(b.work / "cold")]),
+                        ("chunks", ["sha256sum", str(b.work / "cold" / "f.bin")])):
+        with psycopg.connect(pg_url) as locker:
+            locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            slow = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            try:
+                wait_for(_waiting_on(pg_url, table), f"b's read of {table} to wait")
+                hot_is_served()
+                assert slow.poll() is None, f"{argv} did not wait for the locked {table}"
+            finally:
+                locker.rollback()
+                out, _ = slow.communicate(timeout=60)
+        assert slow.returncode == 0, argv
+        if table == "objects":
+            assert out.split() == ["f.bin"]
+        else:
+            assert out.split()[0] == hashlib.sha256(cold).hexdigest()

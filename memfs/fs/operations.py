@@ -183,6 +183,7 @@ class MemfsOperations(pyfuse3.Operations):
             return self._counted(self.virtual.top)
         if parent.id != ROOT_ID and self._bound() is not None:
             await self._on_access(parent, wait=False, name=name)
+        await self.ws.warm(parent)
         try:
             node = self.ws.lookup(parent, name)
         except WorkspaceError as exc:
@@ -414,6 +415,7 @@ class MemfsOperations(pyfuse3.Operations):
             return h.data[off:off + size]
         if h.node.id in self.ws.disk_only:
             return await self.ws.backing.read_disk(h.node, off, size)
+        await self.ws.warm(h.node, off, size)
         return self.ws.read(h.node, off, size)
 
     @guard
@@ -423,6 +425,7 @@ class MemfsOperations(pyfuse3.Operations):
             return self.mem.write(h.mem, off, buf)
         if h.node is None:
             raise pyfuse3.FUSEError(errno.EROFS)
+        await self.ws.warm(h.node, off, len(buf), writing=True)
         if self.ws.over_dirty_limit():
             await self.ws.commit()
         if h.who is not None:
@@ -486,6 +489,8 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if isinstance(node, Node) and node.id != ROOT_ID and self._bound() is not None:
             await self._on_access(node, wait=True)
+        if isinstance(node, Node):
+            await self.ws.warm(node)
         fh = self.handles.open(Handle(node if isinstance(node, Node) else None, inode))
         self.handles.dir_snapshots[fh] = []
         return fh

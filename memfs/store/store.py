@@ -254,6 +254,14 @@ class Store(SqliteRecords, SingleHost):
             loc = self.chunks.locate(self._reader, chunk_id)
         return self.chunks.read_at(loc, chunk_id)
 
+    remote = False  # reads are this host's SQLite and packs
+
+    def cached(self, objects: list[str], chunks: list[str]) -> bool:
+        return True
+
+    def fill_cache(self, objects: list[str], chunks: list[str]) -> None:
+        return None
+
     def read_chunk_range(self, chunk_id: str, start: int, length: int) -> bytes:
         with self._reader_lock:
             loc = self.chunks.locate(self._reader, chunk_id)

@@ -41,7 +41,7 @@ from memfs.store.trees import (
     decode_manifest,
     name_to_str,
 )
-from memfs.workspace import groupcommit, loading, namespace, snapshot, unload
+from memfs.workspace import groupcommit, loading, namespace, snapshot, unload, warm
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.health import CommitHealth
 from memfs.workspace.history_ops import HistoryOps
@@ -187,6 +187,11 @@ class Workspace(HistoryOps):
         if d.nlink is None:
             self.children(d)
         return d.nlink or 0  # counted by the listing just loaded
+
+    async def warm(self, node: Node, off: int = 0, size: int = 0, writing: bool = False) -> None:
+        """Before a request that loads from the store: what a remote store's caches miss is
+        read in a worker thread, not on the loop (memfs.workspace.warm)."""
+        await warm.warm(self, node, off, size, writing)
 
     def _load_data(self, f: Node) -> FileData:
         return loading.load_data(self, f)

@@ -76,6 +76,12 @@ class ChunkCache:
     def _path(self, cid: str) -> Path:
         return self.dir / cid
 
+    def has(self, cid: str) -> bool:
+        """Kept here (a copy on disk, or one waiting for the writer)? A copy deleted behind
+        the cache's back is a miss at `get`, as before."""
+        with self._lock:
+            return cid in self._pending or cid in self._sizes
+
     def get(self, cid: str) -> bytes | None:
         with self._lock:
             data = self._pending.get(cid)

@@ -209,6 +209,25 @@ class PgStore(PgRecords):
             self.cache.keep({chunk_id: data}, wait=False)
         return data
 
+    remote = True  # a miss of this host's caches is a round trip to the server
+
+    def cached(self, objects: list[str], chunks: list[str]) -> bool:
+        """Would reading these be served by this host's caches? (Cheap: memory and the local
+        object cache; asked on the FUSE loop before it reads.)"""
+        wanted = [o for o in objects if o not in self._objects]
+        if wanted and len(self.object_cache.has(wanted)) < len(set(wanted)):
+            return False
+        return all(self.cache.has(c) for c in chunks)
+
+    def fill_cache(self, objects: list[str], chunks: list[str]) -> None:
+        """Read into the caches what `cached` misses (a worker thread: it may wait for the
+        server, and for the cache's writer to take its copies)."""
+        if objects:
+            self.prefetch_objects(objects)
+        for cid in chunks:
+            if not self.cache.has(cid):
+                self.cache.keep({cid: self._db_chunk(cid)})
+
     def read_chunk_range(self, chunk_id: str, start: int, length: int) -> bytes:
         got = self.cache.get_range(chunk_id, start, length)
         if got is not None:

@@ -17,16 +17,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-import pytest
-
 MiB = 1 << 20
-
-# Chunks are fixed 1 MiB pieces and a commit stores every piece a change touched whole; the
-# remedy (sub-chunk deltas, or content-defined chunking with smaller pieces) is a store format
-# change that is not built.
-pytestmark = pytest.mark.xfail(
-    strict=True, reason="a commit stores each 1 MiB chunk a change touched whole "
-    "(docs/lifecycle.md, 'Small changes to big files')")
 
 
 def packs_bytes(root: Path) -> int:

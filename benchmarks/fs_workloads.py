@@ -217,3 +217,55 @@ def seq_read(ctx: Context) -> Measure:
 
     seconds = timed(run)
     return Measure(total / (1 << 20), seconds)
+
+
+@workload("log-append", "fs", "appends/s")
+def log_append(ctx: Context) -> Measure:
+    """fsynced 100-byte appends to a 4 MiB log; the store's growth alongside (a patch each)"""
+    n = ctx.n(2000)
+    path = ctx.dir / "app.log"
+    with open(path, "wb", buffering=0) as f:
+        f.write(os.urandom(4 << 20))
+        os.fsync(f.fileno())
+    before = ctx.packs_bytes()
+
+    def run() -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            for i in range(n):
+                os.write(fd, b"%08d %s\n" % (i, os.urandom(45).hex().encode()))
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    seconds = timed(run)
+    after = ctx.packs_bytes()
+    extra = {"store growth KiB": (after - before) / 1024} if after is not None and \
+        before is not None else {}
+    return Measure(n, seconds, extra)
+
+
+@workload("rewrite", "fs", "MiB/s")
+def rewrite(ctx: Context) -> Measure:
+    """rewrite a 256 MiB file in place with new bytes (1 MiB writes, fsync)
+
+    Each piece is compared with the one it replaces (memfs.store.delta), then stored whole:
+    the cost of trying a patch where none pays."""
+    mib = ctx.n(256)
+    path = ctx.dir / "rewrite.bin"
+    block = bytearray(os.urandom(1 << 20))
+    with open(path, "wb", buffering=0) as f:
+        for i in range(mib):
+            block[:8] = i.to_bytes(8, "little")
+            f.write(block)
+        os.fsync(f.fileno())
+    block = bytearray(os.urandom(1 << 20))
+
+    def run() -> None:
+        with open(path, "r+b", buffering=0) as f:
+            for i in range(mib):
+                block[:8] = i.to_bytes(8, "little")
+                f.write(block)
+            os.fsync(f.fileno())
+
+    return Measure(mib, timed(run))

@@ -25,6 +25,13 @@ class Context:
     daemon_pid: int | None
     side: str
     drop_caches: bool = True  # may a workload drop the kernel's caches (root only)
+    store_root: Path | None = None  # the memfs side's embedded store root (None: native, PG)
+
+    def packs_bytes(self) -> int | None:
+        """Bytes in the embedded store's packs (None on a side without them)."""
+        if self.store_root is None or not (self.store_root / "packs").is_dir():
+            return None
+        return sum(p.stat().st_size for p in (self.store_root / "packs").glob("*.pack"))
 
     def forget_inodes(self) -> None:
         """Drop the kernel's dentry and inode caches (not the page cache of what stays)."""

@@ -74,7 +74,7 @@ def machine(base: Path) -> dict[str, str]:
 
 def run_side(side: str, wl: list[Workload], d: Path, scratch: Path, scale: float,
              pid: int | None, requests: Callable[[], dict[str, int]] | None = None,
-             forget_between: bool = False) -> dict[str, Measure]:
+             forget_between: bool = False, store_root: Path | None = None) -> dict[str, Measure]:
     """Run the workloads in order on one side; with `requests`, each Measure also gets the
     FUSE requests the daemon answered in its timed section (see RequestCount). With
     `forget_between`, the kernel's dentry and inode caches are dropped before each workload
@@ -82,7 +82,8 @@ def run_side(side: str, wl: list[Workload], d: Path, scratch: Path, scale: float
     out = {}
     RequestCount.source = requests
     for w in wl:
-        ctx = Context(dir=d, scratch=scratch, scale=scale, daemon_pid=pid, side=side)
+        ctx = Context(dir=d, scratch=scratch, scale=scale, daemon_pid=pid, side=side,
+                      store_root=store_root)
         if forget_between:
             ctx.forget_inodes()
         RequestCount.counted = {}
@@ -252,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
                 d.mkdir()
                 assert bm.proc is not None
                 mem = run_side("memfs", wl, d, scratch, scale, bm.proc.pid,
-                               request_counter(bm.root), forget_between=forget)
+                               request_counter(bm.root), forget_between=forget,
+                               store_root=bm.root)
         if args.store and not args.native_only:
             other = run_pg(args.store, wl, base, scratch, scale, extra, forget)
         if args.json:

@@ -280,8 +280,8 @@ def test_a_pack_cut_short_is_an_error_on_the_embedded_store(tmp_path: Path) -> N
         with store.transaction() as tx:
             (cid,) = tx.put_chunks([piece])
         assert store.read_chunk_range(cid, 0, 10) == piece[:10]
-        pack, off, _ = store.chunks.locate(store._reader, cid)
-        os.truncate(store.chunks.pack_path(pack), off + 1000)
+        loc = store.chunks.locate(store._reader, cid)
+        os.truncate(store.chunks.pack_path(loc.pack), loc.off + 1000)
         with pytest.raises(OSError, match="shorter than the store says"):
             store.read_chunk_range(cid, 500, 4096)
     finally:

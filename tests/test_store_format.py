@@ -175,3 +175,40 @@ def test_a_journal_opened_by_itself_gets_its_tables_and_columns(tmp_path: Path):
         j.close()
     cols = {r[1] for r in sqlite3.connect(db).execute("PRAGMA table_info(journal_intents)")}
     assert {"prior", "mode"} <= cols
+
+
+def test_a_version_2_store_reads_read_only_and_gets_patches_once_upgraded(tmp_path: Path):
+    """Before patches (schema 2) the chunks table had no `over` column: a read-only open (a
+    `memfs log` beside an old daemon) reads its chunks whole; the first writable open adds
+    the column in place, and the next change to a chunk is kept as a patch over it."""
+    from memfs.store.schema import SCHEMA_VERSION
+
+    root = tmp_path / "root"
+    store = Store.open(root)
+    piece = os.urandom(300_000)
+    with store.transaction() as tx:
+        (old,) = tx.put_chunks([piece])
+    store.close()
+    conn = sqlite3.connect(root / "store.db")
+    conn.execute("ALTER TABLE chunks DROP COLUMN over")  # as schema 2 made it
+    conn.execute("UPDATE meta SET value='2' WHERE key='schema'")
+    conn.commit()
+    conn.close()
+    ro = Store.open_readonly(root)
+    try:
+        assert ro.read_chunk(old) == piece
+        assert ro.read_chunk_range(old, 1000, 10) == piece[1000:1010]
+    finally:
+        ro.close()
+    assert _meta_schema(root) == "2"
+    store = Store.open(root, create=False)
+    try:
+        assert _meta_schema(root) == str(SCHEMA_VERSION)
+        changed = piece + b"one more line\n"
+        with store.transaction() as tx:
+            (new,) = tx.put_chunks([changed], [old])
+        over, n = store._query("SELECT over, len FROM chunks WHERE id = ?", (new,))[0]
+        assert over == old and n < 100, (over, n)
+        assert store.read_chunk(new) == changed and store.read_chunk(old) == piece
+    finally:
+        store.close()

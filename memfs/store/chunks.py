@@ -8,6 +8,11 @@ Why packs and not one file per chunk: a group commit of 10k small files would ot
 need 10k fsyncs. A commit appends its new chunks to the current pack and syncs it once;
 only then does the SQLite transaction that references them run. Bytes past what SQLite
 references (a crash between append and transaction) are dead space, never read.
+
+A chunk that replaces another (the same piece of the same file, changed a little) may be kept
+as a patch over it (memfs.store.delta): its row's `over` names a full base and the patches
+between (each a committed row, so durable before the patch is appended), and a read takes
+them and the patch. GC keeps what a live row is read through (memfs.store.gc).
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 import xxhash
 
 from memfs.durable import fsync_dir, mkdir_durable
+from memfs.store import delta
 
 CHUNK_SIZE = 1 << 20
 PACK_ROLLOVER = 256 << 20
@@ -32,17 +39,42 @@ def chunk_digest(data: bytes | memoryview) -> str:
 
 
 LOCATIONS_KEPT = 65536  # chunk locations cached (most recently used; a miss is one SELECT)
+FULL_KEPT = 8  # recent chunks' full bytes the commit thread keeps (the next patch's "before")
+
+
+class Loc(NamedTuple):
+    """Where a chunk's stored bytes are: whole, or (`over` set) a patch over those chunks
+    (a full base, then patches, oldest first)."""
+
+    pack: int
+    off: int
+    len: int
+    over: tuple[str, ...] = ()
+
+
+Row = tuple[str, int, int, int, str | None]  # a chunks row: id, pack, off, len, over
+
+
+def split_over(over: str | None) -> tuple[str, ...]:
+    """The `over` column (ids separated by spaces; NULL: stored whole) as a tuple."""
+    return tuple(over.split()) if over else ()
 
 
 class ChunkStore:
     """Reads from any thread; writes only from the commit thread (one at a time)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, deltas: bool = True) -> None:
         self.dir = root / "packs"
         mkdir_durable(self.dir)
         self._read_fds: dict[int, int] = {}
-        self._locations: OrderedDict[str, tuple[int, int, int]] = OrderedDict()
+        self._locations: OrderedDict[str, Loc] = OrderedDict()
         self._lock = threading.Lock()
+        # The chunks table has the `over` column (schema 3): False only for a read-only open
+        # of an older store, which holds no patches.
+        self._deltas = deltas
+        self._select = ("SELECT pack, off, len, over FROM chunks WHERE id = ?" if deltas else
+                        "SELECT pack, off, len, NULL FROM chunks WHERE id = ?")
+        self._full: OrderedDict[str, bytes] = OrderedDict()  # commit thread: recent chunks
         self._write_pack: int | None = None
         self._write_fd: int | None = None
         self._write_end = 0
@@ -55,17 +87,17 @@ class ChunkStore:
         self._retired_at = 0.0  # monotonic time of the last retirement
 
     # -- reading ---------------------------------------------------------------
-    def locate(self, conn: sqlite3.Connection, chunk_id: str) -> tuple[int, int, int]:
+    def locate(self, conn: sqlite3.Connection, chunk_id: str) -> Loc:
         with self._lock:
             loc = self._locations.get(chunk_id)
             if loc is not None:
                 self._locations.move_to_end(chunk_id)
                 return loc
             generation = self._generation
-        row = conn.execute("SELECT pack, off, len FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
+        row = conn.execute(self._select, (chunk_id,)).fetchone()
         if row is None:
             raise KeyError(f"chunk {chunk_id} is missing from the store")
-        loc = (row[0], row[1], row[2])
+        loc = Loc(row[0], row[1], row[2], split_over(row[3]))
         with self._lock:
             if generation != self._generation:
                 return loc
@@ -74,25 +106,49 @@ class ChunkStore:
                 self._locations.popitem(last=False)
         return loc
 
+    def locate_all(self, conn: sqlite3.Connection, chunk_id: str) -> tuple[Loc, list[Loc]]:
+        """A chunk's location and those of what it is read through (under the caller's lock)."""
+        loc = self.locate(conn, chunk_id)
+        try:
+            return loc, [self.locate(conn, dep) for dep in loc.over]
+        except KeyError as exc:
+            raise KeyError(f"chunk {chunk_id} is stored as a patch over chunks the store "
+                           f"lacks ({exc.args[0]})") from None
+
     def read(self, conn: sqlite3.Connection, chunk_id: str) -> bytes:
-        return self.read_at(self.locate(conn, chunk_id), chunk_id)
+        return self.read_at(*self.locate_all(conn, chunk_id), chunk_id)
 
-    def read_at(self, loc: tuple[int, int, int], chunk_id: str) -> bytes:
-        pack, off, length = loc
-        data = os.pread(self._pack_fd(pack), length, off)
-        if len(data) != length:
-            raise OSError(f"pack {pack} is shorter than the store says (chunk {chunk_id})")
-        return data
+    def read_at(self, loc: Loc, over: list[Loc], chunk_id: str) -> bytes:
+        data = self._pread(loc, 0, loc.len, chunk_id)
+        if not loc.over:
+            return data
+        return self.rebuild(loc, over, data)
 
-    def read_range(self, loc: tuple[int, int, int], start: int, length: int) -> bytes:
-        """Bytes [start, start+length) of a chunk, clipped to the chunk: no read amplification."""
-        pack, off, size = loc
-        length = max(0, min(length, size - start))
-        if not length:
+    def rebuild(self, loc: Loc, over: list[Loc], own: bytes) -> bytes:
+        """A patch's chunk: its base, each patch between, then `own` (its stored bytes)."""
+        base, *between = over
+        patches = [self._pread(p, 0, p.len, dep)
+                   for p, dep in zip(between, loc.over[1:], strict=True)]
+        return delta.rebuild(self._pread(base, 0, base.len, loc.over[0]), [*patches, own])
+
+    def read_range(self, loc: Loc, over: list[Loc], start: int, length: int) -> bytes:
+        """Bytes [start, start+length) of a chunk, clipped to the chunk: no read amplification
+        (a patch's own bytes and those between, and only the asked-for part of its base)."""
+        if not loc.over:
+            return self._pread(loc, start, max(0, min(length, loc.len - start)), "")
+        base, *between = over
+        patches = [self._pread(p, 0, p.len, "") for p in [*between, loc]]
+        return delta.read_range(
+            patches, start, length,
+            lambda s, n: self._pread(base, s, max(0, min(n, base.len - s)), ""))
+
+    def _pread(self, loc: Loc, start: int, length: int, chunk_id: str) -> bytes:
+        if length <= 0:
             return b""
-        data = os.pread(self._pack_fd(pack), length, off + start)
+        data = os.pread(self._pack_fd(loc.pack), length, loc.off + start)
         if len(data) != length:  # never a silent short read (a pack GC moved, read late)
-            raise OSError(f"pack {pack} is shorter than the store says")
+            what = f" (chunk {chunk_id})" if chunk_id else ""
+            raise OSError(f"pack {loc.pack} is shorter than the store says{what}")
         return data
 
     def _pack_fd(self, pack: int) -> int:
@@ -107,44 +163,99 @@ class ChunkStore:
 
     # -- writing (commit thread) -----------------------------------------------
     def put_many(
-        self, conn: sqlite3.Connection, pieces: list[bytes]
-    ) -> tuple[list[str], list[tuple[str, int, int, int]]]:
+        self, conn: sqlite3.Connection, pieces: list[bytes],
+        replacing: list[str | None] | None = None,
+    ) -> tuple[list[str], list[Row]]:
         """Store pieces; return their ids and the rows the caller must insert.
 
+        `replacing[i]`, when given, is the committed chunk piece i replaces (the same piece
+        of the same file): a piece close to it is stored as a patch over it.
         The pack is fdatasync'ed before this returns, so the caller's transaction may
         reference the rows. New rows are inserted by the caller inside its transaction.
         """
         ids: list[str] = []
-        rows: list[tuple[str, int, int, int]] = []
+        rows: list[Row] = []
         pending: dict[str, bytes] = {}
-        for data in pieces:
+        stored: dict[str, tuple[bytes, str | None]] = {}
+        for i, data in enumerate(pieces):
             cid = self._name_for(conn, data, pending)
             ids.append(cid)
             if cid in pending or self._known(conn, cid):
                 continue
             pending[cid] = data
-        if pending:
+            old = replacing[i] if replacing else None
+            stored[cid] = self._stored_form(conn, data, old)
+            if old is not None and delta.worth_trying(len(data)):
+                self._keep_full(cid, data)  # the "before" of the next change to this piece
+        if stored:
             fd, pack = self._writer()
             buf = []
             off = self._write_end
-            for cid, data in pending.items():
-                rows.append((cid, pack, off, len(data)))
-                buf.append(data)
-                off += len(data)
-            blob = memoryview(b"".join(buf))
+            for cid, (blob, over) in stored.items():
+                rows.append((cid, pack, off, len(blob), over))
+                buf.append(blob)
+                off += len(blob)
+            view = memoryview(b"".join(buf))
             pos = self._write_end
-            while blob:  # a short write is retried, so a full disk raises ENOSPC itself
-                n = os.pwrite(fd, blob, pos)
-                blob, pos = blob[n:], pos + n
+            while view:  # a short write is retried, so a full disk raises ENOSPC itself
+                n = os.pwrite(fd, view, pos)
+                view, pos = view[n:], pos + n
             os.fdatasync(fd)
             self._write_end = off
             with self._lock:
-                for cid, p, o, n in rows:
-                    self._locations[cid] = (p, o, n)
+                for cid, p, o, n, over in rows:
+                    self._locations[cid] = Loc(p, o, n, split_over(over))
                 while len(self._locations) > LOCATIONS_KEPT:  # a take-in of 1M files
                     self._locations.popitem(last=False)
                 self._txn_ids += [r[0] for r in rows]
         return ids, rows
+
+    def _stored_form(self, conn: sqlite3.Connection, data: bytes,
+                     old: str | None) -> tuple[bytes, str | None]:
+        """(bytes to append, `over`): a patch over `old` (and what `old` is read through),
+        or over `old`'s base alone once the list is long or its patches add up, or the piece
+        whole. Everything named is a committed row: its pack was synced before the
+        transaction that made it, so a patch is only ever named after what it needs is
+        durable."""
+        if old is None or not self._deltas or not delta.worth_trying(len(data)):
+            return data, None
+        row = conn.execute("SELECT over FROM chunks WHERE id = ?", (old,)).fetchone()
+        if row is None:  # gone (GC dropped what the file no longer names): whole
+            return data, None
+        return self._patch(conn, data, old, split_over(row[0]))
+
+    def _patch(self, conn: sqlite3.Connection, data: bytes, old: str,
+               old_over: tuple[str, ...]) -> tuple[bytes, str | None]:
+        if not old_over:  # old is whole: it is the base
+            blob = delta.make(self._full_of(conn, old), data)
+            return (data, None) if blob is None else (blob, old)
+        chain = (*old_over, old)
+        if len(chain) - 1 < delta.MAX_LAYERS:
+            between = conn.execute(
+                f"SELECT COALESCE(SUM(len), 0) FROM chunks WHERE id IN "
+                f"({','.join('?' * (len(chain) - 1))})", chain[1:]).fetchone()[0]
+            limit = min(len(data) // delta.FRACTION, len(data) - between)
+            if limit > 0:
+                blob = delta.make(self._full_of(conn, old), data, limit)
+                if blob is not None:
+                    return blob, " ".join(chain)
+        base = old_over[0]
+        blob = delta.make(self._full_of(conn, base), data)
+        return (data, None) if blob is None else (blob, base)
+
+    def _full_of(self, conn: sqlite3.Connection, cid: str) -> bytes:
+        data = self._full.get(cid)
+        if data is None:
+            data = self.read(conn, cid)
+        self._keep_full(cid, data)
+        return data
+
+    def _keep_full(self, cid: str, data: bytes) -> None:
+        """Remember a chunk's full bytes (the commit thread: the next patch's "before")."""
+        self._full[cid] = data
+        self._full.move_to_end(cid)
+        while len(self._full) > FULL_KEPT:
+            self._full.popitem(last=False)
 
     # -- the writer's transaction (Store.transaction calls these, under its lock) -----------
     def begin(self) -> None:
@@ -159,6 +270,7 @@ class ChunkStore:
             for cid in self._txn_ids:
                 self._locations.pop(cid, None)
         self._txn_ids = []
+        self._full.clear()  # ids this transaction named may go to other bytes next time
         self._write_end = self._txn_start
         if self._write_fd is not None and os.fstat(self._write_fd).st_size > self._txn_start:
             os.ftruncate(self._write_fd, self._txn_start)

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from memfs.store import db, retention
+from memfs.store.chunks import split_over
 from memfs.store.packs import PackWork, pack_usage, store_usage
 from memfs.store.refs import (
     CHUNK,
@@ -257,6 +258,9 @@ class Collector:
             self.intents = dict(conn.execute("SELECT commit_id, data FROM commit_intents"))
             self.inode_tables = dict(conn.execute("SELECT commit_id, inodes FROM commit_inodes"))
             self.epoch = max((c.seq for c in self.commits.values()), default=0)
+            # A patch keeps what it is read through: the mark follows `over` (memfs.store.delta).
+            self.over: dict[str, str] = dict(conn.execute(
+                "SELECT id, over FROM chunks WHERE over IS NOT NULL"))
             self.keep = retention.kept(self.commits.values(), refs, policy, now)
             self._mark_all(pins)
             self.object_rows = conn.execute("SELECT id, length(data) FROM objects").fetchall()
@@ -325,6 +329,8 @@ class Collector:
                 continue  # reached before, from a commit at least as new (or now kept)
             table[ref.id] = seq
             if ref.kind == CHUNK:
+                # a live patch keeps its base and the patches between
+                stack += [Ref(CHUNK, dep) for dep in self._over(ref.id, conn)]
                 continue
             row = conn.execute("SELECT data FROM objects WHERE id = ?", (ref.id,)).fetchone()
             if row is None:
@@ -338,6 +344,14 @@ class Collector:
                 raise StoreError(f"this store holds an entry memfs does not know: {exc}",
                                  "upgrade memfs before collecting garbage; nothing was "
                                  "deleted") from exc
+
+    def _over(self, cid: str, conn: sqlite3.Connection | None) -> tuple[str, ...]:
+        """What a patch is read through: from the plan's snapshot, or (catching up under the
+        writer lock: a chunk a commit stored since) from the row itself."""
+        if conn is None or conn is self._conn:
+            return split_over(self.over.get(cid))
+        row = conn.execute("SELECT over FROM chunks WHERE id = ?", (cid,)).fetchone()
+        return split_over(row[0]) if row is not None else ()
 
     # -- space: how much kept history to give up below the floor ---------------------------------
     def _decide_pressure(self) -> None:

@@ -134,16 +134,16 @@ class PackWork:
 
     # -- rewrite ----------------------------------------------------------------------------------
     def _rewrite(self, old: int) -> None:
-        rows = self.store._query("SELECT id, off, len FROM chunks WHERE pack = ? ORDER BY off",
-                                 (old,))
+        rows = self.store._query(
+            "SELECT id, off, len, over FROM chunks WHERE pack = ? ORDER BY off", (old,))
         fd, new = self.chunks.new_pack()
         moves: list[tuple[int, int, str, int, int]] = []
         src = os.open(self.chunks.pack_path(old), os.O_RDONLY | os.O_CLOEXEC)
         try:
             pos, buf = 0, bytearray()
-            for cid, off, n in rows:
+            for cid, off, n, over in rows:
                 data = os.pread(src, n, off)
-                if len(data) != n or chunk_digest(data) != cid.split(".")[0]:
+                if len(data) != n or not self._matches(cid, data, over):
                     self.report.problems.append(f"chunk {cid} in pack {old} does not match its "
                                                 "digest: left where it is")
                     continue
@@ -172,6 +172,16 @@ class PackWork:
             self.report.packs_removed += 1
         self.report.packs_rewritten += 1
         self.crash("pack-removed")
+
+    def _matches(self, cid: str, data: bytes, over: str | None) -> bool:
+        """Do a chunk's stored bytes give back its digest (a patch: rebuilt over what it is
+        read through)?"""
+        if over:
+            try:
+                data = self.store.rebuild_chunk(cid, data)
+            except (KeyError, OSError, ValueError):
+                return False
+        return chunk_digest(data) == cid.split(".")[0]
 
     # -- punch ------------------------------------------------------------------------------------
     def _punch(self, pack: int) -> None:

@@ -183,7 +183,15 @@ def _v2(conn: sqlite3.Connection) -> None:
     _columns(conn)
 
 
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2}
+def _v3(conn: sqlite3.Connection) -> None:
+    """A chunk may be stored as a patch (memfs.store.delta): `over` names what it is read
+    through, a full base then the patches between, ids separated by spaces (NULL: stored
+    whole, as every chunk before)."""
+    if not has_chunk_bases(conn):
+        conn.execute("ALTER TABLE chunks ADD COLUMN over TEXT")
+
+
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _v1, 2: _v2, 3: _v3}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 
@@ -194,6 +202,12 @@ def version(conn: sqlite3.Connection) -> int:
         return 0
     row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
     return int(row[0]) if row else 0
+
+
+def has_chunk_bases(conn: sqlite3.Connection) -> bool:
+    """Has the chunks table the `over` column (version 3)? A read-only open of an older
+    store reads it without: every chunk there is whole."""
+    return "over" in {r[1] for r in conn.execute("PRAGMA table_info(chunks)")}
 
 
 def check_known(conn: sqlite3.Connection, where: object) -> int:
@@ -257,4 +271,4 @@ def ensure_journal(conn: sqlite3.Connection) -> None:
 
 
 __all__ = ["BASE", "JOURNAL", "JOURNAL_COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "STORE_ADDED",
-           "check_known", "ensure_journal", "migrate", "version"]
+           "check_known", "has_chunk_bases", "ensure_journal", "migrate", "version"]

@@ -79,9 +79,12 @@ class Transaction(SqliteTxRecords):
         self.store = store
         self.conn = store._writer
 
-    def put_chunks(self, pieces: list[bytes]) -> list[str]:
-        ids, rows = self.store.chunks.put_many(self.conn, pieces)
-        self.conn.executemany("INSERT OR IGNORE INTO chunks VALUES (?, ?, ?, ?)", rows)
+    def put_chunks(self, pieces: list[bytes],
+                   replacing: list[str | None] | None = None) -> list[str]:
+        ids, rows = self.store.chunks.put_many(self.conn, pieces, replacing)
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO chunks (id, pack, off, len, over) VALUES (?, ?, ?, ?, ?)",
+            rows)
         return ids
 
     def put_object(self, data: bytes) -> str:
@@ -136,7 +139,7 @@ class Store(SqliteRecords, SingleHost):
         if readonly:
             schema.check_known(self._reader, self.db_path)  # a newer memfs's store: refused
         self._reader_lock = threading.Lock()
-        self.chunks = ChunkStore(root)
+        self.chunks = ChunkStore(root, deltas=schema.has_chunk_bases(self._reader))
         self._objects: dict[str, bytes] = {}
         if not readonly:
             self._ensure_initial_commit()
@@ -251,8 +254,8 @@ class Store(SqliteRecords, SingleHost):
 
     def read_chunk(self, chunk_id: str) -> bytes:
         with self._reader_lock:
-            loc = self.chunks.locate(self._reader, chunk_id)
-        return self.chunks.read_at(loc, chunk_id)
+            loc, over = self.chunks.locate_all(self._reader, chunk_id)
+        return self.chunks.read_at(loc, over, chunk_id)
 
     remote = False  # reads are this host's SQLite and packs
 
@@ -264,8 +267,14 @@ class Store(SqliteRecords, SingleHost):
 
     def read_chunk_range(self, chunk_id: str, start: int, length: int) -> bytes:
         with self._reader_lock:
-            loc = self.chunks.locate(self._reader, chunk_id)
-        return self.chunks.read_range(loc, start, length)
+            loc, over = self.chunks.locate_all(self._reader, chunk_id)
+        return self.chunks.read_range(loc, over, start, length)
+
+    def rebuild_chunk(self, chunk_id: str, own: bytes) -> bytes:
+        """The full bytes of a patch row whose stored bytes are `own` (GC checks a copy)."""
+        with self._reader_lock:
+            loc, over = self.chunks.locate_all(self._reader, chunk_id)
+        return self.chunks.rebuild(loc, over, own) if loc.over else own
 
     def current_branch(self) -> str:
         rows = self._query("SELECT value FROM meta WHERE key = 'branch'")

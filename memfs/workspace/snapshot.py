@@ -189,7 +189,10 @@ def _write(ws: Workspace, plan: CommitPlan, message: str) -> Commit:
     with ws.store.transaction() as tx:
         files = [j for j in plan.jobs if isinstance(j, FileJob)]
         order = [(j, i) for j in files for i in sorted(j.pieces)]
-        ids = tx.put_chunks([j.pieces[i] for j, i in order]) if order else []
+        # The chunk each piece replaces (still in the job's map until the loop below): the
+        # store may keep a small change to a big file as a delta of it (memfs.store.delta).
+        replacing = [j.chunks.get(i) for j, i in order]
+        ids = tx.put_chunks([j.pieces[i] for j, i in order], replacing) if order else []
         for (j, i), cid in zip(order, ids, strict=True):
             j.chunks[i] = cid
         for j in files:

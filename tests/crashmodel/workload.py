@@ -1,7 +1,7 @@
 """Crash-model workload, run as a child under the shim: `workload.py ROOT STATES SEED OPS`.
 
-Drives a real Store + Workspace (no FUSE): random creates, writes, truncates, renames,
-unlinks and mkdirs, background group commits, and `sync()` (what an fsync on the mount
+Drives a real Store + Workspace (no FUSE): random creates, writes, appends (kept as patches,
+memfs.store.delta), truncates, renames, unlinks and mkdirs, background group commits, and `sync()` (what an fsync on the mount
 calls) now and then. After mutation i it marks the log "mut i" and appends the whole tree's
 state to STATES (one JSON line: path -> sha256 or "dir"); after a sync() that returned it
 marks "synced i". STATES may hold an earlier run's lines: this run continues from the last,
@@ -69,8 +69,8 @@ def step(ws: Workspace, model: Model, rng: random.Random) -> None:
     """One mutation, applied to the workspace and the model alike (no await inside)."""
     dirs = sorted(model.dirs)
     files = sorted(model.files)
-    kind = rng.choice(["mkdir", "create", "create", "write", "write", "truncate", "rename",
-                       "unlink"] if files else ["mkdir", "create"])
+    kind = rng.choice(["mkdir", "create", "create", "write", "write", "append", "append",
+                       "truncate", "rename", "unlink"] if files else ["mkdir", "create"])
     if kind == "mkdir" or not dirs:
         parent = rng.choice(dirs) if dirs and rng.random() < 0.7 else ""
         path = f"{parent}/d{rng.randrange(1000)}".lstrip("/")
@@ -96,6 +96,11 @@ def step(ws: Workspace, model: Model, rng: random.Random) -> None:
         data = payload(rng, model)[:100_000]
         ws.write(node_at(ws, path), off, data)
         model.files[path] = old[:off] + data + old[off + len(data):]
+    elif kind == "append":  # a log's line: the store keeps it as a patch of the last chunk
+        path = rng.choice(files)
+        data = rng.randbytes(rng.randint(1, 300))
+        ws.write(node_at(ws, path), len(model.files[path]), data)
+        model.files[path] += data
     elif kind == "truncate":
         path = rng.choice(files)
         old = model.files[path]

@@ -3,7 +3,9 @@
 Pack 1 ends up mostly dead (a rewrite), pack 2 with a dead range in the middle (a punch);
 commits are dropped across a gap whose backed-mount intents must survive on the kept commit
 after it; a checkpoint and the branch head are kept. With the policy set to keep nothing by
-age, what is kept is exactly the checkpoint and the head.
+age, what is kept is exactly the checkpoint and the head. A log appended at every commit is
+kept as patches (memfs.store.delta) over a base only a dropped commit names, in the pack that
+is rewritten, through patches only dropped commits name: all of it must stay.
 """
 
 from __future__ import annotations
@@ -92,23 +94,35 @@ def build(root: Path) -> Expected:
             ws.write(f, 0, data)
         return step
 
+    def append(name: str, data: bytes):
+        def step(ws: Workspace) -> None:
+            f = ws.children(work(ws))[name.encode()]
+            ws.write(f, f.size(), data)
+        return step
+
     def rm(name: str):
         return lambda ws: ws.unlink(work(ws), name.encode())
 
     def both(*steps):
         return lambda ws: [s(ws) for s in steps]
 
-    c1, c2 = session([both(put("a", small), put("big1", rng.randbytes(3 * MiB))),
-                      rm("big1")])
+    def line(i: int):
+        return append("log", f"line {i} {rng.randbytes(40).hex()}\n".encode())
+
+    c1, c2 = session([both(put("a", small), put("big1", rng.randbytes(3 * MiB)),
+                           put("log", rng.randbytes(512 << 10))),
+                      both(rm("big1"), line(2))])
     c3, c4, c5 = session([both(put("b", rng.randbytes(2 * MiB)), put("mid", rng.randbytes(MiB)),
-                               put("c", rng.randbytes(2 * MiB))),
-                          rm("mid"), put("a2", small)])
+                               put("c", rng.randbytes(2 * MiB)), line(3)),
+                          both(rm("mid"), line(4)), both(put("a2", small), line(5))])
     store = Store.open(root)
     try:
         store.checkpoint("cp", c2)
         with store.transaction() as tx:  # a backed mount's intent, kept with c3 only
             tx.put_intents(c3, {"m": b"intent kept with c3"})
         store.set_policy(KEEP_NOTHING_BY_AGE)
+        patches = store._query("SELECT COUNT(*) FROM chunks WHERE over IS NOT NULL")[0][0]
+        assert patches == 4, f"the log's appends were not kept as patches ({patches})"
         return Expected({c2: files_at(store, c2), c5: files_at(store, c5)},
                         {c2: {}, c5: {"m": b"intent kept with c3"}})
     finally:

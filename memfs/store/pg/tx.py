@@ -57,9 +57,12 @@ class PgTx(PgTxRecords):
         self.notices: list[tuple[str, str]] = []
 
     # -- chunks ---------------------------------------------------------------------------
-    def put_chunks(self, pieces: list[bytes]) -> list[str]:
+    def put_chunks(self, pieces: list[bytes],
+                   replacing: list[str | None] | None = None) -> list[str]:
         """Name each piece (its digest, suffixed past a different stored piece of that
-        digest) and store those the database lacks, in one statement."""
+        digest) and store those the database lacks, in one statement. Pieces are stored
+        whole: `replacing` (the embedded store's delta hint) is not used here yet."""
+        del replacing
         names = [self._local_name(p) for p in pieces]
         fresh = {n: p for n, p in zip(names, pieces, strict=True)
                  if n not in self.chunks and n not in self.cached}

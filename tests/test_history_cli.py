@@ -329,3 +329,45 @@ def test_undo_of_a_command_still_running_says_so(mounted) -> None:
         writer.wait()
     job(w, "sh", "-c", "echo done > done.txt")
     assert "still running" not in mounted.cli("undo").stdout
+
+
+def test_one_file_back_from_history_and_revision_typos(mounted) -> None:
+    """Found in a user trial: `memfs restore first:work/a.txt` (the spelling `show` takes)
+    said "unknown revision 'first:work/a.txt'" though `first` exists, and nothing told how to
+    take back one file; `HEAD~1~1` and `HEAD~x` crashed every history command with a
+    ValueError traceback, and `HEAD~` read as HEAD (git reads it as HEAD~1); a 4-digit commit
+    prefix got "name a branch, a checkpoint or a commit id" with no word of the 6 digits."""
+    mounted.require_real()
+    w = mounted.work
+    job(w, "sh", "-c", "echo one > a.txt")
+    mounted.cli("checkpoint", "create", "first")
+    job(w, "sh", "-c", "echo two > a.txt")
+    job(w, "sh", "-c", "echo three > b.txt")
+    head = mounted.cli_json("log", "-n", "1")[0]["id"]
+    out = mounted.cli("restore", "first:work/a.txt", check=False)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert ("memfs restore moves the whole branch to a revision; 'first:work/a.txt' names one "
+            "file — to take back one file, copy it out of the read-only history: cp -p "
+            "MNT/.memfs/history/ID/work/a.txt MNT/work/a.txt (ID: `memfs log -n 1 first`)"
+            ) in out.stderr, out.stderr
+    assert mounted.cli_json("log", "-n", "1")[0]["id"] == head, "a refusal moved the head"
+    # The remedy works as written, and the copy is one operation undo takes back.
+    cid = mounted.cli("log", "-n", "1", "first").stdout.split()[0]
+    job(w, "cp", "-p", str(mounted.mnt / ".memfs" / "history" / cid / "work" / "a.txt"),
+        str(w / "a.txt"))
+    assert (w / "a.txt").read_text() == "one\n" and (w / "b.txt").exists()
+    assert "cp -p" in mounted.cli("undo").stdout
+    assert (w / "a.txt").read_text() == "two\n"
+    # REV~N as git reads it: `~` alone is one step, steps add up.
+    ids = [c["id"] for c in mounted.cli_json("log", "-n", "3")]
+    for spelled, want in (("HEAD~", ids[1]), ("HEAD~~", ids[2]), ("HEAD~1~1", ids[2])):
+        shown = mounted.cli("show", spelled, check=False)
+        assert shown.returncode == 0 and shown.stdout.startswith(want[:12]), (spelled, shown)
+    for cmd in (("show", "HEAD~x"), ("diff", "HEAD~1x"), ("restore", "HEAD~x")):
+        bad = mounted.cli(*cmd, check=False)
+        assert bad.returncode == 1 and "Traceback" not in bad.stderr, (cmd, bad.stderr)
+        assert "after '~' is not a number of commits — write REV~N" in bad.stderr, bad.stderr
+    short = mounted.cli("show", head[:4], check=False)
+    assert short.returncode == 1
+    assert (f"unknown revision '{head[:4]}' — a commit id prefix needs 6 or more hex digits"
+            ) in short.stderr, short.stderr

@@ -52,6 +52,13 @@ def _ask(args, op: str, direct, **kw):
 
 
 def cmd_restore(args) -> int:
+    if ":" in args.rev:  # REV:PATH is `show`'s spelling of one file; restore moves the branch
+        rev, _, path = args.rev.partition(":")
+        raise MemfsError(
+            f"memfs restore moves the whole branch to a revision; {args.rev!r} names one file",
+            f"to take back one file, copy it out of the read-only history: cp -p "
+            f"MNT/.memfs/history/ID/{path} MNT/{path} (ID: `memfs log -n 1 {rev}`), or "
+            f"memfs show {args.rev} > FILE; the copy is an operation `memfs undo` takes back")
     def direct(store: Store) -> dict:
         from memfs.store import history
 

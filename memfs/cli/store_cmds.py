@@ -107,12 +107,18 @@ def cmd_takeover(args) -> int:
     Without one: the lease is this root's, so the next `memfs mount` here writes the branch."""
     def direct(store: Store) -> dict:
         claim = store.takeover(args.branch)
+        was = store.current_branch()
         store.set_current_branch(args.branch)
-        return {"branch": args.branch, "head": store.head(args.branch), **claim.to_json()}
+        return {"branch": args.branch, "head": store.head(args.branch),
+                "switched_from": None if was == args.branch else was, **claim.to_json()}
 
     res = _ask(args, "takeover", direct, branch=args.branch)
-    emit(args, res, f"this host now writes branch {args.branch} (from {res['head'][:12]}, "
-                    "its last durable commit)")
+    text = (f"this host now writes branch {args.branch} (from {res['head'][:12]}, "
+            "its last durable commit)")
+    if res["switched_from"]:  # the mount showed another branch: say so, and the way back
+        text += (f"\n  the mount now shows {args.branch}; it showed {res['switched_from']} "
+                 f"(committed): memfs branch switch {res['switched_from']} goes back")
+    emit(args, res, text)
     return 0
 
 

@@ -6,8 +6,8 @@
 
 A name ending in `.md` (not starting with '.') is a record and must be a valid record name;
 any other name is a scratch file kept in memory only, so an editor's write-to-temp-then-
-rename save works: the rename onto `<name>.md` (or, beside it, `global.md`) is the commit. A changed record is committed
-when it is flushed (close). Nothing is lost silently:
+rename save works: the rename onto `<name>.md` (or, beside it, `global.md`) is the commit.
+A changed record is committed when it is flushed (close). Nothing is lost silently:
 
 - what can be judged from the bytes alone (a control character, bytes that are not UTF-8,
   more bytes than the cap) is refused by the write() that brings it, with EINVAL, so

@@ -66,6 +66,6 @@ def _resolve_base(store: StoreBackend, base: str) -> str:
     short = base and len(base) < PREFIX_MIN and all(c in "0123456789abcdef" for c in base.lower())
     raise UnknownRevision(f"unknown revision {base!r}",
                           f"a commit id prefix needs {PREFIX_MIN} or more hex digits (`memfs log` "
-                          "shows the ids)" if short else
+                          "shows the ids); or name a branch or a checkpoint" if short else
                           "name a branch, a checkpoint or a commit id")
 

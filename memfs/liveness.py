@@ -249,6 +249,12 @@ class DeadDaemon:
             why = f" ({r.last_commit_error})" if r.last_commit_error else ""
             return f"{kept}; {r.pending} change(s) it could not commit{why} are lost"
         died_by = r.seen + HEARTBEAT
+        if d is not None and d.id != r.head and d.time > died_by and r.head:
+            # Not its commit: the head moved after it died (a takeover, an undo, a restore).
+            return (f"everything fsynced is in the store (its durable head when last seen: "
+                    f"{r.head[:12]}); the branch has moved since it died: its head is now "
+                    f"{d.id[:12]}, set at {clock(d.time)} by another host's `memfs takeover` "
+                    f"or an undo or restore")
         if d is not None and d.id != r.head:  # it committed after its last record
             return (f"{kept}; changes made after that commit are lost (it died at most "
                     f"{max(0.0, died_by - d.time):.1f} s after it)")

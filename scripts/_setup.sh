@@ -29,6 +29,7 @@ if [ "${MEMFS_WANT_TEST_TOOLS:-0}" = 1 ]; then
     command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc libc6-dev)
     command -v setpriv >/dev/null 2>&1 || need_pkgs+=(util-linux)
     command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
+    command -v vim >/dev/null 2>&1 || need_pkgs+=(vim)  # an editor's save, as users make it
 fi
 # The PostgreSQL backend's tests (and `scripts/demo --store postgresql`) start a throwaway server
 # of their own (tests/helpers/pg.py). Debian's `postgresql` brings its release's server (15 on

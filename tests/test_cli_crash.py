@@ -179,3 +179,41 @@ def test_a_death_just_after_an_undo_claims_no_old_loss(mounted) -> None:
     # At most from the undo's move to `seen` + HEARTBEAT (0.5 s); measured from the older
     # commit it would be 3 s more.
     assert window <= now - before_undo + 0.5 + 0.1, loss
+
+
+def test_a_head_moved_after_the_death_is_not_called_the_dead_daemons_commit(mounted) -> None:
+    """Found in a user trial (two hosts on PostgreSQL: host a killed, host b took main over
+    and committed, then `memfs mount` on a): the cleanup said "up to its last durable commit
+    <b's commit> ...; changes made after that commit are lost (it died at most 0.0 s after
+    it)", naming a commit made after the death as the dead daemon's. The same on one host
+    with an undo run between the kill and the remount, as here."""
+    mounted.require_real()
+    for name in ("one.txt", "two.txt"):
+        with open(mounted.work / name, "w") as f:
+            f.write(name)
+            f.flush()
+            os.fsync(f.fileno())
+    head = mounted.status()["head"]
+    deadline = time.monotonic() + 20
+    while json.loads((mounted.root / "daemon.lock").read_text())["head"] != head:
+        assert time.monotonic() < deadline, "the daemon's record never caught up"
+        time.sleep(0.05)  # its record names the head it had: the kill leaves no doubt
+    os.kill(mounted.proc.pid, signal.SIGKILL)
+    mounted.proc.wait(timeout=30)
+    seen = json.loads((mounted.root / "daemon.lock").read_text())["seen"]
+    while time.time() <= seen + 0.6:  # past the window its last record leaves (HEARTBEAT)
+        time.sleep(0.05)
+    moved = mounted.cli("undo")
+    assert "head is now" in moved.stdout
+    new = json.loads(mounted.cli("status", "--json", check=False).stdout)
+    assert new["head"] != head
+    loss = new["daemon"]["loss"]
+    assert "died at most" not in loss and f"last durable commit {new['head'][:12]}" not in loss
+    assert loss.startswith(f"everything fsynced is in the store (its durable head when last "
+                           f"seen: {head[:12]}); the branch has moved since it died: its head "
+                           f"is now {new['head'][:12]}, set at "), loss
+    out = subprocess.run(memfs_cmd(mounted.root, "mount", str(mounted.mnt)), capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "the branch has moved since it died" in out.stderr, out.stderr
+    assert not (mounted.work / "one.txt").exists(), "the mount shows the head the undo set"

@@ -222,3 +222,21 @@ def test_unknown_session_points_at_session_list(store: Path):
     sid = memfs(store, "session", "new", "--workspace", "ws").stdout.strip()
     listed = memfs(store, "session", "list").stdout
     assert sid in listed and "workspace ws" in listed and "0 turns" in listed
+
+
+# -- the root itself --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [("status",), ("init",), ("branch", "list"), ("undo",),
+                                     ("show", "HEAD"), ("recover",), ("log",)])
+def test_a_root_that_is_a_file_is_refused_by_every_command(tmp_path: Path, command):
+    """`--root notes.txt` crashed `status`, `undo`, `show` with a NotADirectoryError traceback
+    from the control socket, `recover` with FileExistsError, and `init` said to 'restore
+    store.json'."""
+    f = tmp_path / "notes.txt"
+    f.write_text("x\n")
+    out = memfs(f, *command)
+    assert out.returncode == 1, out
+    assert "Traceback" not in out.stderr
+    assert (f"memfs: the store root {f} (--root) is a file, not a directory — give --root the "
+            "directory `memfs init` made") in out.stderr
+    assert f.read_text() == "x\n"

@@ -262,3 +262,19 @@ def test_a_damaged_generation_is_reported_and_recovery_goes_on(tmp_path: Path) -
     assert "does not match its revision" in report["outcomes"][0]["detail"]
     receipt = read_receipt(sc.root, review_id)
     assert receipt is not None and receipt.state == "committing"
+
+
+def test_what_receipts_says_after_a_kill_between_scopes_is_true(tmp_path: Path) -> None:
+    """Found in a user trial: killed between its two scopes, a review left `memfs receipts`
+    saying "(intent recorded; memory not yet swapped)" while the workspace's record was
+    already in memory, and naming no remedy."""
+    sc = Scenario(tmp_path / "root")
+    ws0 = sc.ws_rev()
+    review_id = run_commit(sc, sc.raw(glob=True), "commit-between-scopes", tmp_path)
+    assert sc.ws_rev() != ws0, "the workspace scope was swapped before the kill"
+    out = sc.cli("receipts")
+    line = next(x for x in out.stdout.splitlines() if x.startswith(review_id))
+    assert "committing" in line and "not yet swapped" not in line, line
+    assert "(intent recorded; swapping memory (if no review is running, `memfs recover` " \
+           "finishes it))" in line, line
+    assert recover_cli(sc)["exit"] == 0

@@ -161,7 +161,7 @@ def test_log_stat_and_json_name_every_commit(mounted) -> None:
     else:
         assert mine[1]["changes"] == [{**added, "size": 0}]
         assert mine[0]["changes"] == [{"status": "M", "path": "work/by-child.txt", "kind": "f",
-                                       "size": 5, "old_size": 0}]
+                                       "size": 5, "old_size": 0, "detail": "content"}]
 
 
 def test_checkpoints_list_refuse_a_move_and_delete(mounted) -> None:

@@ -3,6 +3,7 @@ files in words, undo --to remedies, views that keep modes. Real mounts, real pro
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -329,3 +330,82 @@ def test_undo_of_a_command_still_running_says_so(mounted) -> None:
         writer.wait()
     job(w, "sh", "-c", "echo done > done.txt")
     assert "still running" not in mounted.cli("undo").stdout
+
+
+def test_one_file_back_from_history_and_revision_typos(mounted) -> None:
+    """Found in a user trial: `memfs restore first:work/a.txt` (the spelling `show` takes)
+    said "unknown revision 'first:work/a.txt'" though `first` exists, and nothing told how to
+    take back one file; `HEAD~1~1` and `HEAD~x` crashed every history command with a
+    ValueError traceback, and `HEAD~` read as HEAD (git reads it as HEAD~1); a 4-digit commit
+    prefix got "name a branch, a checkpoint or a commit id" with no word of the 6 digits."""
+    mounted.require_real()
+    w = mounted.work
+    job(w, "sh", "-c", "echo one > a.txt")
+    mounted.cli("checkpoint", "create", "first")
+    job(w, "sh", "-c", "echo two > a.txt")
+    job(w, "sh", "-c", "echo three > b.txt")
+    head = mounted.cli_json("log", "-n", "1")[0]["id"]
+    out = mounted.cli("restore", "first:work/a.txt", check=False)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert ("memfs restore moves the whole branch to a revision; 'first:work/a.txt' names one "
+            "file — to take back one file, copy it out of the read-only history: cp -p "
+            "MNT/.memfs/history/ID/work/a.txt MNT/work/a.txt (ID: `memfs log -n 1 first`)"
+            ) in out.stderr, out.stderr
+    assert mounted.cli_json("log", "-n", "1")[0]["id"] == head, "a refusal moved the head"
+    # The remedy works as written, and the copy is one operation undo takes back.
+    cid = mounted.cli("log", "-n", "1", "first").stdout.split()[0]
+    job(w, "cp", "-p", str(mounted.mnt / ".memfs" / "history" / cid / "work" / "a.txt"),
+        str(w / "a.txt"))
+    assert (w / "a.txt").read_text() == "one\n" and (w / "b.txt").exists()
+    assert "cp -p" in mounted.cli("undo").stdout
+    assert (w / "a.txt").read_text() == "two\n"
+    # REV~N as git reads it: `~` alone is one step, steps add up.
+    ids = [c["id"] for c in mounted.cli_json("log", "-n", "3")]
+    for spelled, want in (("HEAD~", ids[1]), ("HEAD~~", ids[2]), ("HEAD~1~1", ids[2])):
+        shown = mounted.cli("show", spelled, check=False)
+        assert shown.returncode == 0 and shown.stdout.startswith(want[:12]), (spelled, shown)
+    for cmd in (("show", "HEAD~x"), ("diff", "HEAD~1x"), ("restore", "HEAD~x")):
+        bad = mounted.cli(*cmd, check=False)
+        assert bad.returncode == 1 and "Traceback" not in bad.stderr, (cmd, bad.stderr)
+        assert "after '~' is not a number of commits — write REV~N" in bad.stderr, bad.stderr
+    short = mounted.cli("show", head[:4], check=False)
+    assert short.returncode == 1
+    assert (f"unknown revision '{head[:4]}' — a commit id prefix needs 6 or more hex digits"
+            ) in short.stderr, short.stderr
+
+
+def test_log_of_one_path_lists_only_the_commits_that_changed_it(mounted) -> None:
+    """Found in a user trial: `memfs log -- work/a.txt` (git's way to see a file's history)
+    said "unknown revision 'work/a.txt'"; log had no way to follow one file."""
+    mounted.require_real()
+    w = mounted.work
+    job(w, "sh", "-c", "echo one > a.txt")
+    job(w, "sh", "-c", "echo b > b.txt")
+    job(w, "sh", "-c", "echo two > a.txt")
+    ids = [c["id"] for c in mounted.cli_json("log", "-n", "3")]  # newest first: a, b, a
+    for spelled in (("--", "work/a.txt"), ("work/a.txt",), ("HEAD", "--", "work/a.txt")):
+        got = [c["id"] for c in log_json(mounted, *spelled)]
+        assert got[:2] == [ids[0], ids[2]] and ids[1] not in got, (spelled, got)
+    here = subprocess.run([sys.executable, "-m", "memfs", "--root", str(mounted.root), "log",
+                           "--json", "./a.txt"], cwd=w, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(Path(
+                              __file__).resolve().parents[1])})
+    assert here.returncode == 0, here.stderr
+    assert [c["id"] for c in json.loads(here.stdout)][:2] == [ids[0], ids[2]]
+    assert [c["id"] for c in log_json(mounted, "-n", "1", "--", "work/a.txt")] == [ids[0]]
+    assert [c["id"] for c in log_json(mounted, ids[1], "--", "work/a.txt")][0] == ids[2]
+    text = mounted.cli("log", "--", "work/a.txt").stdout
+    assert "work/a.txt" not in text, "changes are shown only with --stat or --paths"
+    stat = mounted.cli("log", "--stat", "-n", "1", "--", "work/a.txt").stdout
+    assert "M  work/a.txt" in stat and "b.txt" not in stat, stat
+    ops = log_json(mounted, "--ops", "--", "work/b.txt")
+    assert [o["cmdline"] for o in ops] == ["sh -c 'echo b > b.txt'"], ops
+    assert mounted.cli("log", "--", "work/nope").stdout.strip() == "no commits changed work/nope"
+    bad = mounted.cli("log", "nope", check=False)
+    assert bad.returncode == 1 and ("'nope' is neither a revision nor a path in the head — give "
+                                    "a branch, checkpoint, mark or commit id") in bad.stderr
+
+
+def log_json(m, *args: str) -> list[dict]:
+    """`memfs --json log ARGS`: --json before the command, as after `--` it is a path."""
+    return json.loads(m.cli("--json", "log", *args).stdout)

@@ -90,3 +90,22 @@ def test_import_and_preview_then_show_and_log(tmp_path: Path) -> None:
     bad = memfs(root, "memory", "preview", str(proposal), "--session", sid, "--json")
     assert bad.returncode == 1
     assert "range 3-3 is outside" in json.loads(bad.stdout)["error"]
+
+
+def test_typos_in_a_workspace_or_a_receipt_state_are_told_apart_from_empty(tmp_path: Path) -> None:
+    """Found in a user trial: `memfs receipts --state comitted` printed "no receipts" (exit 0),
+    and `memfs memory show --workspace wrok` an empty index, as if both were merely empty."""
+    root = tmp_path / "root"
+    sid = memfs(root, "session", "new", "--workspace", "work").stdout.strip()
+    assert sid
+    bad = memfs(root, "receipts", "--state", "comitted")
+    assert bad.returncode == 2 and "invalid choice: 'comitted'" in bad.stderr, bad.stderr
+    assert "'committed'" in bad.stderr
+    assert memfs(root, "receipts", "--state", "committed").stdout.strip() == "no receipts"
+    MemoryStore(root / "memory").put_record("work", "editor", "# Editor\n")
+    typo = memfs(root, "memory", "show", "--workspace", "wrok")
+    assert typo.returncode == 0
+    assert ("(no memory was ever committed for workspace 'wrok'; workspaces with memory: work)"
+            ) in typo.stdout, typo.stdout
+    real = memfs(root, "memory", "show", "--workspace", "work").stdout
+    assert "editor.md" in real and "no memory was ever committed" not in real, real

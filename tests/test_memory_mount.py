@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.require import require_tool
 
 from memfs.memory.store import MemoryStore
 from memfs.rootdir import memory_dir
@@ -96,3 +98,57 @@ def test_memory_files_are_readable_with_cat_when_the_daemon_is_stopped(mount_fac
                           str(mem / "workspaces" / "work" / "index.md"), str(mem / "global.md")],
                          capture_output=True, text=True, check=True)
     assert out.stdout == "# Editor\n- tabs\n# Memory index\n\n- editor.md: Editor\n# Global\n"
+
+
+def _edit_like_editors(d: Path, name: str) -> list[str]:
+    """`sed -i`, vim and a write-temp-then-rename save of `d/name`; what each printed."""
+    said = []
+    for cmd in (["sed", "-i", "s/one/two/", name],
+                ["vim", "-u", "NONE", "-N", "-es", "-c", "set nobackup writebackup",
+                 "-c", "%s/two/three/", "-c", "wq", name]):
+        out = subprocess.run(cmd, cwd=d, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, (cmd, out.stderr)
+        said.append(out.stderr)
+    tmp = d / f".{name}.tmp"
+    with open(tmp, "x") as f:
+        f.write((d / name).read_text().replace("three", "four"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, d / name)
+    return said
+
+
+def test_editors_save_global_and_records_as_in_a_native_directory(mount_factory,
+                                                                  tmp_path: Path) -> None:
+    """Found in a user trial: `sed -i` (and any temp-then-rename save) of
+    `.memfs/memory/global.md` failed ("couldn't open temporary file ./sedXXXXXX: Operation not
+    permitted": no temp file could be made beside Global), and `sed -i` of a record warned
+    "preserving permissions for './sedXXXXXX': Operation not permitted" (the ACL copy got
+    EPERM, where a filesystem without ACLs answers ENOTSUP and sed says nothing)."""
+    require_tool(None if shutil.which("vim") else "vim is missing (scripts/_setup.sh installs it)")
+    m = mount_factory(root=tmp_path / "root")
+    m.require_real()
+    mem = m.mnt / ".memfs" / "memory"
+    native = tmp_path / "native"
+    native.mkdir()
+    for d in (native, mem, mem / "workspaces" / "work"):
+        name = "global.md" if d != mem / "workspaces" / "work" else "note.md"
+        (d / name).write_text("- one\n")
+        assert _edit_like_editors(d, name) == ["", ""], d
+        assert (d / name).read_text() == "- four\n", d
+        left = {p.name for p in d.iterdir()} - {name, "workspaces", "index.md"}
+        assert not left, f"a temp file or backup stayed in {d}: {left}"
+    store = MemoryStore(memory_dir(m.root))
+    assert store.global_generation().content == "- four\n"
+    assert store.workspace_generation("work").records == {"note": "- four\n"}
+    assert oct((mem).stat().st_mode & 0o777) == "0o755", "a user's editor may write beside Global"
+    for bad, code in (("other.md", errno.EPERM), ("workspaces", errno.EISDIR)):
+        with pytest.raises(OSError) as info:
+            (mem / ".t").write_text("x")
+            os.rename(mem / ".t", mem / bad)
+        assert info.value.errno == code, bad
+    (mem / ".t").unlink()
+    with pytest.raises(OSError) as info:
+        os.rename(mem / "global.md", mem / "global.md~")  # Global cannot leave
+    assert info.value.errno == errno.EPERM
+    assert store.global_generation().content == "- four\n"

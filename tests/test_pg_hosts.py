@@ -338,3 +338,32 @@ def test_a_locked_server_holds_only_the_reads_that_miss_this_hosts_caches(
             assert out.split() == ["f.bin"]
         else:
             assert out.split()[0] == hashlib.sha256(cold).hexdigest()
+
+
+def test_a_takeover_from_a_branch_of_ones_own_says_the_mount_moved(hosts) -> None:
+    """Found in a user trial: host b worked on a branch of its own, host a died, `memfs
+    takeover main` on b printed only "this host now writes branch main": b's mount had
+    switched to main, and b's own files were gone from it with no word of where they went."""
+    a, b = hosts
+    write_synced(a.work / "from-a.txt", b"a\n")
+    wait_for(lambda: read(b.work / "from-a.txt") == b"a\n", "host b to see a's file")
+    b.cli("branch", "create", "mine")
+    b.cli("branch", "switch", "mine")
+    write_synced(b.work / "from-b.txt", b"b\n")
+    a.kill()
+
+    def taken():
+        res = b.cli("takeover", "main", check=False)
+        return res if res.returncode == 0 else None
+
+    out = wait_for(taken, "the dead host's lease to expire", timeout=30).stdout
+    assert out == ("this host now writes branch main (from "
+                   f"{b.status()['head'][:12]}, its last durable commit)\n"
+                   "  the mount now shows main; it showed mine (committed): memfs branch "
+                   "switch mine goes back\n"), out
+    assert (b.work / "from-a.txt").read_bytes() == b"a\n"
+    assert not (b.work / "from-b.txt").exists()
+    again = b.cli_json("takeover", "main")  # already on main: no switch, no word of one
+    assert again["switched_from"] is None, again
+    b.cli("branch", "switch", "mine")
+    assert (b.work / "from-b.txt").read_bytes() == b"b\n", "the way back the remedy names"

@@ -33,6 +33,7 @@ from memfs.store import StoreBackend as Store
 from memfs.store import history, open_store_readonly, undo
 from memfs.store.history import History, parse_when
 from memfs.store.opspan import walk
+from memfs.store.store import UnknownRevision
 from memfs.store.treediff import (
     DIR,
     FILE,
@@ -51,7 +52,8 @@ NOW = "now"
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("log", help="commits (or operations) of the current branch, newest first")
-    p.add_argument("rev", nargs="?", metavar="REV", help="start there (default: the head)")
+    p.add_argument("what", nargs="*", metavar="[REV] [--] [PATH]",
+                   help="start at REV (default: the head); only commits that changed a PATH")
     p.add_argument("-n", type=_count, default=20, metavar="N", help="how many (default 20; 0: all)")
     p.add_argument("--branch")
     p.add_argument("--since", metavar="TIME", help="only newer than TIME (10:32, 5m, ISO ...)")
@@ -169,40 +171,68 @@ def _store_path(args, path: str) -> str:
 
 
 # -- log -------------------------------------------------------------------------------------
+def _log_args(args, store: Store) -> tuple[str | None, list[str]]:
+    """`memfs log [REV] [--] [PATH ...]` as git reads it: the first word is a revision if it
+    names one, else it and the rest are paths (argparse drops the `--`)."""
+    what = list(args.what)
+    if not what or what[0].startswith(("./", "../", "/")):
+        return None, [_store_path(args, p) for p in what]
+    try:
+        history.resolve(store, what[0])
+        return what[0], [_store_path(args, p) for p in what[1:]]
+    except UnknownRevision:
+        first = what[0].strip("/")
+        if "/" not in first and not find_entry(store, commit_state(store, store.head()), first):
+            raise MemfsError(f"{what[0]!r} is neither a revision nor a path in the head",
+                             "give a branch, checkpoint, mark or commit id (6+ hex digits), or a "
+                             "path from the store root (work/a.txt; ./a.txt from inside the "
+                             "mount)") from None
+    return None, [_store_path(args, p) for p in what]
+
+
 def cmd_log(args) -> int:
     _commit_pending(args)  # the command that just ran is in the log, not 100 ms later
     store = _read(args)
     try:
-        head = history.resolve(store, args.rev) if args.rev else store.head(args.branch)
+        rev, paths = _log_args(args, store)
+        head = history.resolve(store, rev) if rev else store.head(args.branch)
         hist = History(store, head)
         since = parse_when(args.since) if args.since else None
         limit = args.n if args.n > 0 else None
         changes = args.stat or args.paths
         docs, lines = [], []
-        if args.ops:
-            for s in _op_spans(store, hist, limit, since):
-                last = s.commits[-1]
-                ch = diff_trees(store, _base(store, hist, last), commit_state(store, s.commits[0].id)) \
-                    if changes else None
-                doc = span_json(s, ch)
-                lines.append(span_line(s))
-                lines += change_lines(ch, args.stat) if ch is not None else []
-                _gaps(hist, s.commits, doc, lines)
-                docs.append(doc)
-        else:
-            for c in _commits(hist, limit, since):
-                ch = diff_trees(store, _base(store, hist, c), commit_state(store, c.id)) \
-                    if changes else None
-                doc = c.to_json()
-                if ch is not None:
-                    doc["changes"] = [x.to_json() for x in ch]
-                lines.append(commit_line(c))
-                lines += change_lines(ch, args.stat) if ch is not None else []
-                _gaps(hist, (c,), doc, lines)
-                docs.append(doc)
+        def touched(newest, oldest):
+            """What newest..oldest changed: to show (--stat, --paths), or to keep only the
+            commits that changed a PATH; None when neither is asked."""
+            if not (changes or paths):
+                return None
+            return diff_trees(store, _base(store, hist, oldest), commit_state(store, newest.id),
+                              paths or None)
+
+        entries = ((s, s.commits[0], s.commits[-1]) for s in _op_spans(store, hist, None, since)
+                   ) if args.ops else ((c, c, c) for c in _commits(hist, None, since))
+        for entry, newest, oldest in entries:
+            ch = touched(newest, oldest)
+            if paths and not ch:
+                continue
+            shown = ch if changes else None
+            if args.ops:
+                doc = span_json(entry, shown)
+                lines.append(span_line(entry))
+            else:
+                doc = entry.to_json()
+                if shown is not None:
+                    doc["changes"] = [x.to_json() for x in shown]
+                lines.append(commit_line(entry))
+            lines += change_lines(shown, args.stat) if shown is not None else []
+            _gaps(hist, entry.commits if args.ops else (entry,), doc, lines)
+            docs.append(doc)
+            if limit is not None and len(docs) >= limit:
+                break
     finally:
         store.close()
-    emit(args, docs, "\n".join(lines) or "no commits")
+    emit(args, docs, "\n".join(lines) or ("no commits" if not paths else
+                                          f"no commits changed {' '.join(paths)}"))
     return 0
 
 

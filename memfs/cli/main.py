@@ -20,6 +20,7 @@ import os
 import sys
 
 from memfs.errors import MemfsError
+from memfs.rootdir import resolve_root
 
 TOPICS = ("mount_cmds", "store_cmds", "history_cmds", "memory_cmds", "consolidate_cmds",
           "receipts_cmds", "reconcile_cmds", "gc_cmds")
@@ -96,6 +97,18 @@ def _names_as_bytes() -> None:
             reconfigure(errors="surrogateescape")
 
 
+def _refuse_a_file_as_root(args: argparse.Namespace) -> None:
+    """A root that is a file (`--root notes.txt`) is no store and cannot become one: say so once,
+    here, instead of each command failing its own way (a traceback from the control socket)."""
+    root = resolve_root(getattr(args, "root", None))
+    if root.exists() and not root.is_dir():
+        given = ("--root" if getattr(args, "root", None) else
+                 "$MEMFS_ROOT" if os.environ.get("MEMFS_ROOT") else "the default root")
+        raise MemfsError(f"the store root {root} ({given}) is a file, not a directory",
+                         "give --root the directory `memfs init` made (or set MEMFS_ROOT to it), "
+                         "or move the file aside")
+
+
 def main(argv: list[str] | None = None) -> int:
     _names_as_bytes()
     parser = build_parser()
@@ -104,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _refuse_a_file_as_root(args)
         return int(args.func(args) or 0)
     except MemfsError as exc:
         if getattr(args, "json", False):

@@ -92,6 +92,10 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
                    "records": gen.records, "index": gen.index}
         text = f"workspace {gen.workspace}  revision {gen.revision}  generation {gen.seq}\n"
         text += gen.index.rstrip("\n")
+        known = store.workspaces()
+        if args.workspace not in known:  # a typo reads as an empty workspace: say which have any
+            text += (f"\n(no memory was ever committed for workspace {args.workspace!r}; "
+                     f"workspaces with memory: {', '.join(known) or 'none'})")
         emit(args, payload, text)
         return 0
     glob = store.global_generation()

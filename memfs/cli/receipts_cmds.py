@@ -11,13 +11,14 @@ import argparse
 
 from memfs.cli.main import add_json_flag, emit
 from memfs.consolidate.committer import recover_receipts
-from memfs.consolidate.receipts import COMMITTING, scan_receipts
+from memfs.consolidate.receipts import COMMITTING, STATES, scan_receipts
 from memfs.rootdir import resolve_root
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("receipts", help="list consolidation receipts, oldest first")
-    p.add_argument("--state", help="only receipts in this state (e.g. committing)")
+    p.add_argument("--state", choices=STATES,  # a typo filtered all out: "no receipts"
+                   help="only receipts in this state (e.g. committing)")
     add_json_flag(p)
     p.set_defaults(func=cmd_receipts)
     p = sub.add_parser("recover",

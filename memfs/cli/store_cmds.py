@@ -52,6 +52,13 @@ def _ask(args, op: str, direct, **kw):
 
 
 def cmd_restore(args) -> int:
+    if ":" in args.rev:  # REV:PATH is `show`'s spelling of one file; restore moves the branch
+        rev, _, path = args.rev.partition(":")
+        raise MemfsError(
+            f"memfs restore moves the whole branch to a revision; {args.rev!r} names one file",
+            f"to take back one file, copy it out of the read-only history: cp -p "
+            f"MNT/.memfs/history/ID/{path} MNT/{path} (ID: `memfs log -n 1 {rev}`), or "
+            f"memfs show {args.rev} > FILE; the copy is an operation `memfs undo` takes back")
     def direct(store: Store) -> dict:
         from memfs.store import history
 
@@ -100,12 +107,18 @@ def cmd_takeover(args) -> int:
     Without one: the lease is this root's, so the next `memfs mount` here writes the branch."""
     def direct(store: Store) -> dict:
         claim = store.takeover(args.branch)
+        was = store.current_branch()
         store.set_current_branch(args.branch)
-        return {"branch": args.branch, "head": store.head(args.branch), **claim.to_json()}
+        return {"branch": args.branch, "head": store.head(args.branch),
+                "switched_from": None if was == args.branch else was, **claim.to_json()}
 
     res = _ask(args, "takeover", direct, branch=args.branch)
-    emit(args, res, f"this host now writes branch {args.branch} (from {res['head'][:12]}, "
-                    "its last durable commit)")
+    text = (f"this host now writes branch {args.branch} (from {res['head'][:12]}, "
+            "its last durable commit)")
+    if res["switched_from"]:  # the mount showed another branch: say so, and the way back
+        text += (f"\n  the mount now shows {args.branch}; it showed {res['switched_from']} "
+                 f"(committed): memfs branch switch {res['switched_from']} goes back")
+    emit(args, res, text)
     return 0
 
 

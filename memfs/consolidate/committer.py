@@ -228,7 +228,9 @@ def _commit_locked(root: Path, review: Review) -> Receipt:
 
     # 3. Receipt first: the durable intent precedes every memory write.
     crash_point("commit-before-receipt")
-    receipt = receipt.finished(COMMITTING, "commit", "intent recorded; memory not yet swapped")
+    receipt = receipt.finished(
+        COMMITTING, "commit",  # read after a kill too: true whichever scopes were swapped
+        "intent recorded; swapping memory (if no review is running, `memfs recover` finishes it)")
     write_receipt(root, receipt)
     crash_point("commit-after-receipt")
 

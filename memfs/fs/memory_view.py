@@ -6,8 +6,8 @@
 
 A name ending in `.md` (not starting with '.') is a record and must be a valid record name;
 any other name is a scratch file kept in memory only, so an editor's write-to-temp-then-
-rename save works: the rename onto `<name>.md` is the commit. A changed record is committed
-when it is flushed (close). Nothing is lost silently:
+rename save works: the rename onto `<name>.md` (or, beside it, `global.md`) is the commit.
+A changed record is committed when it is flushed (close). Nothing is lost silently:
 
 - what can be judged from the bytes alone (a control character, bytes that are not UTF-8,
   more bytes than the cap) is refused by the write() that brings it, with EINVAL, so
@@ -131,7 +131,8 @@ class MemoryView:
 
     def listing(self, d: MemDir) -> list[tuple[bytes, MemDir | MemFile]]:
         if d.kind == "top":
-            return [(b"global.md", self.global_file), (b"workspaces", self.list)]
+            return sorted([(b"global.md", self.global_file), (b"workspaces", self.list),
+                           *d.scratch.items()])
         if d.kind == "list":
             return [(w.encode(), self._ws_dir(w)) for w in self.workspaces()]
         ws = _ws(d)
@@ -140,7 +141,7 @@ class MemoryView:
         return sorted(out)
 
     def lookup(self, d: MemDir, name: bytes) -> MemDir | MemFile:
-        if d.kind == "ws" and name in d.scratch:
+        if name in d.scratch:
             return d.scratch[name]
         for n, node in self.listing(d):
             if n == name:
@@ -164,13 +165,14 @@ class MemoryView:
 
     def mode(self, node: MemDir | MemFile) -> int:
         if isinstance(node, MemDir):
-            return stat.S_IFDIR | (0o755 if node.kind == "ws" else 0o555)
+            return stat.S_IFDIR | (0o555 if node.kind == "list" else 0o755)  # top: editors'
+            # temp files beside global.md
         return stat.S_IFREG | (0o444 if node.is_index else 0o644)
 
     # -- changes -----------------------------------------------------------------------
     def create(self, d: MemDir, name: bytes) -> MemFile:
-        if d.kind != "ws":
-            raise MemError(errno.EPERM)
+        if d.kind == "list" or (d.kind == "top" and is_record_name(name)):
+            raise MemError(errno.EPERM)  # workspaces come from mounts; Global is global.md
         if name in d.scratch or any(n == name for n, _ in self.listing(d)):
             raise MemError(errno.EEXIST)
         if is_record_name(name):
@@ -288,11 +290,11 @@ class MemoryView:
             raise MemError(getattr(exc, "errno", None) or errno.EINVAL, str(exc)) from None
 
     async def unlink(self, d: MemDir, name: bytes) -> None:
-        if d.kind != "ws":
-            raise MemError(errno.EPERM)
         if name in d.scratch:
             del d.scratch[name]
             return
+        if d.kind != "ws":
+            raise MemError(errno.EPERM)
         f = self.lookup(d, name)
         if not isinstance(f, MemFile) or f.is_index:
             raise MemError(errno.EPERM)
@@ -301,6 +303,8 @@ class MemoryView:
         f.pending, f.changed = None, False
 
     async def rename(self, od: MemDir, oname: bytes, nd: MemDir, nname: bytes) -> None:
+        if od.kind == nd.kind == "top":
+            return await self._rename_top(od, oname, nname)
         if od.kind != "ws" or nd.kind != "ws" or od.ws != nd.ws:
             raise MemError(errno.EXDEV if od.kind == nd.kind == "ws" else errno.EPERM)
         src = self.lookup(od, oname)
@@ -329,3 +333,20 @@ class MemoryView:
         moved = self._add(MemFile(self._alloc(), nd.ws, nname, scratch=True,
                                   pending=bytearray(data)))
         nd.scratch[nname] = moved
+
+    async def _rename_top(self, d: MemDir, oname: bytes, nname: bytes) -> None:
+        """An editor's save of Global: its temp file renamed onto `global.md` is one commit.
+        Global itself cannot leave (as `rm global.md` cannot): renaming it away is EPERM, so
+        an editor falls back to copying its backup."""
+        src = d.scratch.get(oname)
+        if src is None or nname == b"workspaces" or (is_record_name(nname)
+                                                     and nname != b"global.md"):
+            raise MemError(errno.EPERM)
+        if nname == b"global.md":
+            await self._commit(None, None, self.content(src))
+            d.scratch.pop(oname, None)
+            return
+        d.scratch.pop(oname)
+        d.scratch.pop(nname, None)
+        src.name = nname
+        d.scratch[nname] = src

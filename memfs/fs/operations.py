@@ -554,6 +554,9 @@ class MemfsOperations(pyfuse3.Operations):
     # -- extended attributes ------------------------------------------------------------
     @guard
     async def setxattr(self, inode, name, value, ctx):
+        if isinstance(self._node(inode), (MemDir, MemFile)):
+            raise pyfuse3.FUSEError(errno.ENOTSUP)  # memory holds no xattrs: `sed -i` and
+            # `cp -p` then skip the ACL quietly, as on a filesystem without them (EPERM warned)
         self._wnode(inode)
         check_settable(name)
         await self._enter(ctx)

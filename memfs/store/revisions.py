@@ -23,7 +23,7 @@ PREFIX_MIN = 6  # a shorter commit-id prefix is no revision (too likely to name 
 def resolve(store: StoreBackend, rev: str) -> str:
     """The commit `rev` names; one the retention policy dropped is refused by name."""
     base, _, back = rev.partition("~")
-    steps = int(back) if back else 0
+    steps = _steps_back(rev, back) if "~" in rev else 0
     cid = _resolve_base(store, base)
     for _ in range(steps):
         parent = store.commit(cid).parent
@@ -32,6 +32,18 @@ def resolve(store: StoreBackend, rev: str) -> str:
         cid = parent
     store.commit(cid)  # a commit retention dropped is refused by name
     return cid
+
+
+def _steps_back(rev: str, back: str) -> int:
+    """N of REV~N, as git reads it: `~` alone is one step and steps add up (`HEAD~~`,
+    `HEAD~1~2`). Anything else after a `~` is refused by name (it was a ValueError traceback)."""
+    steps = 0
+    for part in back.split("~"):
+        if part and not (part.isascii() and part.isdigit()):
+            raise StoreError(f"{rev!r}: {part!r} after '~' is not a number of commits",
+                             "write REV~N with N a whole number: HEAD~2 is two commits back")
+        steps += int(part) if part else 1
+    return steps
 
 
 def _resolve_base(store: StoreBackend, base: str) -> str:
@@ -51,6 +63,9 @@ def _resolve_base(store: StoreBackend, base: str) -> str:
             gone = store.dropped_with_prefix(base)
             if len(gone) == 1:
                 store.commit(gone[0])  # raises CommitDropped: refused by name, not unknown
+    short = base and len(base) < PREFIX_MIN and all(c in "0123456789abcdef" for c in base.lower())
     raise UnknownRevision(f"unknown revision {base!r}",
+                          f"a commit id prefix needs {PREFIX_MIN} or more hex digits (`memfs log` "
+                          "shows the ids); or name a branch or a checkpoint" if short else
                           "name a branch, a checkpoint or a commit id")
 

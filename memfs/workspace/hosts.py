@@ -128,13 +128,15 @@ class Hosts:
     async def takeover(self, branch: str) -> dict:
         """Move `branch`'s expired lease here and continue from its last durable commit."""
         claim = await trio.to_thread.run_sync(self.store.takeover, branch)
-        if branch != self.ws.branch:
+        was = self.ws.branch
+        if branch != was:
             await self.ws.switch_branch(branch)
         else:
             head = await trio.to_thread.run_sync(self.store.head, branch)
             await self.follow(head)
             self.ws.read_only = None
-        return {"branch": branch, "head": self.ws.head, **claim.to_json()}
+        return {"branch": branch, "head": self.ws.head, "switched_from": None if was == branch
+                else was, **claim.to_json()}
 
     def status(self) -> dict:
         return {"read_only": self.ws.read_only, "followed": self.followed,

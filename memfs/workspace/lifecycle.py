@@ -1,13 +1,16 @@
 """The daemon's garbage collection: automatic runs, `memfs gc` and `memfs du` requests, and
 what status says about them.
 
-A run is memfs.store.gc's Collector in a worker thread; one at a time (a trio lock here, the
-store's gc.lock across processes). The automatic runs, when the policy's `gc-auto` is on:
+A run is memfs.store.gc's Collector (on a store in PostgreSQL, memfs.store.pg.gc's
+PgCollector) in a worker thread; one at a time (a trio lock here, the store's gc.lock across
+processes, or the database's advisory lock across hosts). The automatic runs, when the policy's `gc-auto` is on:
 
 - low space: the store's filesystem is below the policy's floor, a write was refused for
   lack of space, or a commit failed for it: at once, then at most every 10 s, backing off
   (doubling, up to 10 min) while runs give nothing back;
-- growth: the packs grew by max(256 MiB, 5% of the filesystem) since the last run;
+- growth: the packs grew by max(256 MiB, 5% of the filesystem) since the last run (on
+  PostgreSQL: the database, by 256 MiB; there is no low-space trigger there, the server's
+  disk is not this host's to measure);
 - age: the last run is 6 h old (or there was none) and some commit is older than `keep-all`.
 
 The check runs every minute, when a write or commit fails for space, and just after a file
@@ -37,6 +40,7 @@ from memfs.store.store import Store
 from memfs.store.trees import DIR, FILE
 
 if TYPE_CHECKING:
+    from memfs.store.pg.gc import PgCollector
     from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.gc")
@@ -51,12 +55,11 @@ GROWTH_MIN = 256 << 20
 class Lifecycle:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
-        store = ws.store
-        # The embedded store's alone: the daemon installs none on PostgreSQL (no GC there).
-        assert isinstance(store, Store), "GC runs on the embedded store only"
-        self.store = store
-        self.running: gc.Collector | None = None
-        self.last: dict | None = gc.last_run(store)
+        self.store = store = ws.store
+        self.shared = not isinstance(store, Store)  # in PostgreSQL (memfs.store.pg.gc)
+        self.running: gc.Collector | PgCollector | None = None
+        self.last: dict | None = (_pg_gc().last_run(store) if self.shared else
+                                  gc.last_run(store))
         self._last_at = 0.0  # monotonic time of this process's last automatic run
         self._low_every = LOW_SPACE_EVERY  # grows while low-space runs give nothing back
         self._delay = 0.0
@@ -101,6 +104,8 @@ class Lifecycle:
         if not policy.gc_auto:
             return None, None
         since = time.monotonic() - self._last_at if self._last_at else float("inf")
+        if self.shared:
+            return self._due_shared(policy, since), None
         space = Space.of(self.store.root)
         short = None
         if self.ws.health.full:
@@ -124,12 +129,28 @@ class Lifecycle:
                 return "history has aged past the keep-all window", None
         return None, None
 
+    def _due_shared(self, policy, since: float) -> str | None:
+        """On PostgreSQL: growth of the database, or history aged past keep-all (worker
+        thread). Every host's daemon asks; the database's lock lets one run at a time."""
+        size = self.store._query("SELECT pg_database_size(current_database())")[0][0]
+        base = (self.last or {}).get("store_after", 0)
+        if base and size - base > GROWTH_MIN:
+            return "the database grew since the last run"
+        last = (self.last or {}).get("started", 0.0)
+        if time.time() - last >= AGE_EVERY and since >= AGE_EVERY and policy.keep_all != float(
+                "inf"):
+            cutoff = time.time_ns() - int(policy.keep_all * 1e9)
+            if self.store._query("SELECT 1 FROM commits WHERE time_ns < %s LIMIT 1", (cutoff,)):
+                return "history has aged past the keep-all window"
+        return None
+
     # -- a run ------------------------------------------------------------------------------------
     async def collect(self, *, dry_run: bool = False, trigger: str = "manual") -> dict:
         async with self._lock:
-            collector = gc.Collector(self.store, dry_run=dry_run, trigger=trigger,
-                                     pins=self._pins, short_of_space=self.ws.room.refused
-                                     or self.ws.health.full)
+            make = _pg_gc().PgCollector if self.shared else gc.Collector
+            collector = make(self.store, dry_run=dry_run, trigger=trigger,
+                             pins=self._pins, short_of_space=self.ws.room.refused
+                             or self.ws.health.full)
             self.running = collector
             try:
                 report = await trio.to_thread.run_sync(collector.run)
@@ -165,6 +186,13 @@ class Lifecycle:
                     "dropped_for_space", "chunk_bytes_freed", "live_bytes", "history_bytes",
                     "reclaimable_bytes", "problems")},
         }
+
+
+def _pg_gc():
+    """memfs.store.pg.gc, imported only for a store in PostgreSQL (it needs psycopg)."""
+    from memfs.store.pg import gc as pg_gc
+
+    return pg_gc
 
 
 def pins_of(ws: Workspace) -> gc.Pins:

@@ -26,7 +26,6 @@ import trio
 from memfs.liveness import DaemonRecord
 from memfs.store import StoreBackend as Store
 from memfs.store import open_store
-from memfs.store.backend import NO_RETENTION
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
 from memfs.store.space import Space
@@ -546,10 +545,9 @@ class Workspace(HistoryOps):
         return node
 
     def retention_status(self) -> dict:
-        if not isinstance(self.store, EmbeddedStore):  # PostgreSQL keeps every commit
-            return {"policy": None, "summary": NO_RETENTION}
         policy = self.store.policy()
-        return {**policy.to_json(), "summary": policy.summary()}
+        shared = not isinstance(self.store, EmbeddedStore)  # in PostgreSQL: no space floor
+        return {**policy.to_json(), "summary": policy.summary(shared=shared)}
 
     def status(self) -> dict:
         mounts = sorted(name_to_str(n) for n in self.children(self.root))

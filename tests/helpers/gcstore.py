@@ -4,6 +4,9 @@ Pack 1 ends up mostly dead (a rewrite), pack 2 with a dead range in the middle (
 commits are dropped across a gap whose backed-mount intents must survive on the kept commit
 after it; a checkpoint and the branch head are kept. With the policy set to keep nothing by
 age, what is kept is exactly the checkpoint and the head.
+
+Either backend: `build(root, url)` makes it in the PostgreSQL database `url` (no packs then:
+the same commits, rows instead of pack ranges), and `check` reads whichever the root uses.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import trio
 
-from memfs.store import Store
+from memfs.store import Store, open_store
 from memfs.store.chunks import CHUNK_SIZE, chunk_digest
 from memfs.store.retention import Policy
 from memfs.store.store import CommitDropped
@@ -65,12 +68,19 @@ def files_at(store: Store, cid: str) -> dict[str, bytes]:
     return out
 
 
-def build(root: Path) -> Expected:
+def _open(root: Path, url: str | None = None):
+    store = open_store(root, url=url)
+    if store.kind != "sqlite":
+        assert store.claim(store.current_branch()).writable
+    return store
+
+
+def build(root: Path, url: str | None = None) -> Expected:
     rng = random.Random(7)
     small = rng.randbytes(100_000)
 
     def session(steps) -> list[str]:
-        ws = Workspace(Store.open(root), commit_interval=0.05)
+        ws = Workspace(_open(root, url), commit_interval=0.05)
         out = []
         try:
             for step in steps:
@@ -103,12 +113,14 @@ def build(root: Path) -> Expected:
     c3, c4, c5 = session([both(put("b", rng.randbytes(2 * MiB)), put("mid", rng.randbytes(MiB)),
                                put("c", rng.randbytes(2 * MiB))),
                           rm("mid"), put("a2", small)])
-    store = Store.open(root)
+    store = _open(root, url)
     try:
         store.checkpoint("cp", c2)
         with store.transaction() as tx:  # a backed mount's intent, kept with c3 only
             tx.put_intents(c3, {"m": b"intent kept with c3"})
         store.set_policy(KEEP_NOTHING_BY_AGE)
+        if store.kind != "sqlite":
+            store.release(store.current_branch())
         return Expected({c2: files_at(store, c2), c5: files_at(store, c5)},
                         {c2: {}, c5: {"m": b"intent kept with c3"}})
     finally:
@@ -119,16 +131,20 @@ def check(root: Path, expected: Expected) -> list[str]:
     """What is wrong with the store at `root` (empty: it opens, passes fsck, every chunk
     reads back under its digest, and every kept commit has its files and intents)."""
     try:
-        store = Store.open(root)
+        store = open_store(root, create=False)
     except Exception as exc:  # noqa: BLE001 - the finding
         return [f"store does not open: {exc!r}"]
     try:
         problems = store.fsck()
-        conn = sqlite3.connect(f"file:{root / 'store.db'}?mode=ro", uri=True)
-        try:
-            ids = [r[0] for r in conn.execute("SELECT id FROM chunks")]
-        finally:
-            conn.close()
+        if store.kind == "sqlite":
+            conn = sqlite3.connect(f"file:{root / 'store.db'}?mode=ro", uri=True)
+            try:
+                ids = [r[0] for r in conn.execute("SELECT id FROM chunks")]
+            finally:
+                conn.close()
+        else:  # from the database itself, never this host's cache
+            ids = [r[0] for r in store._query("SELECT id FROM chunks")]
+            store.read_chunk = store._db_chunk
         for cid in ids:
             try:
                 if chunk_digest(store.read_chunk(cid)) != cid.split(".")[0]:

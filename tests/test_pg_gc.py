@@ -7,9 +7,11 @@ the very bytes GC is collecting) never leaves a commit naming a missing row."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -52,8 +54,6 @@ def built(tmp_path: Path, pg_url: str) -> tuple[Path, gcstore.Expected]:
 
 # -- reclaim and keep -------------------------------------------------------------------------
 def test_gc_reclaims_dropped_history_and_keeps_every_kept_file(built) -> None:
-    import json
-
     root, expected = built
     chunks = rows(root, "chunks")
     dry = gc(root, "--dry-run")
@@ -231,3 +231,115 @@ def test_a_restore_to_a_commit_gc_dropped_is_refused_by_name(hist) -> None:
         h.store.reset_head("main", old, "restore")
     with pytest.raises(CommitDropped):
         h.store.checkpoint("late", old)
+
+
+# -- GC on one host racing a writer on another ---------------------------------------------------
+@pytest.mark.mount
+def test_gc_on_one_host_racing_a_writer_on_another_loses_nothing(mount_factory, pg_url: str,
+                                                                  tmp_path: Path) -> None:
+    """Host a writes `f` over and over with five payloads in turn (each written again a few
+    commits after GC, run by host b's daemon with every window at 0, made it garbage: a's
+    cache still holds it, and a commit deduping against it must not trust that), and an
+    fsynced marker per round. After it: fsck clean, read from the database itself; every
+    marker and the last payload there, byte for byte."""
+    env = {"MEMFS_LEASE_SECONDS": "5"}
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=env)
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=env)
+    a.require_real()
+    for key in ("keep-all", "keep-hourly", "keep-daily", "keep-reflog"):
+        a.cli("config", key, "0")
+    payloads = [os.urandom(MiB + 4096 * k) for k in range(5)]  # two chunks each
+    stop = False
+    runs: list[str] = []
+
+    def collect() -> None:
+        while not stop:
+            res = b.cli("gc", "--json", check=False)
+            runs.append(res.stdout if res.returncode == 0 else "failed: " + res.stderr)
+
+    t = threading.Thread(target=collect)
+    t.start()
+    try:
+        deadline = time.monotonic() + 25
+        i = 0
+        while time.monotonic() < deadline or len(runs) < 5:
+            _write_synced(a.work / "f", payloads[i % 5])
+            _write_synced(a.work / f"done-{i}", f"round {i}\n".encode())
+            i += 1
+    finally:
+        stop = True
+        t.join(timeout=120)
+    assert i >= 20 and len(runs) >= 5, (i, runs)
+    failed = [r for r in runs if r.startswith("failed")]
+    assert not failed, failed[:3]
+    freed = sum(json.loads(r)["chunks_freed"] for r in runs)
+    assert freed >= 4, "the GC runs never collected a payload: the race was not exercised"
+    a.cli("sync")
+    checker = host_root(tmp_path, "c", pg_url)  # a third host: no cache, the database alone
+    store = open_store(checker, create=False)
+    try:
+        assert store.fsck() == []
+        store.read_chunk = store._db_chunk
+        files = gcstore.files_at(store, store.head("main"))
+    finally:
+        store.close()
+    assert files["work/f"] == payloads[(i - 1) % 5]
+    for n in range(i):
+        assert files[f"work/done-{n}"] == f"round {n}\n".encode(), n
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def test_a_delete_waits_for_a_commit_in_flight_that_dedups_against_its_garbage(hist) -> None:
+    """A transaction puts again the bytes (chunk and objects) of a commit GC is about to drop
+    and sweep, the rows still there, so nothing is sent: its INSERTs dedup. GC started then
+    must not delete them before that transaction ends; once it commits, they are named."""
+    h = hist
+    h.store.set_policy(Policy(keep_all=0, hourly=0, daily=0, reflog=0))
+    data = os.urandom(300_000)
+    old = h.put("f", data)
+    head = h.put("f", b"head")
+    tree = h.store.commit(old).tree
+    chunk_ids: list[str] = []
+    done: list[object] = []
+    with h.store.transaction() as tx:
+        for oid in _objects_of(h.store, tree):
+            assert tx.put_object(h.store.read_object(oid)) == oid
+        tx.flush_objects()
+        chunk_ids += tx.put_chunks([data])
+        gc_thread = threading.Thread(target=lambda: done.append(PgCollector(h.store).run()))
+        gc_thread.start()
+        time.sleep(1.5)  # GC has had every chance to delete the rows named below
+        assert _row_exists(h.store.url, chunk_ids[0]), "GC deleted a chunk a commit names"
+        made = tx.add_commit(head, tree, "main", "the old tree again", [])
+    gc_thread.join(timeout=60)
+    assert done, "the collector never finished"
+    assert h.store.fsck() == []
+    h.store.forget_history()
+    assert gcstore.files_at(h.store, made.id) == h.files[old]
+
+
+def _objects_of(store, tree: str) -> list[str]:
+    from memfs.store.trees import decode_dir
+
+    out, stack = [], [tree]
+    while stack:
+        oid = stack.pop()
+        out.append(oid)
+        stack += [e.ref for e in decode_dir(store.read_object(oid)) if e.kind == DIR]
+    return out
+
+
+def _row_exists(url: str, chunk_id: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT 1 FROM chunks WHERE id = %s", (chunk_id,)).fetchone() \
+            is not None

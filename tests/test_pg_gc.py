@@ -1,7 +1,8 @@
 """Retention and GC on a store in PostgreSQL (memfs.store.pg.gc), with the real server the
-suite starts: GC reclaims dropped history and keeps every kept file byte for byte; `memfs
-gc` SIGKILLed at every step, or the server killed and restarted in the middle, leaves a store
-that opens, passes fsck and keeps what the policy keeps; the windows' boundaries are the
+suite starts: GC reclaims dropped history and keeps every kept file byte for byte; the server
+killed and restarted in the middle of `memfs gc` leaves a store that opens, passes fsck and
+keeps what the policy keeps (SIGKILL of `memfs gc` at every step: tests/test_gc_crash.py, on
+both backends); the windows' boundaries are the
 embedded store's; and a GC racing another host's writer loop (which keeps writing again
 the very bytes GC is collecting) never leaves a commit naming a missing row."""
 
@@ -22,8 +23,7 @@ from helpers.mount import REPO, memfs_cmd
 from helpers.pg import PgCluster, host_root
 
 from memfs.store.backend import open_store
-from memfs.store.gc import CRASH_ENV
-from memfs.store.pg.gc import PG_CRASH_POINTS, STOP_ENV, PgCollector
+from memfs.store.pg.gc import STOP_ENV, PgCollector
 from memfs.store.retention import DAY, Policy
 from memfs.store.store import CommitDropped
 from memfs.store.trees import DIR, FILE
@@ -89,20 +89,6 @@ def test_gc_reclaims_dropped_history_and_keeps_every_kept_file(built) -> None:
 
 
 # -- crashes ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("point", PG_CRASH_POINTS)
-def test_sigkill_of_gc_at_every_step(built, point: str) -> None:
-    root, expected = built
-    chunks = rows(root, "chunks")
-    res = gc(root, env={CRASH_ENV: point})
-    assert res.returncode == -signal.SIGKILL, f"never reached {point}: {res.stdout}{res.stderr}"
-    assert gcstore.check(root, expected) == []
-    res = gc(root)  # the next run finishes what the killed one began
-    assert res.returncode == 0, res.stderr
-    assert gcstore.check(root, expected) == []
-    assert rows(root, "chunks") <= chunks - 4, "the dead chunks were not deleted"
-    assert gc(root).returncode == 0 and gcstore.check(root, expected) == []
-
-
 @pytest.mark.parametrize("point", ["dropping", "sweeping", "swept-batch"])
 def test_the_server_killed_and_restarted_mid_gc(built, pg_cluster: PgCluster,
                                                 point: str) -> None:

@@ -166,10 +166,20 @@ def table(wl: list[Workload], native: dict[str, Measure], mem: dict[str, Measure
         row += f" {target} | {per_unit(m) if m else '-'} |"
         rows.append(row)
         pad = " |" * (3 if other is not None else 1)  # the ratio columns (and compared)
-        for key, value in (m.extra if m else {}).items():
+        o = other.get(w.name) if other is not None else None
+        keys = list(m.extra if m else {}) + [k for k in (o.extra if o else {})
+                                             if not m or k not in m.extra]
+        for key in keys:
+            value = m.extra.get(key) if m else None
             ok = (" < 200: " + ("met" if value < 200 else "MISSED")) \
-                if key == "daemon peak RSS MiB" else ""
-            rows.append(f"| {key} | | {value:,.1f} |{pad}{ok} | |")
+                if key == "daemon peak RSS MiB" and value is not None else ""
+            mine = "" if value is None else f"{value:,.1f}"
+            if other is None:
+                rows.append(f"| {key} | | {mine} |{pad}{ok} | |")
+                continue
+            theirs = o.extra.get(key) if o else None  # the PostgreSQL (or compared) side's
+            rows.append(f"| {key} | | {mine} | {'' if theirs is None else f'{theirs:,.1f}'} |"
+                        f"{pad[2:]}{ok} | |")
         for key, value in (n.extra if n else {}).items():
             rows.append(f"| {key} | {value:,.1f} | |{pad} | |")
     return "\n".join(rows)

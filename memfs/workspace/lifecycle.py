@@ -89,8 +89,11 @@ class Lifecycle:
                     log.info("automatic garbage collection: %s", trigger)
                     report = await self.collect(trigger=trigger)
                     log.info("garbage collection done: %s", summary(report))
-            except Exception:  # noqa: BLE001 - a failed run is logged and tried again later
-                log.exception("automatic garbage collection failed")
+            except Exception as exc:  # noqa: BLE001 - a failed run is logged and tried again later
+                if type(exc).__name__ == "GcBusy":  # another host's run (memfs.store.pg.gc)
+                    log.info("automatic garbage collection skipped: %s", exc)
+                else:
+                    log.exception("automatic garbage collection failed")
 
     def poke(self, delay: float = 0.0) -> None:
         """Space is short (a write or commit was refused, a file went): check soon."""
@@ -133,6 +136,7 @@ class Lifecycle:
         """On PostgreSQL: growth of the database, or history aged past keep-all (worker
         thread). Every host's daemon asks; the database's lock lets one run at a time."""
         size = self.store._query("SELECT pg_database_size(current_database())")[0][0]
+        self.last = _pg_gc().last_run(self.store) or self.last  # any host's last run
         base = (self.last or {}).get("store_after", 0)
         if base and size - base > GROWTH_MIN:
             return "the database grew since the last run"

@@ -78,6 +78,10 @@ def step(name: str) -> None:
         os.kill(os.getpid(), signal.SIGSTOP)
 
 
+class GcBusy(StoreError):
+    """Another collector (this host's or another's) holds the store: nothing was done."""
+
+
 def live_chunks(named: set[str], conn: psycopg.Connection) -> set[str]:
     """The chunk-liveness rule: the chunks that must stay, given those kept objects name.
 
@@ -131,9 +135,9 @@ class PgCollector:
 
     def _run_locked(self, conn: psycopg.Connection) -> None:
         if not conn.execute("SELECT pg_try_advisory_lock(%s)", (schema.GC_KEY,)).fetchone()[0]:
-            raise StoreError("a garbage collection of this store is already running (on this "
-                             "or another host)", "wait for it: `memfs status` on the host "
-                             "running it shows its progress; `memfs gc` after it ends")
+            raise GcBusy("a garbage collection of this store is already running (on this "
+                         "or another host)", "wait for it: `memfs status` on the host "
+                         "running it shows its progress; `memfs gc` after it ends")
         r = self.report
         r.store_before = r.store_after = _database_size(conn)
         self._plan(conn)

@@ -121,12 +121,11 @@ class PgCollector:
         try:
             conn = psycopg.connect(self.store.url, autocommit=True)
         except psycopg.Error as exc:
-            raise server_error(self.store.url, exc) from exc
+            raise _stopped(self.store.url, exc) from exc
         try:
-            self._conn = conn
             self._run_locked(conn)
         except psycopg.OperationalError as exc:
-            raise server_error(self.store.url, exc) from exc
+            raise _stopped(self.store.url, exc) from exc
         finally:
             conn.close()
         r.seconds = round(time.monotonic() - t0, 3)
@@ -389,6 +388,14 @@ class PgCollector:
         r.seconds = round(time.time() - r.started, 3)
         conn.execute("INSERT INTO memfs_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET "
                      "value = excluded.value", (META_KEY, json.dumps(r.to_json())))
+
+
+def _stopped(url: str, exc: BaseException) -> StoreError:
+    """The server went away (or never answered): each step is one transaction, so what the
+    run committed stands and the rest was never done."""
+    return StoreError(f"garbage collection stopped: {server_error(url, exc).message}",
+                      "nothing is left half done: run `memfs gc` again once the server "
+                      "answers (each step it finished stays done)")
 
 
 def _exclusive(conn: psycopg.Connection, *, session: bool = False) -> None:

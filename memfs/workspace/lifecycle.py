@@ -28,19 +28,21 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
 from memfs.store import gc
 from memfs.store.packs import pack_usage
 from memfs.store.refs import CHUNK, INODES, Ref, file_refs
+from memfs.store.retention import Policy
 from memfs.store.space import Space, size_text
 from memfs.store.store import Store
 from memfs.store.trees import DIR, FILE
 
 if TYPE_CHECKING:
     from memfs.store.pg.gc import PgCollector
+    from memfs.store.pg.store import PgStore
     from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.gc")
@@ -55,11 +57,15 @@ GROWTH_MIN = 256 << 20
 class Lifecycle:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
-        self.store = store = ws.store
-        self.shared = not isinstance(store, Store)  # in PostgreSQL (memfs.store.pg.gc)
+        store = ws.store
+        self.store = store
+        # Exactly one of the two: the embedded store, or one in PostgreSQL (memfs.store.pg.gc).
+        self.embedded: Store | None = store if isinstance(store, Store) else None
+        self.pg: PgStore | None = None if self.embedded else cast("PgStore", store)
+        self.shared = self.pg is not None
         self.running: gc.Collector | PgCollector | None = None
-        self.last: dict | None = (_pg_gc().last_run(store) if self.shared else
-                                  gc.last_run(store))
+        self.last: dict | None = (_pg_gc().last_run(self.pg) if self.pg is not None else
+                                  gc.last_run(cast(Store, self.embedded)))
         self._last_at = 0.0  # monotonic time of this process's last automatic run
         self._low_every = LOW_SPACE_EVERY  # grows while low-space runs give nothing back
         self._delay = 0.0
@@ -107,9 +113,10 @@ class Lifecycle:
         if not policy.gc_auto:
             return None, None
         since = time.monotonic() - self._last_at if self._last_at else float("inf")
-        if self.shared:
-            return self._due_shared(policy, since), None
-        space = Space.of(self.store.root)
+        if self.pg is not None:
+            return self._due_shared(self.pg, policy, since), None
+        store = cast(Store, self.embedded)
+        space = Space.of(store.root)
         short = None
         if self.ws.health.full:
             short = "commits are failing for lack of space"
@@ -122,21 +129,22 @@ class Lifecycle:
                 return short, None
             return None, self._low_every - since
         base = (self.last or {}).get("store_after", 0)
-        if pack_usage(self.store.root) - base > max(GROWTH_MIN, space.size // 20):
+        if pack_usage(store.root) - base > max(GROWTH_MIN, space.size // 20):
             return "the packs grew since the last run", None
         last = (self.last or {}).get("started", 0.0)
         if time.time() - last >= AGE_EVERY and since >= AGE_EVERY and policy.keep_all != float(
                 "inf"):
             cutoff = time.time_ns() - int(policy.keep_all * 1e9)
-            if self.store._query("SELECT 1 FROM commits WHERE time_ns < ? LIMIT 1", (cutoff,)):
+            if store._query("SELECT 1 FROM commits WHERE time_ns < ? LIMIT 1", (cutoff,)):
                 return "history has aged past the keep-all window", None
         return None, None
 
-    def _due_shared(self, policy, since: float) -> str | None:
+    def _due_shared(self, store: PgStore, policy: Policy, since: float) -> str | None:
         """On PostgreSQL: growth of the database, or history aged past keep-all (worker
         thread). Every host's daemon asks; the database's lock lets one run at a time."""
-        size = self.store._query("SELECT pg_database_size(current_database())")[0][0]
-        self.last = _pg_gc().last_run(self.store) or self.last  # any host's last run
+        pg_gc = _pg_gc()
+        size = pg_gc.database_size(store)
+        self.last = pg_gc.last_run(store) or self.last  # any host's last run
         base = (self.last or {}).get("store_after", 0)
         if base and size - base > GROWTH_MIN:
             return "the database grew since the last run"
@@ -144,17 +152,22 @@ class Lifecycle:
         if time.time() - last >= AGE_EVERY and since >= AGE_EVERY and policy.keep_all != float(
                 "inf"):
             cutoff = time.time_ns() - int(policy.keep_all * 1e9)
-            if self.store._query("SELECT 1 FROM commits WHERE time_ns < %s LIMIT 1", (cutoff,)):
+            if pg_gc.has_commits_before(store, cutoff):
                 return "history has aged past the keep-all window"
         return None
 
     # -- a run ------------------------------------------------------------------------------------
     async def collect(self, *, dry_run: bool = False, trigger: str = "manual") -> dict:
         async with self._lock:
-            make = _pg_gc().PgCollector if self.shared else gc.Collector
-            collector = make(self.store, dry_run=dry_run, trigger=trigger,
-                             pins=self._pins, short_of_space=self.ws.room.refused
-                             or self.ws.health.full)
+            collector: gc.Collector | PgCollector
+            if self.pg is not None:
+                collector = _pg_gc().PgCollector(self.pg, dry_run=dry_run, trigger=trigger,
+                                                 pins=self._pins)
+            else:
+                collector = gc.Collector(cast(Store, self.embedded), dry_run=dry_run,
+                                         trigger=trigger, pins=self._pins,
+                                         short_of_space=self.ws.room.refused
+                                         or self.ws.health.full)
             self.running = collector
             try:
                 report = await trio.to_thread.run_sync(collector.run)

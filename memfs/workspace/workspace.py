@@ -550,13 +550,12 @@ class Workspace(HistoryOps):
     def retention_status(self) -> dict:
         shared = not isinstance(self.store, EmbeddedStore)  # in PostgreSQL: no space floor
         try:
-            policy = self.store.policy()
+            self._policy_seen = self.store.policy()
         except MemfsError:  # a server out of reach: status says so elsewhere, and goes on
-            policy = self._policy_seen
-            if policy is None:
+            if self._policy_seen is None:
                 return {"policy": None, "summary": "the policy could not be read (the store "
                         "is out of reach)"}
-        self._policy_seen = policy
+        policy = self._policy_seen
         return {**policy.to_json(), "summary": policy.summary(shared=shared)}
 
     def status(self) -> dict:

@@ -102,8 +102,7 @@ class Mark:
 
 class PgCollector:
     def __init__(self, store: PgStore, *, dry_run: bool = False, trigger: str = "manual",
-                 pins: Callable[[], Pins] | None = None, now_ns: int | None = None,
-                 **_embedded_only: object) -> None:
+                 pins: Callable[[], Pins] | None = None, now_ns: int | None = None) -> None:
         self.store = store
         self.dry_run = dry_run
         self.pins = pins or Pins
@@ -454,6 +453,15 @@ def expire_tombstone_rows(conn: psycopg.Connection, before_ns: int) -> None:
     old = "SELECT id FROM dropped_commits WHERE dropped_ns < %s"
     conn.execute(f"DELETE FROM commit_ops WHERE commit_id IN ({old})", (before_ns,))
     conn.execute(f"DELETE FROM marks WHERE commit_id IN ({old})", (before_ns,))
+
+
+def database_size(store: PgStore) -> int:
+    """The database's size (`memfs du`'s store, the daemon's growth trigger)."""
+    return store._query("SELECT pg_database_size(current_database())")[0][0]
+
+
+def has_commits_before(store: PgStore, time_ns: int) -> bool:
+    return bool(store._query("SELECT 1 FROM commits WHERE time_ns < %s LIMIT 1", (time_ns,)))
 
 
 def last_run(store: PgStore) -> dict | None:

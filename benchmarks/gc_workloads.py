@@ -7,11 +7,14 @@ the baseline. Reported: the GC's time and what it dropped, the daemon's RSS befo
 during the GC, and the reader's latency (p50 / p99 / max per open+read+close, each one FUSE
 lookup, open, read and release) before and during the GC. The rate is the reader's reads/s
 during the GC; the native side runs the same reader over a plain tree of the same shape.
+With --store postgresql the same store is built and collected in a database of its own
+(memfs.store.pg.gc).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -24,15 +27,20 @@ from benchmarks.daemon import REPO, BenchMount, memfs
 from benchmarks.fs_workloads import RssPeak, vm_kib
 from benchmarks.registry import Context, Measure, workload
 
+PG_URL_ENV = "MEMFS_BENCH_GC_URL"  # the PostgreSQL side's database for this workload (run_pg)
+
 BUILD = r"""
 import random, sys, trio
 from pathlib import Path
-from memfs.store import Store
+from memfs.store import open_store
 from memfs.store.retention import Policy
 from memfs.store.trees import DIR, FILE
 from memfs.workspace.workspace import Workspace
 root, top, files_per_dir, commits = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-ws = Workspace(Store.open(root))
+store = open_store(root, url=sys.argv[5] if len(sys.argv) > 5 else None)
+if store.kind != "sqlite":
+    assert store.claim("main").writable
+ws = Workspace(store)
 work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
 nodes = []
 for a in range(top):
@@ -51,6 +59,8 @@ for _ in range(commits - 1):  # each commit rewrites 5 files: the old bytes beco
         ws.write(f, 0, rng.randbytes(2000))
     trio.run(ws.commit)
 ws.store.set_policy(Policy(keep_all=0, hourly=0, daily=0))
+if store.kind != "sqlite":
+    store.release("main")
 ws.store.close()
 """
 
@@ -113,10 +123,13 @@ def gc_100k(ctx: Context) -> Measure:
         r.stop.set()
         r.join()
         return Measure(len(r.latencies), r.seconds, _figures(r.latencies, "native"))
-    base = ctx.scratch / "gc-memfs"
+    base = ctx.scratch / ("gc-memfs-pg" if ctx.side == "memfs-pg" else "gc-memfs")
     root = base / "root"
-    subprocess.run([sys.executable, "-c", BUILD, str(root), str(top), str(per), str(commits)],
-                   check=True, cwd=REPO)
+    url = [os.environ[PG_URL_ENV]] if ctx.side == "memfs-pg" else []  # a database of its own
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", BUILD, str(root), str(top), str(per), str(commits),
+                    *url], check=True, cwd=REPO)
+    build_seconds = time.perf_counter() - t
     with BenchMount(root, base / "mnt", base / "daemon.log", []) as bm:
         assert bm.proc is not None
         paths = _paths(bm.mnt / "work", top, per)
@@ -141,6 +154,11 @@ def gc_100k(ctx: Context) -> Measure:
         report = json.loads(out.stdout)
     extra = {"gc seconds": seconds, "gc commits dropped": report["commits_dropped"],
              "gc MiB given back": report["returned"] / (1 << 20),
+             "gc objects freed": report["objects_freed"],
+             "gc chunks freed": report["chunks_freed"],
+             "gc MiB of rows freed": (report["chunk_bytes_freed"]
+                                      + report["object_bytes_freed"]) / (1 << 20),
+             "build seconds": build_seconds,
              "daemon RSS MiB before GC": rss_before,
              "daemon peak RSS MiB during GC": watch.peak_kib / 1024,
              "reader reads/s before GC": len(before.latencies) / max(before.seconds, 1e-9),

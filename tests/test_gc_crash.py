@@ -1,6 +1,8 @@
 """`memfs gc` killed at every step, and cut by a power cut that keeps only what was synced:
 each leaves a store that opens, passes fsck, reads every chunk back under its digest and keeps
 byte for byte every commit (and its intents) the policy keeps; a second run finishes the job.
+The kill matrix runs on both backends: the embedded store's steps, and a PostgreSQL store's
+(memfs.store.pg.gc: no packs, two points inside a transaction before its COMMIT).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,8 +21,10 @@ from crashmodel.replay import Policy, append_mark, crash_image, read_log, resolv
 from helpers import gcstore
 from helpers.mount import REPO, memfs_cmd
 
+from memfs.store.backend import Location, read_location, record_location
 from memfs.store.gc import CRASH_ENV, CRASH_POINTS
 from memfs.store.packs import store_usage
+from memfs.store.pg.gc import PG_CRASH_POINTS
 
 MiB = 1 << 20
 
@@ -35,19 +40,56 @@ def gc(root: Path, env: dict[str, str] | None = None) -> subprocess.CompletedPro
                           cwd=REPO, timeout=120, env=dict(os.environ, **(env or {})))
 
 
-@pytest.mark.parametrize("point", CRASH_POINTS)
-def test_sigkill_at_every_step(base, tmp_path: Path, point: str) -> None:
-    src, expected = base
-    root = tmp_path / "root"
-    shutil.copytree(src, root)
-    before = store_usage(root)
+@pytest.fixture(scope="module")
+def pg_base(tmp_path_factory: pytest.TempPathFactory, pg_cluster
+            ) -> tuple[Path, gcstore.Expected]:
+    """The same store in PostgreSQL (each test runs on a copy of its database)."""
+    root = tmp_path_factory.mktemp("gcbase-pg") / "root"
+    url = pg_cluster.new_database()
+    record_location(root, Location("postgresql", url, "host-gc"))
+    return root, gcstore.build(root, url)
+
+
+def _copy(request: pytest.FixtureRequest, backend: str, dest: Path
+          ) -> tuple[Path, gcstore.Expected, Callable[[Path], int]]:
+    """A copy of the backend's base store at `dest`, and how to measure what it takes."""
+    if backend == "sqlite":
+        src, expected = request.getfixturevalue("base")
+        shutil.copytree(src, dest)
+        return dest, expected, store_usage
+    src, expected = request.getfixturevalue("pg_base")
+    shutil.copytree(src, dest)
+    loc = read_location(src)
+    assert loc is not None
+    url = request.getfixturevalue("pg_cluster").clone_database(loc.url)
+    (dest / "store.json").unlink()  # the copy's record names the copy's database
+    record_location(dest, Location("postgresql", url, loc.host))
+    return dest, expected, _chunk_bytes
+
+
+def _chunk_bytes(root: Path) -> int:
+    from memfs.store.backend import open_store
+
+    store = open_store(root, create=False)
+    try:
+        return store._query("SELECT COALESCE(SUM(octet_length(data)), 0) FROM chunks")[0][0]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(("backend", "point"), [("sqlite", p) for p in CRASH_POINTS] +
+                         [("postgresql", p) for p in PG_CRASH_POINTS])
+def test_sigkill_at_every_step(request: pytest.FixtureRequest, tmp_path: Path, backend: str,
+                               point: str) -> None:
+    root, expected, usage = _copy(request, backend, tmp_path / "root")
+    before = usage(root)
     res = gc(root, {CRASH_ENV: point})
     assert res.returncode == -signal.SIGKILL, f"never reached {point}: {res.stdout}{res.stderr}"
     assert gcstore.check(root, expected) == []
     res = gc(root)  # the next run finishes what the killed one began
     assert res.returncode == 0, res.stderr
     assert gcstore.check(root, expected) == []
-    assert store_usage(root) <= before - 3 * MiB, "the space was not given back"
+    assert usage(root) <= before - 3 * MiB, "the space was not given back"
     assert gc(root).returncode == 0 and gcstore.check(root, expected) == []
 
 

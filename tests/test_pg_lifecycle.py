@@ -1,7 +1,7 @@
-"""Lifecycle (issue 13) beside the backend interface (issue 17): retention, GC and du are the
-embedded store's, refused on a PostgreSQL root with the remedy and without writing anything,
-and a daemon there starts no automatic GC and keeps no reserve file; on the embedded store,
-history and undo over a gap GC left read the tombstones through the interface alone."""
+"""Lifecycle (issue 13) beside the backend interface (issue 17): retention, GC and du work on
+a PostgreSQL root too, with the policy kept in the database (every host's), and a daemon there
+collects and keeps no reserve file; on the embedded store, history and undo over a gap GC left
+read the tombstones through the interface alone (memfs.store.pg.gc: tests/test_pg_gc.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from helpers.mount import REPO
 
 from memfs.store import history
-from memfs.store.backend import NO_RETENTION, Records, StoreBackend, StoreTx
+from memfs.store.backend import Records, StoreBackend, StoreTx
 from memfs.store.gc import Collector
 from memfs.store.history import History
 from memfs.store.retention import Policy
@@ -29,38 +29,37 @@ def memfs(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, cwd=REPO, timeout=60)
 
 
-def _refused(res: subprocess.CompletedProcess[str], what: str) -> None:
-    assert res.returncode != 0, res.stdout
-    assert f"{what} works on an embedded store only" in res.stderr, res.stderr
-    assert "pg_database_size" in res.stderr and "without --store" in res.stderr, res.stderr
-
-
-# -- refused on a PostgreSQL root -------------------------------------------------------------
-def test_gc_du_and_config_are_refused_on_a_postgresql_root(tmp_path: Path, pg_url: str) -> None:
-    root = tmp_path / "root"
+# -- on a PostgreSQL root: the same commands, the policy kept in the database ---------------------
+def test_gc_du_and_config_work_on_a_postgresql_root_and_the_policy_is_the_stores(
+        tmp_path: Path, pg_url: str) -> None:
+    root, other = tmp_path / "root", tmp_path / "other"
     assert memfs(root, "init", "--store", pg_url).returncode == 0
-    before = sorted(p.name for p in root.iterdir())
-    for args, what in ((("gc",), "memfs gc"), (("gc", "--dry-run"), "memfs gc"),
-                       (("du",), "memfs du"), (("config",), "memfs config"),
-                       (("config", "keep-all", "2d"), "memfs config")):
-        _refused(memfs(root, *args), what)
-    assert sorted(p.name for p in root.iterdir()) == before  # no store.db, no gc.lock
+    res = memfs(root, "config", "keep-all", "2d")
+    assert res.returncode == 0 and "keep-all: 1d -> 2d" in res.stdout, res.stderr
+    assert memfs(other, "init", "--store", pg_url).returncode == 0
+    assert memfs(other, "config", "keep-all").stdout.strip() == "2d", \
+        "the policy is the store's, every host's"
+    du = memfs(root, "du", "--json")
+    assert du.returncode == 0 and '"live"' in du.stdout, du.stderr
+    res = memfs(root, "gc")
+    assert res.returncode == 0 and "deleted from the database" in res.stdout, res.stderr
+    assert not (root / "store.db").exists() and not (root / "gc.lock").exists()
     st = memfs(root, "status", "--json")
     assert st.returncode == 0, st.stderr
-    assert NO_RETENTION in st.stdout and '"gc"' not in st.stdout
+    assert "no space floor on PostgreSQL" in st.stdout and '"gc"' in st.stdout
 
 
-def test_init_with_retention_flags_and_a_postgresql_store_writes_nothing(
+def test_init_with_retention_flags_and_a_postgresql_store_sets_the_policy_there(
         tmp_path: Path, pg_url: str) -> None:
     root = tmp_path / "new"
     res = memfs(root, "init", "--store", pg_url, "--keep-all", "2d")
-    _refused(res, "memfs init --keep-all")
-    assert "the store given for this new root is in PostgreSQL" in res.stderr
-    assert not (root / "store.json").exists() and not (root / "store.db").exists()
-    # a bad value is still the first thing said, on either backend
-    res = memfs(root, "init", "--store", pg_url, "--keep-all", "soon")
+    assert res.returncode == 0, res.stderr
+    assert memfs(root, "config", "keep-all").stdout.strip() == "2d"
+    # a bad value is still the first thing said, on either backend, before anything is made
+    bad = tmp_path / "bad"
+    res = memfs(bad, "init", "--store", pg_url, "--keep-all", "soon")
     assert res.returncode != 0 and "'soon' is not a duration" in res.stderr
-    assert not (root / "store.json").exists()
+    assert not (bad / "store.json").exists()
     # the embedded store takes them as before
     emb = tmp_path / "embedded"
     assert memfs(emb, "init", "--keep-all", "2d").returncode == 0
@@ -69,25 +68,28 @@ def test_init_with_retention_flags_and_a_postgresql_store_writes_nothing(
 
 @pytest.mark.mount
 @pytest.mark.parametrize("store_backend", ["postgresql"], indirect=True)
-def test_a_daemon_on_a_postgresql_root_runs_no_gc_and_keeps_no_reserve(mounted) -> None:
+def test_a_daemon_on_a_postgresql_root_collects_and_keeps_no_reserve_file(mounted) -> None:
     mounted.require_real()
     from memfs.control import call
-    from memfs.errors import MemfsError
 
     (mounted.work / "f").write_text("one\n")
     mounted.cli("sync")
-    _refused(mounted.cli("gc", check=False), "memfs gc")
-    for op in ("gc", "du"):  # the daemon refuses too, asked directly
-        with pytest.raises(MemfsError, match=f"memfs {op} works on an embedded store only"):
-            call(mounted.root, op, dry_run=True)
+    for key in ("keep-all", "keep-hourly", "keep-daily"):
+        mounted.cli("config", key, "0")
+    (mounted.work / "f").write_text("two\n")
+    mounted.cli("sync")
+    res = mounted.cli("gc")
+    assert "deleted from the database" in res.stdout, res.stdout
+    assert call(mounted.root, "du", dry_run=True)["backend"] == "postgresql"
     st = mounted.status()
-    assert st["retention"] == {"policy": None, "summary": NO_RETENTION}, st["retention"]
-    assert "gc" not in st and st["space"]["reserve"] == 0, st
-    assert not (mounted.root / "reserve").exists()
+    assert "no space floor on PostgreSQL" in st["retention"]["summary"], st["retention"]
+    assert st["gc"]["last"]["trigger"] == "manual", st["gc"]
+    # the reserve is the embedded store's (SQLite needs room to delete): none here
+    assert st["space"]["reserve"] == 0 and not (mounted.root / "reserve").exists()
     text = mounted.cli("status").stdout
-    assert "every commit is kept" in text and "gc  " not in text, text
-    assert "garbage collection" not in mounted.log_text()
-    assert (mounted.work / "f").read_text() == "one\n"
+    assert "gc       last run" in text, text
+    assert (mounted.work / "f").read_text() == "two\n"
+    assert mounted.cli("fsck").returncode == 0
 
 
 # -- the embedded store's gaps, through the interface alone ------------------------------------

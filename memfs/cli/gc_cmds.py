@@ -1,9 +1,7 @@
 """Storage lifecycle commands: `memfs gc`, `memfs du`, `memfs config` (the retention policy),
 and what `memfs status` says about commits failing, space, the policy and the last GC.
 
-All three are the embedded store's: on a root whose store is in PostgreSQL they are refused
-with the reason and the remedy before anything is opened (memfs.store.backend.EmbeddedOnly).
-GC and du ask the running daemon (it collects beside the live mount, memfs.workspace
+They work on either backend (a store in PostgreSQL: memfs.store.pg.gc). GC and du ask the running daemon (it collects beside the live mount, memfs.workspace
 .lifecycle); with none, they open the store and take its daemon lock themselves, so no daemon
 can start in the middle. The policy is kept in the store (memfs.store.retention), so `memfs
 config` writes it there directly, beside a running daemon too: the daemon reads it at each
@@ -24,8 +22,7 @@ from memfs.cli.main import add_json_flag, emit
 from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
-from memfs.store import Store, gc
-from memfs.store.backend import require_embedded_root
+from memfs.store import gc, open_store
 from memfs.store.retention import Policy, PolicyError
 from memfs.store.space import Space, size_text
 from memfs.workspace.lifecycle import summary
@@ -70,8 +67,7 @@ def policy_from_flags(args: argparse.Namespace, policy: Policy) -> Policy | None
 
 def cmd_config(args) -> int:
     root = resolve_root(args.root)
-    require_embedded_root(root, "memfs config")
-    store = Store.open(root, create=False)
+    store = open_store(root, create=False)
     try:
         policy = store.policy()
         if args.key is not None and args.key not in Policy.SETTINGS:
@@ -134,7 +130,6 @@ def status_lines(st: dict) -> list[str]:
 # -- gc and du ------------------------------------------------------------------------------------
 def _collect(args, op: str, dry_run: bool) -> dict:
     root = resolve_root(args.root)
-    require_embedded_root(root, f"memfs {op}")  # before a daemon on the shared store is asked
     stop = threading.Event()
     if not args.json and sys.stderr.isatty():
         threading.Thread(target=_show_progress, args=(root, stop), daemon=True).start()
@@ -161,7 +156,7 @@ def _show_progress(root: Path, stop: threading.Event) -> None:
 
 
 def _collect_here(root: Path, dry_run: bool, trigger: str) -> dict:
-    store = Store.open(root, create=False)
+    store = open_store(root, create=False)
     lock = os.open(root / "daemon.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
@@ -170,6 +165,10 @@ def _collect_here(root: Path, dry_run: bool, trigger: str) -> dict:
             raise MemfsError(f"a memfs daemon holds {root} but does not answer its control "
                              "socket", "see <root>/daemon.log; once it has stopped, run "
                              "`memfs gc` again") from None
+        if store.kind != "sqlite":
+            from memfs.store.pg.gc import PgCollector
+
+            return PgCollector(store, dry_run=dry_run, trigger=trigger).run().to_json()
         return gc.Collector(store, dry_run=dry_run, trigger=trigger).run().to_json()
     finally:
         os.close(lock)
@@ -184,11 +183,17 @@ def cmd_gc(args) -> int:
         lines.append(f"    the disk {'is' if dry else 'was'} under the space floor: "
                      f"{doc['dropped_for_space']} commit(s) the windows keep "
                      f"{'would go' if dry else 'went'} too, oldest first")
+    shared = doc.get("backend") == "postgresql"
     if doc["dry_run"]:
         todo = "; `memfs gc` does it" if doc["commits_dropped"] or doc["reclaimable_bytes"] \
             else ""
         lines.append(f"    the store takes {size_text(doc['store_before'])}; "
                      f"{size_text(doc['free_after'])} free{todo}")
+    elif shared:
+        lines.append(f"    objects {doc['objects_freed']}, chunks {doc['chunks_freed']} "
+                     "deleted from the database (its room is reused for new rows)")
+        lines.append(f"    the database takes {size_text(doc['store_after'])} (was "
+                     f"{size_text(doc['store_before'])})")
     else:
         lines.append(f"    objects {doc['objects_freed']}, chunks {doc['chunks_freed']}; packs "
                      f"{doc['packs_rewritten']} rewritten, {doc['packs_removed']} removed, "
@@ -212,7 +217,9 @@ def cmd_du(args) -> int:
              "in all)"),
             ("reclaimable", out["reclaimable"], f"named by nothing kept; `memfs gc` gives it "
              f"back ({out['droppable_commits']} commit(s) would go)"),
-            ("store", out["store"], "on disk: store.db, its WAL and the packs")]
+            ("store", out["store"], "the PostgreSQL database (pg_database_size)"
+             if doc.get("backend") == "postgresql" else
+             "on disk: store.db, its WAL and the packs")]
     lines = [f"{name:<12} {size_text(n):>10}  {why}" for name, n, why in rows]
     lines.append(f"{'filesystem':<12} {size_text(space.avail):>10}  free of "
                  f"{size_text(space.size)}")

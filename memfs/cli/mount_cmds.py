@@ -34,11 +34,8 @@ from memfs.liveness import (
 from memfs.rootdir import resolve_root
 from memfs.store import open_store
 from memfs.store.backend import (
-    NO_RETENTION,
-    choose_location,
     read_location,
     redact,
-    refuse_on_shared,
 )
 from memfs.store.gc import last_run
 from memfs.store.retention import Policy
@@ -103,12 +100,6 @@ def _root(args) -> Path:
 def cmd_init(args) -> int:
     root = _root(args)
     given = policy_from_flags(args, Policy())  # a bad value is refused before anything is made
-    if given is not None:
-        loc = choose_location(root, args.store)
-        if loc is not None:  # nothing is written: the retention policy is the embedded store's
-            flags = [f"--{k}" for k in Policy.SETTINGS if getattr(args, k.replace("-", "_"))]
-            raise refuse_on_shared(f"memfs init {' '.join(flags)}", loc.url,
-                                   new=read_location(root) is None)
     store = open_store(root, url=args.store)
     try:
         if given is not None:
@@ -544,12 +535,15 @@ def _direct_status(root: Path) -> dict:
         mounts = sorted(e.name for e in decode_dir(store.read_object(tree)))
         st = {"root": str(store.root), "branch": store.current_branch(), "head": head,
               "pending": 0, "durable": True, "mounts": mounts, "daemon": None}
-        if store.kind == "sqlite":
-            policy = store.policy()
-            st["retention"] = {**policy.to_json(), "summary": policy.summary()}
-            st["gc"] = {"running": None, "last": last_run(store)}
+        policy = store.policy()
+        shared = store.kind != "sqlite"
+        st["retention"] = {**policy.to_json(), "summary": policy.summary(shared=shared)}
+        if shared:
+            from memfs.store.pg.gc import last_run as pg_last_run
+
+            st["gc"] = {"running": None, "last": pg_last_run(store)}
         else:
-            st["retention"] = {"policy": None, "summary": NO_RETENTION}
+            st["gc"] = {"running": None, "last": last_run(store)}
     finally:
         store.close()
     if held:

@@ -27,7 +27,6 @@ from memfs.errors import MemfsError
 from memfs.fs.operations import MemfsOperations
 from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
 from memfs.rootdir import control_socket
-from memfs.store.backend import require_embedded
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.hosts import Hosts
 from memfs.workspace.lifecycle import Lifecycle
@@ -141,8 +140,7 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
                      options: set[str]) -> None:
     store = ws.store
     backing = Backing(ws)
-    # Retention and GC are the embedded store's (docs/lifecycle.md): none on PostgreSQL.
-    lifecycle = Lifecycle(ws) if store.kind == "sqlite" else None
+    lifecycle = Lifecycle(ws)  # retention and GC, on either backend (docs/lifecycle.md)
     ops = MemfsOperations(ws)
     try:
         pyfuse3.init(ops, str(mountpoint), options)
@@ -169,15 +167,14 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
                 sock.unlink()
 
 
-async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle | None,
+async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle,
                  ops: MemfsOperations, root: Path, lock: RootLock) -> None:
     hosts = Hosts(ws)
     ws.hosts = hosts
     await hosts.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
-        if lifecycle is not None:  # the embedded store's GC (none on PostgreSQL)
-            nursery.start_soon(lifecycle.run)
+        nursery.start_soon(lifecycle.run)
         nursery.start_soon(hosts.run, ops.drain_invalidations)
         nursery.start_soon(_signals, ws)
         nursery.start_soon(_heartbeat, ws, lock)
@@ -345,9 +342,7 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
         result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
     elif op in ("gc", "du"):
         lifecycle = ws.lifecycle
-        if lifecycle is None:  # a store in PostgreSQL: refused with the remedy
-            require_embedded(ws.store, f"memfs {op}")
-        assert lifecycle is not None  # the daemon installs one on an embedded store
+        assert lifecycle is not None  # the daemon installs one before serving
         result = await lifecycle.collect(dry_run=op == "du" or bool(args.get("dry_run")),
                                          trigger="manual" if op == "gc" else "du")
     elif op == "takeover":

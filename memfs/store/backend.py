@@ -28,6 +28,7 @@ from memfs.durable import fsync_dir, mkdir_durable
 from memfs.errors import MemfsError
 
 if TYPE_CHECKING:
+    from memfs.store import retention
     from memfs.store.refs import CommitRefs
     from memfs.store.store import Commit
     from memfs.store.trees import Entry
@@ -137,6 +138,9 @@ class StoreBackend(Records, Protocol):
     def reset_head(self, branch: str, target: str, reason: str) -> None: ...
     def checkpoint(self, name: str, cid: str | None = None, *, force: bool = False) -> str: ...
     def set_binding(self, mount: str, doc: dict | None) -> None: ...
+    # -- the retention policy (memfs.store.retention), kept with the store
+    def policy(self) -> retention.Policy: ...
+    def set_policy(self, policy: retention.Policy) -> None: ...
     # -- many hosts (memfs.store.pg.lease; the embedded store: SingleHost)
     def claim(self, branch: str) -> Claim: ...
     def release(self, branch: str) -> None: ...
@@ -192,42 +196,6 @@ class SingleHost:
     def watch(self, on_head: Callable[[str, str], None],
               on_lost: Callable[[str], None]) -> None:
         pass
-
-
-# -- what only the embedded store has -----------------------------------------------------
-NO_RETENTION = ("every commit is kept: a store in PostgreSQL has no retention policy or GC "
-                "yet (docs/lifecycle.md)")
-
-
-class EmbeddedOnly(MemfsError):
-    """A lifecycle command (retention, GC, du) asked of a store in PostgreSQL."""
-
-
-def refuse_on_shared(what: str, url: str, *, new: bool = False) -> EmbeddedOnly:
-    """The error for `what` (`memfs gc`, ...) on a root whose store is in PostgreSQL at
-    `url` (`new`: a root about to be made for it): nothing is dropped there yet, so there is
-    nothing to collect or configure."""
-    whose = "the store given for this new root" if new else "this root's store"
-    return EmbeddedOnly(
-        f"{what} works on an embedded store only: {whose} is in PostgreSQL "
-        f"({redact(url)}), which has no retention policy or GC yet and keeps every commit",
-        "the database's size is the server's to watch (`psql URL -c \"SELECT pg_size_pretty("
-        "pg_database_size(current_database()))\"`); dropping old history there is a planned "
-        "follow-up (docs/scaling.md). `memfs gc`, `du` and `config` work on a root made "
-        "without --store")
-
-
-def require_embedded(store: StoreBackend, what: str) -> None:
-    """Refuse `what` unless `store` is the embedded one (retention and GC are its own)."""
-    if store.kind != "sqlite":
-        raise refuse_on_shared(what, getattr(store, "url", "?"))
-
-
-def require_embedded_root(root: Path, what: str) -> None:
-    """The same refusal from the root's record alone, before any store is opened or asked."""
-    loc = read_location(root)
-    if loc is not None:
-        raise refuse_on_shared(what, loc.url)
 
 
 # -- which store a root uses ---------------------------------------------------------------

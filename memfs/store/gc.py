@@ -105,6 +105,7 @@ class Progress:
 class GcReport:
     trigger: str
     dry_run: bool
+    backend: str = "sqlite"  # or "postgresql" (memfs.store.pg.gc)
     started: float = 0.0
     seconds: float = 0.0
     pressure: bool = False  # below the space floor: kept history dropped for space too

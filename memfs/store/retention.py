@@ -117,7 +117,9 @@ class Policy:
             return f"{value:g}%"
         return duration_text(value)
 
-    def summary(self) -> str:
+    def summary(self, *, shared: bool = False) -> str:
+        """In words; `shared`: of a store in PostgreSQL, where no free-space floor applies
+        (the server's disk is not the host's to measure)."""
         parts = [f"every commit for {duration_text(self.keep_all)}"] if self.keep_all else []
         if self.hourly > self.keep_all:
             parts.append(f"one an hour to {duration_text(self.hourly)}")
@@ -125,9 +127,11 @@ class Policy:
             parts.append(f"one a day to {duration_text(self.daily)}")
         if not parts:
             parts.append("no history by age")
+        floor = ("no space floor on PostgreSQL" if shared else
+                 f"below {self.space_floor:g}% free, older history goes first")
         return (", ".join(parts) + f"; reflog {duration_text(self.reflog)}; checkpoints and "
-                f"branch heads until deleted; below {self.space_floor:g}% free, older history "
-                f"goes first; gc {'automatic' if self.gc_auto else 'manual only'}")
+                f"branch heads until deleted; {floor}; gc "
+                f"{'automatic' if self.gc_auto else 'manual only'}")
 
     # -- stored with the store (meta 'retention') --------------------------------------------
     def to_json(self) -> dict:

@@ -1,13 +1,16 @@
 """The daemon's garbage collection: automatic runs, `memfs gc` and `memfs du` requests, and
 what status says about them.
 
-A run is memfs.store.gc's Collector in a worker thread; one at a time (a trio lock here, the
-store's gc.lock across processes). The automatic runs, when the policy's `gc-auto` is on:
+A run is memfs.store.gc's Collector (on a store in PostgreSQL, memfs.store.pg.gc's
+PgCollector) in a worker thread; one at a time (a trio lock here, the store's gc.lock across
+processes, or the database's advisory lock across hosts). The automatic runs, when the policy's `gc-auto` is on:
 
 - low space: the store's filesystem is below the policy's floor, a write was refused for
   lack of space, or a commit failed for it: at once, then at most every 10 s, backing off
   (doubling, up to 10 min) while runs give nothing back;
-- growth: the packs grew by max(256 MiB, 5% of the filesystem) since the last run;
+- growth: the packs grew by max(256 MiB, 5% of the filesystem) since the last run (on
+  PostgreSQL: the database, by 256 MiB; there is no low-space trigger there, the server's
+  disk is not this host's to measure);
 - age: the last run is 6 h old (or there was none) and some commit is older than `keep-all`.
 
 The check runs every minute, when a write or commit fails for space, and just after a file
@@ -25,18 +28,21 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import trio
 
 from memfs.store import gc
 from memfs.store.packs import pack_usage
 from memfs.store.refs import CHUNK, INODES, Ref, file_refs
+from memfs.store.retention import Policy
 from memfs.store.space import Space, size_text
 from memfs.store.store import Store
 from memfs.store.trees import DIR, FILE
 
 if TYPE_CHECKING:
+    from memfs.store.pg.gc import PgCollector
+    from memfs.store.pg.store import PgStore
     from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.gc")
@@ -52,11 +58,14 @@ class Lifecycle:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         store = ws.store
-        # The embedded store's alone: the daemon installs none on PostgreSQL (no GC there).
-        assert isinstance(store, Store), "GC runs on the embedded store only"
         self.store = store
-        self.running: gc.Collector | None = None
-        self.last: dict | None = gc.last_run(store)
+        # Exactly one of the two: the embedded store, or one in PostgreSQL (memfs.store.pg.gc).
+        self.embedded: Store | None = store if isinstance(store, Store) else None
+        self.pg: PgStore | None = None if self.embedded else cast("PgStore", store)
+        self.shared = self.pg is not None
+        self.running: gc.Collector | PgCollector | None = None
+        self.last: dict | None = (_pg_gc().last_run(self.pg) if self.pg is not None else
+                                  gc.last_run(cast(Store, self.embedded)))
         self._last_at = 0.0  # monotonic time of this process's last automatic run
         self._low_every = LOW_SPACE_EVERY  # grows while low-space runs give nothing back
         self._delay = 0.0
@@ -86,8 +95,11 @@ class Lifecycle:
                     log.info("automatic garbage collection: %s", trigger)
                     report = await self.collect(trigger=trigger)
                     log.info("garbage collection done: %s", summary(report))
-            except Exception:  # noqa: BLE001 - a failed run is logged and tried again later
-                log.exception("automatic garbage collection failed")
+            except Exception as exc:  # noqa: BLE001 - a failed run is logged and tried again later
+                if type(exc).__name__ == "GcBusy":  # another host's run (memfs.store.pg.gc)
+                    log.info("automatic garbage collection skipped: %s", exc)
+                else:
+                    log.exception("automatic garbage collection failed")
 
     def poke(self, delay: float = 0.0) -> None:
         """Space is short (a write or commit was refused, a file went): check soon."""
@@ -101,7 +113,10 @@ class Lifecycle:
         if not policy.gc_auto:
             return None, None
         since = time.monotonic() - self._last_at if self._last_at else float("inf")
-        space = Space.of(self.store.root)
+        if self.pg is not None:
+            return self._due_shared(self.pg, policy, since), None
+        store = cast(Store, self.embedded)
+        space = Space.of(store.root)
         short = None
         if self.ws.health.full:
             short = "commits are failing for lack of space"
@@ -114,22 +129,45 @@ class Lifecycle:
                 return short, None
             return None, self._low_every - since
         base = (self.last or {}).get("store_after", 0)
-        if pack_usage(self.store.root) - base > max(GROWTH_MIN, space.size // 20):
+        if pack_usage(store.root) - base > max(GROWTH_MIN, space.size // 20):
             return "the packs grew since the last run", None
         last = (self.last or {}).get("started", 0.0)
         if time.time() - last >= AGE_EVERY and since >= AGE_EVERY and policy.keep_all != float(
                 "inf"):
             cutoff = time.time_ns() - int(policy.keep_all * 1e9)
-            if self.store._query("SELECT 1 FROM commits WHERE time_ns < ? LIMIT 1", (cutoff,)):
+            if store._query("SELECT 1 FROM commits WHERE time_ns < ? LIMIT 1", (cutoff,)):
                 return "history has aged past the keep-all window", None
         return None, None
+
+    def _due_shared(self, store: PgStore, policy: Policy, since: float) -> str | None:
+        """On PostgreSQL: growth of the database, or history aged past keep-all (worker
+        thread). Every host's daemon asks; the database's lock lets one run at a time."""
+        pg_gc = _pg_gc()
+        size = pg_gc.database_size(store)
+        self.last = pg_gc.last_run(store) or self.last  # any host's last run
+        base = (self.last or {}).get("store_after", 0)
+        if base and size - base > GROWTH_MIN:
+            return "the database grew since the last run"
+        last = (self.last or {}).get("started", 0.0)
+        if time.time() - last >= AGE_EVERY and since >= AGE_EVERY and policy.keep_all != float(
+                "inf"):
+            cutoff = time.time_ns() - int(policy.keep_all * 1e9)
+            if pg_gc.has_commits_before(store, cutoff):
+                return "history has aged past the keep-all window"
+        return None
 
     # -- a run ------------------------------------------------------------------------------------
     async def collect(self, *, dry_run: bool = False, trigger: str = "manual") -> dict:
         async with self._lock:
-            collector = gc.Collector(self.store, dry_run=dry_run, trigger=trigger,
-                                     pins=self._pins, short_of_space=self.ws.room.refused
-                                     or self.ws.health.full)
+            collector: gc.Collector | PgCollector
+            if self.pg is not None:
+                collector = _pg_gc().PgCollector(self.pg, dry_run=dry_run, trigger=trigger,
+                                                 pins=self._pins)
+            else:
+                collector = gc.Collector(cast(Store, self.embedded), dry_run=dry_run,
+                                         trigger=trigger, pins=self._pins,
+                                         short_of_space=self.ws.room.refused
+                                         or self.ws.health.full)
             self.running = collector
             try:
                 report = await trio.to_thread.run_sync(collector.run)
@@ -165,6 +203,13 @@ class Lifecycle:
                     "dropped_for_space", "chunk_bytes_freed", "live_bytes", "history_bytes",
                     "reclaimable_bytes", "problems")},
         }
+
+
+def _pg_gc():
+    """memfs.store.pg.gc, imported only for a store in PostgreSQL (it needs psycopg)."""
+    from memfs.store.pg import gc as pg_gc
+
+    return pg_gc
 
 
 def pins_of(ws: Workspace) -> gc.Pins:

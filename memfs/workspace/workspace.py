@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from memfs.errors import MemfsError
 from memfs.liveness import DaemonRecord
 from memfs.store import StoreBackend as Store
 from memfs.store import open_store
-from memfs.store.backend import NO_RETENTION
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.history import OpRecord, ProcRef
+from memfs.store.retention import Policy
 from memfs.store.space import Space
 from memfs.store.store import Commit
 from memfs.store.store import Store as EmbeddedStore
@@ -119,6 +120,7 @@ class Workspace(HistoryOps):
         self._immutable: set[int] = set()
         self.health = CommitHealth()
         self.lifecycle: Lifecycle | None = None  # the daemon's GC (memfs.workspace.lifecycle)
+        self._policy_seen: Policy | None = None  # the last retention policy status read
         self.room = Room(self)  # space for writes, refusals, the reserve (memfs.workspace.room)
         # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
         self.held_nodes: Callable[[], Iterable[Node]] = lambda: ()
@@ -551,10 +553,15 @@ class Workspace(HistoryOps):
         return node
 
     def retention_status(self) -> dict:
-        if not isinstance(self.store, EmbeddedStore):  # PostgreSQL keeps every commit
-            return {"policy": None, "summary": NO_RETENTION}
-        policy = self.store.policy()
-        return {**policy.to_json(), "summary": policy.summary()}
+        shared = not isinstance(self.store, EmbeddedStore)  # in PostgreSQL: no space floor
+        try:
+            self._policy_seen = self.store.policy()
+        except MemfsError:  # a server out of reach: status says so elsewhere, and goes on
+            if self._policy_seen is None:
+                return {"policy": None, "summary": "the policy could not be read (the store "
+                        "is out of reach)"}
+        policy = self._policy_seen
+        return {**policy.to_json(), "summary": policy.summary(shared=shared)}
 
     def status(self) -> dict:
         mounts = sorted(name_to_str(n) for n in self.children(self.root))

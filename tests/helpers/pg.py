@@ -112,6 +112,17 @@ class PgCluster:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def clone_database(self, url: str) -> str:
+        """A new database copied from the one at `url` (CREATE DATABASE ... TEMPLATE: no
+        session may be connected to it); its URL."""
+        import psycopg
+
+        self._n += 1
+        name = f"t{os.getpid()}_{self._n}"
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{url.rsplit("/", 1)[1]}"')
+        return self.url(name)
+
     def pids(self) -> list[int]:
         """The postmaster and every process it started."""
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memfs.store.store import _commit_from_row
+from memfs.store.store import CommitDropped, StoreError, _commit_from_row
 
 if TYPE_CHECKING:
     from memfs.store.backend import DroppedCommit
@@ -34,10 +34,16 @@ class PgRecords:
         return [_commit_from_row(r) for r in rows]
 
     def dropped_commit(self, cid: str) -> DroppedCommit | None:
-        return None  # no retention policy drops commits here yet (docs/lifecycle.md)
+        """The tombstone GC left for `cid` (memfs.store.pg.gc), if it dropped it."""
+        from memfs.store.backend import DroppedCommit
+
+        rows = self._query("SELECT parent, time_ns, dropped_ns, reason FROM dropped_commits "
+                           "WHERE id = %s", (cid,))
+        return DroppedCommit(cid, *rows[0]) if rows else None
 
     def dropped_with_prefix(self, base: str) -> list[str]:
-        return []
+        return [r[0] for r in self._query("SELECT id FROM dropped_commits WHERE "
+                                          "substr(id, 1, %s) = %s LIMIT 2", (len(base), base))]
 
     def branch_head(self, name: str) -> str | None:
         rows = self._query("SELECT head FROM branches WHERE name = %s", (name,))
@@ -120,7 +126,19 @@ class PgTxRecords:
         return self.conn.execute("SELECT name, commit_id, branch, time_ns FROM checkpoints "
                                  "WHERE name = %s FOR UPDATE", (name,)).fetchone()
 
+    def require_commit(self, cid: str) -> None:
+        """A head or name about to point at `cid`: the commit must still be there. Under the
+        transaction's GC lock (memfs.store.pg.gc), so a GC cannot drop it before this ends."""
+        if self.conn.execute("SELECT 1 FROM commits WHERE id = %s", (cid,)).fetchone():
+            return
+        gone = self.conn.execute("SELECT parent, time_ns, dropped_ns, reason FROM "
+                                 "dropped_commits WHERE id = %s", (cid,)).fetchone()
+        if gone is not None:
+            raise CommitDropped(cid, gone[1], gone[2], gone[3])
+        raise StoreError(f"no commit {cid}", "see `memfs log` for commit ids")
+
     def set_checkpoint(self, name: str, commit_id: str, branch: str, time_ns: int) -> None:
+        self.require_commit(commit_id)
         self.conn.execute("INSERT INTO checkpoints VALUES (%s, %s, %s, %s) ON CONFLICT (name) "
                           "DO UPDATE SET commit_id = excluded.commit_id, branch = "
                           "excluded.branch, time_ns = excluded.time_ns",

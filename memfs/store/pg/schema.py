@@ -16,6 +16,12 @@ from __future__ import annotations
 from memfs.errors import MemfsError
 
 LOCK_KEY = 0x6D656D6673  # pg_advisory_xact_lock key while creating ("memfs")
+# Garbage collection (memfs.store.pg.gc): every write transaction holds SWEEP_KEY shared, a
+# GC step that deletes rows holds it exclusive; one collector at a time holds GC_KEY (for its
+# session: a killed collector's connection ends and the server lets it go).
+SWEEP_KEY = 0x6D656D6667  # "memfg"
+GC_KEY = 0x6D656D6663  # "memfc"
+EPOCH_KEY = "gc:epoch"  # memfs_meta: bumped by every GC transaction that deletes rows
 
 BASE = """
 CREATE TABLE IF NOT EXISTS memfs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -86,7 +92,18 @@ CREATE TABLE IF NOT EXISTS worker_events (
 # COMPRESSION lz4`) and this step, run once, does not undo it.
 CHUNKS_AS_THEY_COME = "ALTER TABLE chunks ALTER COLUMN data SET STORAGE EXTERNAL;"
 
-MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS, 3: SESSIONS, 4: CHUNKS_AS_THEY_COME}
+# Version 5: retention and GC (memfs.store.pg.gc). The tombstones of dropped commits, as the
+# embedded store's (memfs.store.schema), and the GC epoch: a host trusts its caches to say a
+# row is in the database only for rows it saw there in the current epoch (memfs.store.pg.tx).
+RETENTION = """
+CREATE TABLE IF NOT EXISTS dropped_commits (
+    id TEXT PRIMARY KEY, parent TEXT, seq BIGINT NOT NULL, branch TEXT NOT NULL,
+    time_ns BIGINT NOT NULL, dropped_ns BIGINT NOT NULL, reason TEXT NOT NULL);
+INSERT INTO memfs_meta VALUES ('gc:epoch', '0') ON CONFLICT (key) DO NOTHING;
+"""
+
+MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS, 3: SESSIONS, 4: CHUNKS_AS_THEY_COME,
+                              5: RETENTION}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 
-from memfs.store import history, revisions
+from memfs.store import history, retention, revisions
 from memfs.store.backend import Location, redact
 from memfs.store.chunks import chunk_digest
 from memfs.store.pg import schema
@@ -40,6 +40,7 @@ from memfs.store.store import (
     DEFAULT_BRANCH,
     EMPTY_TREE,
     Commit,
+    CommitDropped,
     StoreError,
     _check_ref_name,
     _commit_from_row,
@@ -49,6 +50,8 @@ from memfs.store.trees import Entry, decode_inodes, decode_manifest
 
 log = logging.getLogger("memfs.pg")
 OBJECTS_IN_MEMORY = 4096
+GC_NOTICE = "gc"  # the head of a "*" notice a GC that dropped commits sends
+IN_DB_MAX = 1 << 20  # ids remembered as in the database this GC epoch (~100 B each)
 
 
 class PgStore(PgRecords):
@@ -71,6 +74,10 @@ class PgStore(PgRecords):
         self._writer = None if readonly else Conn(self.url, autocommit=False)
         self._write_lock = threading.RLock()
         self.unsure_commits: set[str] = set()  # ours whose COMMIT broke off (tx.lock_head)
+        # Chunks and objects this host saw in the database in GC epoch `in_db_epoch` (the
+        # commit thread's): a cached copy of one of them needs no check (memfs.store.pg.gc).
+        self.in_db: set[str] = set()
+        self.in_db_epoch: str | None = None
         self._version = 0
         self._heads: dict[str, str] = {}
         self._listeners: list[Callable[[str, str], None]] = []
@@ -135,6 +142,7 @@ class PgStore(PgRecords):
             conn = self._writer.get()
             tx = PgTx(self, conn)
             try:
+                tx.begin()
                 yield tx
                 tx.finish()
             except BaseException as exc:
@@ -155,6 +163,10 @@ class PgStore(PgRecords):
                 self._writer.drop()
                 raise server_error(self.url, exc) from exc
         self.unsure_commits.clear()
+        if len(self.in_db) > IN_DB_MAX:
+            self.in_db.clear()  # forgetting costs a check, never a wrong answer
+        self.in_db.update(tx.chunks)
+        self.in_db.update(tx.sent_objects)
         self.object_cache.put_many(tx.sent_objects)
         self.cache.keep(tx.chunks)  # written by the cache's thread: this commit does not wait
         for branch, head in tx.notices:
@@ -252,6 +264,9 @@ class PgStore(PgRecords):
             return got
         rows = self._query(f"SELECT {COMMIT_COLUMNS} FROM commits WHERE id = %s", (cid,))
         if not rows:
+            gone = self.dropped_commit(cid)
+            if gone is not None:
+                raise CommitDropped(cid, gone.time_ns, gone.dropped_ns, gone.reason)
             raise StoreError(f"no commit {cid}", "see `memfs log` for commit ids")
         got = _commit_from_row(rows[0])
         if len(self._commits) > OBJECTS_IN_MEMORY:
@@ -261,7 +276,39 @@ class PgStore(PgRecords):
 
     def log(self, branch: str | None = None, limit: int = 20,
             start: str | None = None) -> list[Commit]:
-        return self.commit_chain(start or self.head(branch), limit)
+        """First-parent history, walked over the gaps retention left (as the embedded
+        store's Store.log)."""
+        out: list[Commit] = []
+        cid: str | None = start or self.head(branch)
+        while cid and len(out) < limit:
+            chain = self.commit_chain(cid, limit - len(out))
+            if chain:
+                out += chain
+                cid = chain[-1].parent
+                continue
+            gone = self.dropped_commit(cid)
+            if gone is None:
+                break
+            cid = gone.parent
+        return out
+
+    def forget_history(self) -> None:
+        """A GC dropped commits (memfs.store.pg.gc): what this process kept of commits
+        and objects, in memory, may be of rows gone now; forgotten, so a dropped commit is
+        refused by name. (Any thread: each is replaced whole, never changed in place.)"""
+        self._commits = {}
+        self._tables = {}
+        self._objects = {}
+
+    # -- the retention policy (memfs.store.retention), kept in the database ----------------------
+    def policy(self) -> retention.Policy:
+        rows = self._query("SELECT value FROM memfs_meta WHERE key = %s", (retention.META_KEY,))
+        return retention.Policy.decode(rows[0][0] if rows else None)
+
+    def set_policy(self, policy: retention.Policy) -> None:
+        with self.transaction() as tx:
+            tx.conn.execute("INSERT INTO memfs_meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
+                            "SET value = excluded.value", (retention.META_KEY, policy.encode()))
 
     def branches(self) -> dict[str, str]:
         return dict(self._query("SELECT name, head FROM branches ORDER BY name"))
@@ -325,7 +372,10 @@ class PgStore(PgRecords):
                     except StoreError:
                         out[mount] = None
                 return out
-            cid = self.commit(cid).parent
+            try:
+                cid = self.commit(cid).parent
+            except CommitDropped:  # GC copies what a gap would hide onto the commit after it
+                return {}
         return {}
 
     def bindings(self) -> dict[str, dict]:
@@ -367,6 +417,7 @@ class PgStore(PgRecords):
             if tx.ref_exists("branches", name):
                 raise StoreError(f"branch {name!r} already exists", "pick another name")
             check_new_name(tx, name, "branch")
+            tx.require_commit(cid)
             made = tx.conn.execute("INSERT INTO branches VALUES (%s, %s) ON CONFLICT (name) DO "
                                    "NOTHING RETURNING 1", (name, cid)).fetchone()
             if not made:
@@ -383,6 +434,7 @@ class PgStore(PgRecords):
                 row = tx.conn.execute("SELECT head FROM branches WHERE name = %s FOR UPDATE",
                                       (branch,)).fetchone()
                 tx.check_lease(branch)
+                tx.require_commit(target)
                 tx.conn.execute("UPDATE branches SET head = %s WHERE name = %s",
                                 (target, branch))
                 tx.add_reflog(branch, row[0] if row else None, target, reason, time.time_ns())
@@ -427,7 +479,10 @@ class PgStore(PgRecords):
     def _heard(self, event: Event | None) -> None:
         self._version += 1
         if event is None:
+            self.forget_history()  # a GC may have run while not listening
             return self._resync()
+        if event.branch == "*" and event.head == GC_NOTICE:
+            return self.forget_history()
         if event.host == self.host or event.branch == "*":
             return
         self._moved(event.branch, event.head)

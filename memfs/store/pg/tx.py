@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from memfs.store.chunks import chunk_digest
+from memfs.store.pg import schema
 from memfs.store.pg.lease import Fenced
 from memfs.store.pg.records import PgTxRecords
 from memfs.store.store import Commit, StoreError, printable
@@ -56,6 +57,30 @@ class PgTx(PgTxRecords):
         self.commit_id: str | None = None
         self.notices: list[tuple[str, str]] = []
 
+    def begin(self) -> None:
+        """The transaction's first statement: SWEEP_KEY shared until it ends, so no GC step
+        deletes a row between this transaction's checks and its COMMIT, and the GC epoch
+        (memfs.store.pg.gc): past a GC that deleted rows, what this host remembered as in the
+        database is forgotten (its caches are checked again, PgTx.confirm_cached)."""
+        epoch = self.conn.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s)::text || (SELECT value FROM memfs_meta "
+            "WHERE key = %s)", (schema.SWEEP_KEY, schema.EPOCH_KEY)).fetchone()[0]
+        if epoch != self.store.in_db_epoch:
+            self.store.in_db.clear()
+            self.store.in_db_epoch = epoch
+
+    def confirm_cached(self) -> None:
+        """Pieces this host's cache holds are in the database only if no GC took them since
+        this host saw them there: those not seen there in this epoch are looked up, and the
+        missing ones sent with the rest."""
+        unsure = [n for n in self.cached if n not in self.store.in_db]
+        if not unsure:
+            return
+        found = {r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE id = ANY(%s)",
+                                                 (unsure,))}
+        self.store.in_db.update(found)
+        self.cached.difference_update(n for n in unsure if n not in found)
+
     # -- chunks ---------------------------------------------------------------------------
     def put_chunks(self, pieces: list[bytes],
                    replacing: list[str | None] | None = None) -> list[str]:
@@ -64,6 +89,7 @@ class PgTx(PgTxRecords):
         whole: `replacing` (the embedded store's delta hint) is not used here yet."""
         del replacing
         names = [self._local_name(p) for p in pieces]
+        self.confirm_cached()
         fresh = {n: p for n, p in zip(names, pieces, strict=True)
                  if n not in self.chunks and n not in self.cached}
         collided: set[str] = set()
@@ -144,7 +170,8 @@ class PgTx(PgTxRecords):
             return
         todo = self.objects
         self.objects = {}
-        cached = self.store.object_cache.has(list(todo))
+        in_db = self.store.in_db  # a cached copy alone may be of a row a GC swept
+        cached = {o for o in self.store.object_cache.has(list(todo)) if o in in_db}
         send = {k: v for k, v in todo.items() if k not in cached}
         if send:
             with self.conn.cursor(binary=True) as cur:

@@ -242,7 +242,7 @@ def test_gc_on_one_host_racing_a_writer_on_another_loses_nothing(mount_factory, 
     def collect() -> None:
         while not stop:
             res = b.cli("gc", "--json", check=False)
-            runs.append(res.stdout if res.returncode == 0 else "failed: " + res.stderr)
+            runs.append(res.stdout if res.returncode == 0 else f"failed: {res.returncode} {res.stdout} {res.stderr}")
 
     t = threading.Thread(target=collect)
     t.start()

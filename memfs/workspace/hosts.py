@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from memfs.store.store import CommitDropped
 from memfs.store.trees import DIR, decode_dir
 
 log = logging.getLogger("memfs.hosts")
@@ -74,8 +75,25 @@ class Hosts:
                 head = await trio.to_thread.run_sync(self.store.head, branch)
             if self.ws.read_only is None:
                 continue  # our own branch: nobody else may move it (the lease fences them)
-            await self.follow(head)
+            await self._follow_latest(branch, head)
             await drain()
+
+    async def _follow_latest(self, branch: str, head: str) -> None:
+        """Follow `head`, or the branch's head now if a GC dropped `head` in between (the
+        writer committed again and a collection ran before this host showed it): a head a
+        notice named is no longer kept once it is not the head. A branch head is never
+        dropped, so the head read again is newer, unless the branch moved back to a dropped
+        commit, which no head move allows."""
+        while True:
+            try:
+                await self.follow(head)
+                return
+            except CommitDropped:
+                newer = await trio.to_thread.run_sync(self.store.head, branch)
+                if newer == head:
+                    log.error("branch %s's head %s was dropped: not followed", branch, head[:12])
+                    return
+                head = newer
 
     async def follow(self, head: str) -> None:
         """Show `head` (another host's commit): objects read ahead in a thread, then the tree

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 def replace_tree(ws: Workspace, commit_id: str) -> None:
     """Show another commit's tree, keeping inode numbers for paths that survive."""
+    tree = ws.store.commit(commit_id).tree  # first: a dropped commit changes nothing
     ws.head = commit_id
-    tree = ws.store.commit(commit_id).tree
     entries: list[tuple[int, bytes]] = []
     inodes: list[int] = []
     old, ws.inodes = ws.inodes, Inodes(ws.store.inode_table(commit_id))

@@ -87,11 +87,12 @@ class PgTx(PgTxRecords):
     def commit(self) -> None:
         """COMMIT, sent with whatever is still queued: one round trip. Returns once the
         server has it in its WAL on disk (synchronous_commit on)."""
-        stack, self._pipeline = self._pipeline, None
+        stack = self._pipeline
         if stack is None:
             self.conn.commit()
             return
-        self.conn.execute("COMMIT", prepare=False)
+        self.conn.execute("COMMIT", prepare=False)  # if this raises, abandon() ends the mode
+        self._pipeline = None
         stack.close()  # the Sync: every queued result read, the first error raised
 
     def abandon(self, exc: BaseException) -> None:

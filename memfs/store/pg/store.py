@@ -51,7 +51,6 @@ log = logging.getLogger("memfs.pg")
 OBJECTS_IN_MEMORY = 4096
 
 
-
 def _refused(conn: psycopg.Connection, exc: BaseException) -> bool:
     """Whether `exc`, raised while the COMMIT and the statements queued before it were sent,
     is the server refusing one of them on a connection that still works: then the
@@ -60,6 +59,7 @@ def _refused(conn: psycopg.Connection, exc: BaseException) -> bool:
     state = getattr(exc, "sqlstate", None)
     return (isinstance(exc, psycopg.Error) and state is not None
             and not state.startswith(("08", "57")) and not conn.broken and not conn.closed)
+
 
 class PgStore(PgRecords):
     kind = "postgresql"

@@ -54,6 +54,16 @@ GC_NOTICE = "gc"  # the head of a "*" notice a GC that dropped commits sends
 IN_DB_MAX = 1 << 20  # ids remembered as in the database this GC epoch (~100 B each)
 
 
+def _refused(conn: psycopg.Connection, exc: BaseException) -> bool:
+    """Whether `exc`, raised while the COMMIT and the statements queued before it were sent,
+    is the server refusing one of them on a connection that still works: then the
+    transaction did not commit. Anything else (a connection lost, a session ended by the
+    server: class 08 and 57) leaves the COMMIT's outcome unknown."""
+    state = getattr(exc, "sqlstate", None)
+    return (isinstance(exc, psycopg.Error) and state is not None
+            and not state.startswith(("08", "57")) and not conn.broken and not conn.closed)
+
+
 class PgStore(PgRecords):
     kind = "postgresql"
 
@@ -142,26 +152,15 @@ class PgStore(PgRecords):
             conn = self._writer.get()
             tx = PgTx(self, conn)
             try:
-                tx.begin()
-                yield tx
-                tx.finish()
-            except BaseException as exc:
-                try:
-                    conn.rollback()
-                except psycopg.Error:
-                    self._writer.drop()
-                if isinstance(exc, psycopg.OperationalError):
-                    raise self._writer.failed(exc) from exc
-                raise
-            try:
-                conn.commit()
-            except psycopg.Error as exc:
-                # Broken off during COMMIT: it may have landed. The next commit may then find
-                # the head at this one and builds on it (PgTx.lock_head).
-                if tx.commit_id:
-                    self.unsure_commits.add(tx.commit_id)
-                self._writer.drop()
-                raise server_error(self.url, exc) from exc
+                with self._committed(tx, conn):
+                    tx.begin()
+                    yield tx
+            finally:
+                if tx.own_begin and not conn.closed:  # back to psycopg's own transactions
+                    try:
+                        conn.autocommit = False
+                    except psycopg.Error:
+                        self._writer.drop()
         self.unsure_commits.clear()
         if len(self.in_db) > IN_DB_MAX:
             self.in_db.clear()  # forgetting costs a check, never a wrong answer
@@ -173,6 +172,44 @@ class PgStore(PgRecords):
             if branch != "*":
                 self._heads[branch] = head
         self._version += 1
+
+    @contextmanager
+    def _committed(self, tx: PgTx, conn: psycopg.Connection) -> Iterator[None]:
+        """Commit what the block did, or roll it back; errors in words."""
+        try:
+            yield
+            tx.finish()
+        except BaseException as exc:
+            tx.abandon(exc)
+            self._rolled_back(conn, exc)
+            raise
+        try:
+            tx.commit()  # with the statements still queued (PgTx.pipelined)
+        except BaseException as exc:
+            if _refused(conn, exc):  # the server said no: nothing landed
+                tx.abandon(exc)
+                self._rolled_back(conn, exc)
+                raise
+            # Broken off during COMMIT: it may have landed. The next commit may then find
+            # the head at this one and builds on it (PgTx.lock_head).
+            if tx.commit_id:
+                self.unsure_commits.add(tx.commit_id)
+            self._writer.drop()
+            if isinstance(exc, psycopg.Error):
+                raise server_error(self.url, exc) from exc
+            raise
+
+    def _rolled_back(self, conn: psycopg.Connection, exc: BaseException) -> None:
+        """Roll the writer's transaction back after `exc`; raises `exc` in words if it is
+        the server's (a full disk, a lost connection)."""
+        try:
+            if conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+                raise psycopg.OperationalError("left in pipeline mode")  # not to be reused
+            conn.rollback()
+        except psycopg.Error:
+            self._writer.drop()
+        if isinstance(exc, psycopg.OperationalError):
+            raise self._writer.failed(exc) from exc
 
     # -- reading -----------------------------------------------------------------------------
     def _query(self, sql: str, args: tuple | list = ()) -> list[tuple]:

@@ -7,16 +7,26 @@ lease): the head row is locked, must still be the commit this one builds on, and
 row must still carry this host's token. A host fenced off by a takeover is refused here,
 whatever it believes.
 
-Round trips are batched: the new chunks of a commit (per 8 MiB) and its objects go as
-pipelined statements (psycopg's executemany), so a group commit of 10k small files costs a
-handful of round trips, not 10k.
+Round trips are few: from its BEGIN to its COMMIT, every transaction is in
+psycopg's pipeline mode, so a statement whose result nobody reads is sent with the next one
+that is read, and the client waits for the server only where it must know an answer. A small
+group commit is four round trips: BEGIN with GC's sweep lock and epoch (PgTx.begin: what the
+cache may skip depends on it); the new chunks (is each one new, or already stored with the
+same bytes?); the objects, the head row locked, the lease row and the commit's sequence
+number (the compare-and-swap is decided on those); the commit rows, the head moved, the
+records, the notification and COMMIT. A commit that stores no new chunk is three. A
+statement queued that way raises its error at the next read (at the latest at COMMIT), still
+inside the transaction, so it is rolled back and reported as before.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 from typing import TYPE_CHECKING
+
+from psycopg.pq import TransactionStatus
 
 from memfs.store.chunks import chunk_digest
 from memfs.store.pg import schema
@@ -56,12 +66,54 @@ class PgTx(PgTxRecords):
         self.cached: set[str] = set()  # named by the cache: the database has them
         self.commit_id: str | None = None
         self.notices: list[tuple[str, str]] = []
+        self._pipeline: ExitStack | None = None  # pipeline mode, from the first put on
+        self.own_begin = False  # BEGIN sent by pipelined(), in autocommit (PgStore undoes it)
+
+    # -- pipeline mode, and the end (PgStore.transaction) ----------------------------------
+    def pipelined(self) -> None:
+        """Queue the statements from here to the COMMIT (psycopg's pipeline mode): the
+        commit path's puts call this; other transactions (a branch made, a head reset) stay
+        in plain mode."""
+        if self._pipeline is not None:
+            return
+        begin = self.conn.info.transaction_status == TransactionStatus.IDLE
+        if begin:  # psycopg's own BEGIN would be a round trip alone (it syncs after it)
+            self.conn.autocommit = True
+            self.own_begin = True
+        stack = ExitStack()
+        stack.enter_context(self.conn.pipeline())
+        self._pipeline = stack
+        if begin:
+            self.conn.execute("BEGIN", prepare=False)
+
+    def commit(self) -> None:
+        """COMMIT, sent with whatever is still queued: one round trip. Returns once the
+        server has it in its WAL on disk (synchronous_commit on)."""
+        stack = self._pipeline
+        if stack is None:
+            self.conn.commit()
+            return
+        self.conn.execute("COMMIT", prepare=False)  # if this raises, abandon() ends the mode
+        self._pipeline = None
+        stack.close()  # the Sync: every queued result read, the first error raised
+
+    def abandon(self, exc: BaseException) -> None:
+        """Leave pipeline mode after `exc` (the caller rolls back): what the server still
+        says about the queued statements is dropped, `exc` is the error to report."""
+        stack, self._pipeline = self._pipeline, None
+        if stack is not None:
+            try:
+                stack.__exit__(type(exc), exc, exc.__traceback__)
+            except BaseException:  # noqa: BLE001 - `exc` is the error to report
+                pass
 
     def begin(self) -> None:
         """The transaction's first statement: SWEEP_KEY shared until it ends, so no GC step
         deletes a row between this transaction's checks and its COMMIT, and the GC epoch
         (memfs.store.pg.gc): past a GC that deleted rows, what this host remembered as in the
-        database is forgotten (its caches are checked again, PgTx.confirm_cached)."""
+        database is forgotten (its caches are checked again, PgTx.confirm_cached). Sent with
+        the BEGIN, in pipeline mode from here on: one round trip."""
+        self.pipelined()
         epoch = self.conn.execute(
             "SELECT pg_advisory_xact_lock_shared(%s)::text || (SELECT value FROM memfs_meta "
             "WHERE key = %s)", (schema.SWEEP_KEY, schema.EPOCH_KEY)).fetchone()[0]
@@ -88,6 +140,7 @@ class PgTx(PgTxRecords):
         digest) and store those the database lacks, in one statement. Pieces are stored
         whole: `replacing` (the embedded store's delta hint) is not used here yet."""
         del replacing
+        self.pipelined()
         names = [self._local_name(p) for p in pieces]
         self.confirm_cached()
         fresh = {n: p for n, p in zip(names, pieces, strict=True)
@@ -160,6 +213,7 @@ class PgTx(PgTxRecords):
 
     # -- objects ---------------------------------------------------------------------------
     def put_object(self, data: bytes) -> str:
+        self.pipelined()
         oid = object_id(data)
         if oid not in self.sent_objects:
             self.objects[oid] = data
@@ -173,7 +227,7 @@ class PgTx(PgTxRecords):
         in_db = self.store.in_db  # a cached copy alone may be of a row a GC swept
         cached = {o for o in self.store.object_cache.has(list(todo)) if o in in_db}
         send = {k: v for k, v in todo.items() if k not in cached}
-        if send:
+        if send:  # queued: their outcome is read with the next answer the commit needs
             with self.conn.cursor(binary=True) as cur:
                 cur.executemany("INSERT INTO objects (id, data) VALUES (%s, %s) ON CONFLICT "
                                 "(id) DO NOTHING", list(send.items()))
@@ -185,12 +239,13 @@ class PgTx(PgTxRecords):
         inodes: str | None = None,
     ) -> Commit:
         message = printable(message)
+        self.pipelined()
         self.flush_objects()
-        parent = self.lock_head(branch, parent)
+        parent, seq = self.lock_head(branch, parent)
         now = time.time_ns()
-        seq = self.conn.execute("SELECT nextval('commit_seq')").fetchone()[0]
         body = json.dumps([parent, tree, branch, now, message, seq] + ([inodes] if inodes else []))
         cid = object_id(body.encode())
+        # Queued, sent with the COMMIT: nothing below needs an answer.
         self.conn.execute("INSERT INTO commits VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
                           (cid, seq, parent, tree, branch, now, message, json.dumps(processes)))
         if inodes:
@@ -201,29 +256,41 @@ class PgTx(PgTxRecords):
         self.notify(branch, cid)
         return Commit(cid, seq, parent, tree, branch, now, message, processes)
 
-    def lock_head(self, branch: str, expected: str | None) -> str | None:
-        """Lock the branch's head row and check the lease; the head this step builds on.
+    def lock_head(self, branch: str, expected: str | None) -> tuple[str | None, int]:
+        """Lock the branch's head row and check the lease; the head this step builds on, and
+        the new commit's sequence number.
 
         The head must be `expected`, or a commit of this host whose COMMIT's outcome was
         unknown (the connection broke during it) and that did land: then this step builds on
         it, since it holds the same changes and more. A new branch (no row) needs no lease.
+        The three statements go in one round trip (with whatever was queued before them);
+        the sequence number is taken after the head's lock, as the commits of one branch
+        are ordered.
         """
-        row = self.conn.execute("SELECT head FROM branches WHERE name = %s FOR UPDATE",
-                                (branch,)).fetchone()
+        head = self.conn.execute("SELECT head FROM branches WHERE name = %s FOR UPDATE",
+                                 (branch,))
+        lease = self._lease_row(branch)
+        seq = self.conn.execute("SELECT nextval('commit_seq')")
+        row = head.fetchone()
+        number = seq.fetchone()[0]
         if row is None:
-            return expected
-        self.check_lease(branch)
-        head = row[0]
-        if head == expected or head in self.store.unsure_commits:
-            return head
-        raise StoreError(f"branch {branch} moved to {head[:12]} under this host (expected "
+            return expected, number
+        self._check_token(branch, lease.fetchone())
+        if row[0] == expected or row[0] in self.store.unsure_commits:
+            return row[0], number
+        raise StoreError(f"branch {branch} moved to {row[0][:12]} under this host (expected "
                          f"{(expected or '-')[:12]})",
                          "another writer moved it: remount to see the branch as it is now")
 
     def check_lease(self, branch: str) -> None:
+        self._check_token(branch, self._lease_row(branch).fetchone())
+
+    def _lease_row(self, branch: str) -> psycopg.Cursor:
+        return self.conn.execute("SELECT token, hostname, host FROM leases WHERE branch = %s "
+                                 "FOR SHARE", (branch,))
+
+    def _check_token(self, branch: str, row: tuple | None) -> None:
         token = self.store.leases.token(branch)
-        row = self.conn.execute("SELECT token, hostname, host FROM leases WHERE branch = %s "
-                                "FOR SHARE", (branch,)).fetchone()
         if token is None or row is None or row[0] != token:
             holder = f"{row[1]} ({row[2]})" if row else "nobody"
             raise Fenced(f"this host holds no lease to write branch {branch} (its writer: "

@@ -92,6 +92,7 @@ class Workspace(HistoryOps):
         self.root = loading.load_root(self, store.commit(self.head).tree, self.inodes)
         self.invalidate: Invalidator = lambda entries, inodes: None
         self.mutation_seq = 0
+        self.unload_seq = 0  # bumped when a directory's loaded nodes go (memfs.workspace.unload)
         self.durable_seq = 0
         self.dirty_since: float | None = None
         self.last_error: str | None = None
@@ -122,6 +123,10 @@ class Workspace(HistoryOps):
         self.room = Room(self)  # space for writes, refusals, the reserve (memfs.workspace.room)
         # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
         self.held_nodes: Callable[[], Iterable[Node]] = lambda: ()
+        # What the kernel holds now (counted lookups, open handles), as a test of a node id:
+        # what may be unloaded outside a forget (the FUSE layer installs it; without a kernel
+        # nothing is held).
+        self.kernel_refs: Callable[[], Callable[[int], bool]] = lambda: lambda _: False
         self._dirty_files: set[Node] = set()
         self.stopped = False
         # Backing directories (memfs.backing.Backing installs itself here; until then the

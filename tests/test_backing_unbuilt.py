@@ -137,3 +137,29 @@ def test_unbuilt_is_small() -> None:
 
     u = Unbuilt(Entry("f", FILE, 0o644, 0, 0, 1, 1, 9, "c:" + "0" * 32, {}, None, None))
     assert sys.getsizeof(u) <= 64
+
+
+@pytest.mark.trio
+async def test_a_directory_the_kernel_forgets_in_a_bound_mount_is_unloaded(tmp_path: Path) -> None:
+    """A bound mount's directory the kernel forgot unloads as any other (its files are read
+    from their rows by the next pass), unless it shows a disk-only file: those are the
+    backing layer's nodes, known by id."""
+    disk = tmp_path / "disk"
+    tree(disk, 300)
+    (disk / "d01" / "bin.dat").write_bytes(b"\0\1\2binary")  # disk-only: not taken in
+    ws, b = open_backing(tmp_path / "root")
+    try:
+        await b.attach(Binding("work", str(disk)))
+        await ws.commit()
+        d0, d1 = node(ws, "work/d00"), node(ws, "work/d01")
+        assert loaded_files(ws) == 301
+        ws.forget(d0.id)
+        ws.forget(d1.id)
+        assert d0._children is None and d1._children is not None
+        res = await b.run_pass("work")
+        assert res.taken == [] and res.conflicts == []  # type: ignore[union-attr]
+        nodes, _ = b.view.nodes("work")
+        assert isinstance(nodes["d00/f05.txt"], Unbuilt) and len(nodes) == 300
+        assert ws.read(node(ws, "work/d00/f05.txt"), 0, 100) == b"file 5\n"
+    finally:
+        close(ws, b)

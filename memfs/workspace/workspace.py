@@ -161,19 +161,10 @@ class Workspace(HistoryOps):
             self._dirty_files.discard(node)
             if node.data is not None and node.data.spill is not None:
                 node.data.spill.close()  # its disk space goes back
-        elif node.kind == DIR and not self._backed(node):
+        elif node.kind == DIR:
             unload.unload_dir(self, node, referenced)
         elif node.kind == FILE:
             unload.unload_file(node)
-
-    def _backed(self, node: Node) -> bool:
-        """Is the node in a store mount bound to a backing directory? Those keep their nodes:
-        the backing layer knows them by id (disk-only files, held writers, states)."""
-        if not self.backing.bindings:
-            return False
-        while node.parent is not None and node.parent is not self.root:
-            node = node.parent
-        return name_to_str(node.name) in self.backing.bindings
 
     def _alive(self, node: Node) -> bool:
         """Has it a name? A linked inode may have names only in directories not loaded yet."""

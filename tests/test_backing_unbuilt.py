@@ -98,15 +98,16 @@ async def test_a_decision_on_an_unbuilt_file_is_checked_against_its_node(tmp_pat
         nodes, _ = b.view.nodes("work")
         a, c, m = nodes["d03/f03.txt"], nodes["d04/f04.txt"], nodes["d05/f05.txt"]
         assert isinstance(a, Unbuilt) and isinstance(c, Unbuilt)
-        assert b.view.same_as_decided("work", "d03/f03.txt", a, 0) is node(
-            ws, "work/d03/f03.txt")
+        assert b.view.same_as_decided("work", "d03/f03.txt", a, 0) == (
+            True, node(ws, "work/d03/f03.txt"))
         ws.write(node(ws, "work/d04/f04.txt"), 0, b"x")
-        assert b.view.same_as_decided("work", "d04/f04.txt", c, 0) is False
+        assert b.view.same_as_decided("work", "d04/f04.txt", c, 0)[0] is False
         ws.setattr(node(ws, "work/d05/f05.txt"), mode=0o600)
         await ws.commit()
-        assert b.view.same_as_decided("work", "d05/f05.txt", m, 0) is False
-        assert b.view.same_as_decided("work", "d06/none.txt", None, None) is None
-        assert b.view.same_as_decided("work", "d06/f06.txt", None, None) is False
+        assert b.view.same_as_decided("work", "d05/f05.txt", m, 0)[0] is False
+        assert b.view.same_as_decided("work", "d06/none.txt", None, None) == (True, None)
+        assert b.view.same_as_decided("work", "d06/f06.txt", None, None)[0] is False
+        assert b.view.same_as_decided("work", "d06/none.txt", m, 0) == (False, None)
     finally:
         close(ws, b)
 

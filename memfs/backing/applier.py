@@ -290,9 +290,9 @@ class TreeApplier:
         edit.mnode = self.view.mount_node(edit.mount)
         for path in batch:
             t = take[path]
-            now = self.view.same_as_decided(edit.mount, path, nodes.get(path),
-                                            versions.get(path))
-            if now is False or (now is not None and now.id in self.held):
+            same, now = self.view.same_as_decided(edit.mount, path, nodes.get(path),
+                                                  versions.get(path))
+            if not same or (now is not None and now.id in self.held):
                 skipped.append(path)  # changed in the workspace since it was decided,
                 continue  # or open for writing: the writes to come must reach the tree
             if isinstance(t, Content):
@@ -320,9 +320,9 @@ class TreeApplier:
         edit.mnode = self.view.mount_node(edit.mount)
         skipped = []
         for path, mode in sorted(sp.take_modes.items()):
-            node = self.view.same_as_decided(edit.mount, path, nodes.get(path),
-                                             versions.get(path))
-            if not node:
+            same, node = self.view.same_as_decided(edit.mount, path, nodes.get(path),
+                                                   versions.get(path))
+            if not same or node is None:
                 skipped.append(path)  # changed in the workspace since: decided again next
                 continue
             if node.mode & MODE_BITS != mode:

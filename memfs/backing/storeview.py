@@ -140,22 +140,19 @@ class StoreView:
         return node is not None
 
     def same_as_decided(self, mount: str, rel: str, decided: StoreFile | None,
-                        ver: int | None) -> Node | None | bool:
-        """The node at rel now if the workspace holds there what a pass decided on (the very
-        node at the same version, or, decided from the committed tree, a clean file with the
-        same committed ref and mode: unloaded and loaded again, its rows are what it was
-        decided on); None where nothing was and nothing is; False if anything changed."""
+                        ver: int | None) -> tuple[bool, Node | None]:
+        """(unchanged, the node at rel now): unchanged if the workspace holds there what a pass
+        decided on: nothing, as then; the very node at the same version; or, decided from
+        the committed tree, a clean file with the same committed ref and mode (unloaded and
+        loaded again, its rows are what it was decided on)."""
         now = self.node_at(mount, rel)
-        if decided is None:
-            return None if now is None else False
-        if now is None:
-            return False
+        if decided is None or now is None:
+            return decided is None and now is None, now
         if now is decided:
-            return now if now.ver == ver else False
-        if decided.dirty or decided.ref is None or now.dirty or now.ref != decided.ref or \
-                (now.mode & MODE_BITS) != (decided.mode & MODE_BITS):
-            return False
-        return now
+            return now.ver == ver, now
+        same = not (decided.dirty or decided.ref is None or now.dirty or now.ref != decided.ref
+                    or (now.mode & MODE_BITS) != (decided.mode & MODE_BITS))
+        return same, now
 
     def node_at(self, mount: str, rel: str) -> Node | None:
         """The store file node at rel (None: none, or a disk-only node)."""

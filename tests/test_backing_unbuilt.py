@@ -164,3 +164,25 @@ async def test_a_directory_the_kernel_forgets_in_a_bound_mount_is_unloaded(tmp_p
         assert ws.read(node(ws, "work/d00/f05.txt"), 0, 100) == b"file 5\n"
     finally:
         close(ws, b)
+
+
+@pytest.mark.trio
+async def test_a_directory_the_kernel_holds_keeps_its_listing(tmp_path: Path) -> None:
+    """An open directory (a listing under way: readdir's snapshot names its nodes) keeps
+    its children loaded; the directories below it that nothing holds still go."""
+    disk = tmp_path / "disk"
+    tree(disk)
+    ws, b = open_backing(tmp_path / "root")
+    await b.attach(Binding("work", str(disk)))
+    await ws.commit()
+    work, d08 = node(ws, "work"), node(ws, "work/d08")
+    kids = dict(ws.children(d08))
+    ws.kernel_refs = lambda: lambda nid: nid in (work.id, d08.id)
+    await b.run_pass("work")
+    try:
+        assert work._children is not None and d08._children is not None
+        assert all(ws.children(d08)[n] is k for n, k in kids.items())
+        assert node(ws, "work/d09")._children is None
+        assert loaded_files(ws) == PER_DIR
+    finally:
+        close(ws, b)

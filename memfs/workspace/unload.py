@@ -67,7 +67,9 @@ def unload_clean(ws: Workspace, d: Node, referenced: Referenced) -> int:
     work = [d]
     while work:
         node = work.pop()
-        if unload_dir(ws, node, referenced):
+        # A directory the kernel holds keeps its listing (an open one's readdir snapshot
+        # names its nodes); what is below it may go.
+        if not referenced(node.id) and unload_dir(ws, node, referenced):
             done += 1
         elif node._children is not None:
             work.extend(c for c in node._children.values()

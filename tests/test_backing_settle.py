@@ -147,6 +147,10 @@ async def test_a_user_edit_while_a_pass_gathers_settles_the_adoption_once(tmp_pa
         for k in range(8):
             name = f"f{k:05d}.txt"
             f = await _crash_left_adoption(ws, b, disk, name)
+            # The user's editor has the file open, as any write through the mount does: the
+            # kernel's reference keeps its node loaded (a large pass unloads what nothing
+            # holds, and a write to a node no longer in the tree would be lost).
+            ws.kernel_refs = lambda f=f: lambda nid: nid == f.id
             out: dict = {}
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_pass_into, b, out)

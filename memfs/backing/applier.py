@@ -39,7 +39,7 @@ from memfs.store.trees import DIR, FILE, name_to_bytes, name_to_str
 from memfs.workspace.nodes import FileData, Node, WorkspaceError
 
 if TYPE_CHECKING:
-    from memfs.backing.storeview import StoreView
+    from memfs.backing.storeview import StoreFile, StoreView
     from memfs.workspace.workspace import Workspace
 
 BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
@@ -279,7 +279,7 @@ class TreeApplier:
 
     def apply_batch(self, edit: TreeEdit, batch: list[str], take: Mapping[str, object],
                     contents: Mapping[str, bytes], obs: Observation,
-                    nodes: Mapping[str, Node], versions: Mapping[str, int],
+                    nodes: Mapping[str, StoreFile], versions: Mapping[str, int],
                     ) -> tuple[list[str], list[str], list[str]]:
         """Take one batch: each path only if the node it was decided on is still there, with
         the same version, and no descriptor has it open for writing. (applied, skipped, and
@@ -290,9 +290,9 @@ class TreeApplier:
         edit.mnode = self.view.mount_node(edit.mount)
         for path in batch:
             t = take[path]
-            if self.view.node_at(edit.mount, path) is not nodes.get(path) or (
-                    path in nodes and (nodes[path].ver != versions[path]
-                                       or nodes[path].id in self.held)):
+            same, now = self.view.same_as_decided(edit.mount, path, nodes.get(path),
+                                                  versions.get(path))
+            if not same or (now is not None and now.id in self.held):
                 skipped.append(path)  # changed in the workspace since it was decided,
                 continue  # or open for writing: the writes to come must reach the tree
             if isinstance(t, Content):
@@ -312,7 +312,7 @@ class TreeApplier:
                 applied.append(path)
         return applied, skipped, no_room
 
-    def apply_modes(self, edit: TreeEdit, sp: SyncPlan, nodes: Mapping[str, Node],
+    def apply_modes(self, edit: TreeEdit, sp: SyncPlan, nodes: Mapping[str, StoreFile],
                     versions: Mapping[str, int]) -> list[str]:
         """Disk's permission bits taken where the store keeps its content (a chmod on disk):
         the node's mode changes in place (no new inode; its attributes are invalidated), if
@@ -320,8 +320,9 @@ class TreeApplier:
         edit.mnode = self.view.mount_node(edit.mount)
         skipped = []
         for path, mode in sorted(sp.take_modes.items()):
-            node = self.view.node_at(edit.mount, path)
-            if node is None or node is not nodes.get(path) or node.ver != versions.get(path):
+            same, node = self.view.same_as_decided(edit.mount, path, nodes.get(path),
+                                                   versions.get(path))
+            if not same or node is None:
                 skipped.append(path)  # changed in the workspace since: decided again next
                 continue
             if node.mode & MODE_BITS != mode:

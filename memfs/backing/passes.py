@@ -62,6 +62,7 @@ from memfs.reconcile.plan import PassPlan, SyncPlan, pending_from_journal
 from memfs.reconcile.rule import ABSENT, Content, State
 from memfs.store.journal import Journal
 from memfs.testing import crash_point, pass_fault
+from memfs.workspace import unload
 from memfs.workspace.attribution import labelled
 from memfs.workspace.health import store_full
 
@@ -224,12 +225,23 @@ class Passes:
         if big or mount in self.trim_next:
             # This pass's own structures are freed first (what the memos keep stays).
             del nodes, s_view, plan, sp, gathered, got
+            self._unload_taken(mount)
             await trio.to_thread.run_sync(heap.trim)
         if big:
             self.trim_next.add(mount)
         else:
             self.trim_next.discard(mount)
         return done
+
+    def _unload_taken(self, mount: str) -> None:
+        """After a large pass, and the mount's next one: the mount's clean nodes the kernel
+        does not hold go (memfs.workspace.unload), and the walk memo that held them. Their
+        committed rows are the truth: a pass reads them as Unbuilt files, a lookup loads a
+        directory's nodes again (with the same numbers). What is not committed yet (a take
+        of one batch waits for the group commit) stays loaded until the next pass."""
+        top = self.view.mount_node(mount)
+        if top is not None and unload.unload_clean(self.ws, top, self.ws.kernel_refs()):
+            self.view.drop_memo()
 
     # -- 1. gather -------------------------------------------------------------------------
     async def gather_on_one_branch(self, b: Binding, st: MountState,
@@ -353,6 +365,7 @@ class Passes:
             no_room += full
             if len(cut) > 1:
                 await self.ws.sync()  # a large take never holds more than a batch in memory
+                self._unload_taken(mount)  # nor more than a batch of nodes
         if not changed:  # the threads and syncs above awaited: the same check, once more
             await self.ws.changes_open()
             changed = self.view.epoch != on.epoch or self.ws.branch != on.branch

@@ -30,8 +30,8 @@ from memfs.reconcile.contained import components
 from memfs.reconcile.facts import shared_content
 from memfs.reconcile.rule import MODE_BITS, MODES, Content
 from memfs.store.chunks import CHUNK_SIZE
-from memfs.store.trees import DIR, FILE, LINK, name_to_bytes, name_to_str
-from memfs.workspace.nodes import Node
+from memfs.store.trees import DIR, FILE, HARD, LINK, Entry, decode_dir, name_to_bytes
+from memfs.workspace.nodes import FileData, Node, shared_int, unloaded
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -70,6 +70,33 @@ def hash_refs(store: ChunkReader, refs: Iterator[RefKey] | list[RefKey]) -> dict
     return {key: sys.intern(ref_digest(store, *key)) for key in refs}
 
 
+class Unbuilt:
+    """A committed file below a directory whose nodes are not loaded (a take-in's files the
+    kernel never looked up: memfs.workspace.unload), as a pass reads it: what its node would
+    say, from its row in the committed tree, with no node built. Clean by definition; its
+    `data` is the shared unloaded data of its size. A pass that changes the file asks for its
+    node then (StoreView.node_at loads the directory), and `same_as_decided` compares the two
+    by their committed ref."""
+
+    __slots__ = ("ref", "mode", "data", "nlink")
+    kind = FILE
+    id = None  # no node: never held, never disk-only
+    dirty = False
+    ver = 0
+
+    def __init__(self, e: Entry) -> None:
+        self.ref: str = e.ref
+        self.mode = shared_int(e.mode)
+        self.data: FileData = unloaded(e.size)
+        self.nlink = e.nlink or 1
+
+    def size(self) -> int:
+        return self.data.size
+
+
+StoreFile = Node | Unbuilt  # what a pass decides a store file on
+
+
 class StoreView:
     """The live tree's side of one workspace's backed mounts (see the module docstring)."""
 
@@ -84,6 +111,10 @@ class StoreView:
 
     def tree_replaced(self) -> None:
         self.epoch += 1
+
+    def drop_memo(self) -> None:
+        """Nodes were unloaded: the walk memo's go with it (its key no longer matches)."""
+        self._memo = None
 
     def forget(self, mount: str) -> None:
         """The mount was detached."""
@@ -107,6 +138,21 @@ class StoreView:
                 return False
             node = self.ws.children(node).get(name_to_bytes(part))
         return node is not None
+
+    def same_as_decided(self, mount: str, rel: str, decided: StoreFile | None,
+                        ver: int | None) -> tuple[bool, Node | None]:
+        """(unchanged, the node at rel now): unchanged if the workspace holds there what a pass
+        decided on: nothing, as then; the very node at the same version; or, decided from
+        the committed tree, a clean file with the same committed ref and mode (unloaded and
+        loaded again, its rows are what it was decided on)."""
+        now = self.node_at(mount, rel)
+        if decided is None or now is None:
+            return decided is None and now is None, now
+        if now is decided:
+            return now.ver == ver, now
+        same = not (decided.dirty or decided.ref is None or now.dirty or now.ref != decided.ref
+                    or (now.mode & MODE_BITS) != (decided.mode & MODE_BITS))
+        return same, now
 
     def node_at(self, mount: str, rel: str) -> Node | None:
         """The store file node at rel (None: none, or a disk-only node)."""
@@ -144,10 +190,10 @@ class StoreView:
         ws = self.ws
         if top is None:
             top = self.mount_node(mount)
-        return (mount, scope, self.epoch, ws.mutation_seq, ws.head, top)
+        return (mount, scope, self.epoch, ws.mutation_seq, ws.head, top, ws.unload_seq)
 
-    def _walk(self, top: Node | None, scope: str) -> dict[str, Node]:
-        nodes: dict[str, Node] = {}
+    def _walk(self, top: Node | None, scope: str) -> dict[str, StoreFile]:
+        nodes: dict[str, StoreFile] = {}
         for part in components(scope):
             if top is None or top.kind != DIR:
                 return nodes
@@ -158,23 +204,54 @@ class StoreView:
             if top.kind == FILE:
                 nodes[scope] = top
             return nodes
-        # Once per file: locals instead of attribute lookups. Paths are interned, as the
-        # journal's and the walk's are: a pass looks each one up in five maps, and equal keys
-        # that are one object compare without touching their bytes (at 100k files that is
-        # memory traffic the pass waits on).
-        children, disk_only, intern = self.ws.children, self.ws.disk_only, sys.intern
-        stack: list[tuple[Node, str]] = [(top, scope + "/" if scope else "")]
+        # Paths are interned, as the journal's and the walk's are: a pass looks each one up
+        # in five maps, and equal keys that are one object compare without touching their
+        # bytes (at 100k files that is memory traffic the pass waits on).
+        intern = sys.intern
+        for prefix, name, kind, item in self._entries(top, scope + "/" if scope else ""):
+            if kind == FILE:
+                nodes[intern(prefix + name)] = item  # type: ignore[assignment]
+        return nodes
+
+    def _entries(self, top: Node, prefix: str) -> Iterator[tuple[str, str, str, object]]:
+        """(prefix, name, kind, node or Unbuilt or Entry) of everything below `top` but the
+        disk-only nodes, by a work list; directories not loaded are read from their
+        committed tree objects and no node is built (a file's is an Unbuilt, anything
+        else's its Entry). A tree row naming a hard-linked inode needs the inode table: that
+        directory is loaded as a lookup would."""
+        ws = self.ws
+        children, disk_only, read = ws.children, ws.disk_only, ws.store.read_object
+        stack: list[tuple[Node | str, str]] = [(top, prefix)]
         while stack:
-            d, prefix = stack.pop()
+            d, at = stack.pop()
+            if isinstance(d, Node) and d._children is None and d.ref and not d.dirty:
+                d = d.ref  # a stub: its rows, not its nodes
+            if isinstance(d, str):
+                rows = decode_dir(read(d))
+                if any(e.kind == HARD for e in rows):
+                    d = self._dir_at(top, at[len(prefix):])
+                else:
+                    for e in rows:
+                        if e.kind == DIR:
+                            stack.append((e.ref, at + e.name + "/"))
+                            yield at, e.name, DIR, e
+                        else:
+                            yield at, e.name, e.kind, Unbuilt(e) if e.kind == FILE else e
+                    continue
             for name, child in children(d).items():
                 if child.id in disk_only:
                     continue
-                kind = child.kind
-                if kind == FILE:
-                    nodes[intern(prefix + name.decode("utf-8", "surrogateescape"))] = child
-                elif kind == DIR:
-                    stack.append((child, prefix + name.decode("utf-8", "surrogateescape") + "/"))
-        return nodes
+                text = name.decode("utf-8", "surrogateescape")
+                if child.kind == DIR:
+                    stack.append((child, at + text + "/"))
+                yield at, text, child.kind, child
+
+    def _dir_at(self, top: Node, rel: str) -> Node:
+        """The directory node at rel below top (rel ends with "/"), loaded on the way."""
+        node = top
+        for part in rel.split("/")[:-1]:
+            node = self.ws.children(node)[name_to_bytes(part)]
+        return node
 
     # -- digests -----------------------------------------------------------------------
     def digest_now(self, node: Node) -> str:
@@ -269,17 +346,10 @@ class StoreView:
     def _specials(self, mount: str) -> dict[str, str]:
         """path -> kind of the mount's entries that are neither file nor directory."""
         top = self.mount_node(mount)
-        out: dict[str, str] = {}
-        stack: list[tuple[Node, str]] = [(top, "")] if top is not None else []
-        while stack:
-            d, prefix = stack.pop()
-            for name, child in self.ws.children(d).items():
-                rel = prefix + name_to_str(name)
-                if child.kind == DIR:
-                    stack.append((child, rel + "/"))
-                elif child.kind != FILE:
-                    out[rel] = child.kind
-        return out
+        if top is None:
+            return {}
+        return {prefix + name: kind for prefix, name, kind, _ in self._entries(top, "")
+                if kind not in (DIR, FILE)}
 
 
-__all__ = ["EMPTY_DIGEST", "RefKey", "StoreView", "hash_refs", "ref_chunks", "ref_digest"]
+__all__ = ["EMPTY_DIGEST", "RefKey", "StoreFile", "StoreView", "Unbuilt", "hash_refs", "ref_chunks", "ref_digest"]

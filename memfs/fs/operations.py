@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Callable
 from typing import Any
 
 import pyfuse3
@@ -67,6 +68,7 @@ class MemfsOperations(pyfuse3.Operations):
         self.invalidations = Invalidations(self.lookups)
         ws.invalidate = self.invalidations.queue
         ws.held_nodes = lambda: list(self.handles.nodes())
+        ws.kernel_refs = self._referenced
 
     # -- helpers -----------------------------------------------------------------
     def _node(self, ino: int) -> Node | VDir | VFile | MemDir | MemFile:
@@ -201,12 +203,19 @@ class MemfsOperations(pyfuse3.Operations):
         except Exception:
             log.exception("forget%r failed", inode_list[:4])
 
-    def _forget(self, inode_list) -> None:
+    def _referenced(self) -> Callable[[int], bool]:
+        """Does the kernel hold this inode now (a counted lookup or an open handle)?"""
         held = {node.id for node in self.handles.nodes()}
+        lookups = self.lookups
 
         def referenced(ino: int) -> bool:
-            return ino in held or ino in self.lookups
+            return ino in held or ino in lookups
 
+        return referenced
+
+    def _forget(self, inode_list) -> None:
+        held = {node.id for node in self.handles.nodes()}
+        referenced = self._referenced()
         for ino, n in inode_list:
             left = self.lookups.get(ino, 0) - n
             if left > 0:

@@ -54,7 +54,29 @@ def unload_dir(ws: Workspace, d: Node, referenced: Referenced) -> bool:
         ws.nodes.pop(node.id, None)
     d._children = None
     d.row = None
+    ws.unload_seq += 1
     return True
+
+
+def unload_clean(ws: Workspace, d: Node, referenced: Referenced) -> int:
+    """Unload every clean subtree below `d` nothing holds (a take-in's just-committed files
+    the kernel never looked up: their rows in the store are the truth, and a lookup or a
+    pass reads them again). The largest such subtrees go whole, by a work list; returns
+    how many directories became stubs."""
+    done, before = 0, len(ws.nodes)
+    work = [d]
+    while work:
+        node = work.pop()
+        # A directory the kernel holds keeps its listing (an open one's readdir snapshot
+        # names its nodes); what is below it may go.
+        if not referenced(node.id) and unload_dir(ws, node, referenced):
+            done += 1
+        elif node._children is not None:
+            work.extend(c for c in node._children.values()
+                        if c.kind == DIR and c._children is not None)
+    if len(ws.nodes) < before // 2:  # a dict keeps its table when emptied: a new one
+        ws.nodes = dict(ws.nodes)
+    return done
 
 
 def unload_file(f: Node) -> None:

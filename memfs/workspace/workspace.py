@@ -93,6 +93,7 @@ class Workspace(HistoryOps):
         self.root = loading.load_root(self, store.commit(self.head).tree, self.inodes)
         self.invalidate: Invalidator = lambda entries, inodes: None
         self.mutation_seq = 0
+        self.unload_seq = 0  # bumped when a directory's loaded nodes go (memfs.workspace.unload)
         self.durable_seq = 0
         self.dirty_since: float | None = None
         self.last_error: str | None = None
@@ -124,6 +125,10 @@ class Workspace(HistoryOps):
         self.room = Room(self)  # space for writes, refusals, the reserve (memfs.workspace.room)
         # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
         self.held_nodes: Callable[[], Iterable[Node]] = lambda: ()
+        # What the kernel holds now (counted lookups, open handles), as a test of a node id:
+        # what may be unloaded outside a forget (the FUSE layer installs it; without a kernel
+        # nothing is held).
+        self.kernel_refs: Callable[[], Callable[[int], bool]] = lambda: lambda _: False
         self._dirty_files: set[Node] = set()
         self.stopped = False
         # Backing directories (memfs.backing.Backing installs itself here; until then the
@@ -158,19 +163,10 @@ class Workspace(HistoryOps):
             self._dirty_files.discard(node)
             if node.data is not None and node.data.spill is not None:
                 node.data.spill.close()  # its disk space goes back
-        elif node.kind == DIR and not self._backed(node):
+        elif node.kind == DIR:
             unload.unload_dir(self, node, referenced)
         elif node.kind == FILE:
             unload.unload_file(node)
-
-    def _backed(self, node: Node) -> bool:
-        """Is the node in a store mount bound to a backing directory? Those keep their nodes:
-        the backing layer knows them by id (disk-only files, held writers, states)."""
-        if not self.backing.bindings:
-            return False
-        while node.parent is not None and node.parent is not self.root:
-            node = node.parent
-        return name_to_str(node.name) in self.backing.bindings
 
     def _alive(self, node: Node) -> bool:
         """Has it a name? A linked inode may have names only in directories not loaded yet."""

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 from helpers import gcstore
+from helpers.files import write_durably
 from helpers.mount import REPO, memfs_cmd
 from helpers.pg import PgCluster, host_root
 
@@ -250,8 +251,8 @@ def test_gc_on_one_host_racing_a_writer_on_another_loses_nothing(mount_factory, 
         deadline = time.monotonic() + 25
         i = 0
         while time.monotonic() < deadline or len(runs) < 5:
-            _write_synced(a.work / "f", payloads[i % 5])
-            _write_synced(a.work / f"done-{i}", f"round {i}\n".encode())
+            write_durably(a.work / "f", payloads[i % 5])
+            write_durably(a.work / f"done-{i}", f"round {i}\n".encode())
             i += 1
     finally:
         stop = True
@@ -273,15 +274,6 @@ def test_gc_on_one_host_racing_a_writer_on_another_loses_nothing(mount_factory, 
     assert files["work/f"] == payloads[(i - 1) % 5]
     for n in range(i):
         assert files[f"work/done-{n}"] == f"round {n}\n".encode(), n
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def test_a_delete_waits_for_a_commit_in_flight_that_dedups_against_its_garbage(hist) -> None:

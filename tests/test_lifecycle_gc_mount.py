@@ -123,12 +123,6 @@ def test_du_and_a_dry_run(mounted) -> None:
     assert mounted.cli_json("du")["reclaimable"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a .memfs/history view the kernel still caches (after `find` or `grep -r` walked it and "
-    "exited) is pinned as if a shell stood in it: GC keeps its bytes and `memfs du` counts them "
-    "as live data, until memory pressure (or drop_caches) makes the kernel forget the inodes. "
-    "The fix is for GC to invalidate the view entries (pyfuse3.invalidate_entry) and wait for "
-    "the kernel's FORGETs before it marks, keeping only what a process still holds"))
 def test_a_history_view_only_browsed_does_not_keep_its_bytes_from_gc(mounted) -> None:
     """Found in a user trial: after `grep -r x .memfs/history/by-time` (a day-two search of
     history, no process left in it), deleting a 2 MiB file and `memfs gc` gave back 5 KiB;
@@ -146,3 +140,36 @@ def test_a_history_view_only_browsed_does_not_keep_its_bytes_from_gc(mounted) ->
     assert mounted.cli_json("du")["live"] < MiB, "a deleted file counted as live data"
     done = mounted.cli_json("gc")
     assert done["commits_dropped"] >= 1 and done["chunk_bytes_freed"] >= 2 * MiB, done
+
+
+def test_releasing_browsed_views_spares_a_shell_standing_in_one(mounted) -> None:
+    """GC lets the kernel forget the views only browsed (memfs.fs.view_release), but a view a
+    process stands in keeps its name: that shell's getcwd() and its reads still work, and
+    the history it stands in is kept."""
+    mounted.require_real()
+    keep_nothing_by_age(mounted)
+    mounted.cli("config", "space-floor", "0")
+    old = os.urandom(2 * MiB)
+    (mounted.work / "old").write_bytes(old)
+    fsync_path(mounted.work)
+    days = mounted.mnt / ".memfs" / "history" / "by-time"
+    stamps = sorted(p for day in days.iterdir() for p in day.iterdir())
+    view = stamps[-1]  # the view's root: the name a release would take from the kernel
+    assert (view / "work" / "old").exists()
+    shell = subprocess.Popen(["sh", "-c", "read line; /bin/pwd -P; cat work/old"], cwd=view,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    try:
+        subprocess.run(["grep", "-r", "-q", "no-such-text", str(days)], timeout=60)
+        (mounted.work / "old").unlink()
+        fsync_path(mounted.work)
+        done = mounted.cli_json("gc")
+        out, err = shell.communicate(b"\n", timeout=30)
+        assert shell.returncode == 0, err
+        assert out == str(view).encode() + b"\n" + old, "the shell's view lost its name or data"
+        assert done["chunk_bytes_freed"] < MiB, "GC freed what a shell's view still shows"
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+    assert (view / "work" / "old").read_bytes() == old
+    store_check_live(mounted)

@@ -25,6 +25,7 @@ from memfs.fs.handlers import fuse_error, guard, reader
 from memfs.fs.handles import Handle, Handles
 from memfs.fs.invalidation import Invalidations
 from memfs.fs.memory_view import MemDir, MemFile, MemoryView
+from memfs.fs.view_release import ViewEntries
 from memfs.fs.virtual import VDir, VFile, VirtualTree
 from memfs.fs.xattrs import check_settable, user_value
 from memfs.workspace.agent_memory import open_memory
@@ -69,6 +70,8 @@ class MemfsOperations(pyfuse3.Operations):
         ws.invalidate = self.invalidations.queue
         ws.held_nodes = lambda: list(self.handles.nodes())
         ws.kernel_refs = self._referenced
+        self.views = ViewEntries(ws)  # where views were shown, to release them before GC
+        ws.release_views = lambda: self.views.release(self.handles.nodes)
 
     # -- helpers -----------------------------------------------------------------
     def _node(self, ino: int) -> Node | VDir | VFile | MemDir | MemFile:
@@ -176,7 +179,9 @@ class MemfsOperations(pyfuse3.Operations):
         if isinstance(parent, VDir):
             if parent.prepare is not None:
                 await parent.prepare()
-            return self._counted(self._vlookup(parent, name))
+            found = self._vlookup(parent, name)
+            self.views.shown(parent_inode, name, found)
+            return self._counted(found)
         if isinstance(parent, MemDir):
             return self._counted(self.mem.lookup(parent, name))
         if isinstance(parent, (VFile, MemFile)):
@@ -546,6 +551,8 @@ class MemfsOperations(pyfuse3.Operations):
             if not pyfuse3.readdir_reply(token, name, self._attr(node), i + 3):
                 return
             self.lookups[node.id] = self.lookups.get(node.id, 0) + 1
+            if isinstance(dir_node, VDir):
+                self.views.shown(ino, name, node)
 
     @reader
     async def releasedir(self, fh):

@@ -159,6 +159,7 @@ class Lifecycle:
     # -- a run ------------------------------------------------------------------------------------
     async def collect(self, *, dry_run: bool = False, trigger: str = "manual") -> dict:
         async with self._lock:
+            await self.ws.release_views()  # a view only browsed keeps nothing (view_release)
             collector: gc.Collector | PgCollector
             if self.pg is not None:
                 collector = _pg_gc().PgCollector(self.pg, dry_run=dry_run, trigger=trigger,

@@ -17,7 +17,7 @@ import logging
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -81,6 +81,10 @@ sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
 Invalidator = Callable[[list[tuple[int, bytes]], list[int]], None]
 
 
+async def _no_views() -> int:
+    return 0
+
+
 class Workspace(HistoryOps):
     def __init__(self, store: Store, commit_interval: float = 0.1) -> None:
         self.store = store
@@ -129,6 +133,9 @@ class Workspace(HistoryOps):
         # what may be unloaded outside a forget (the FUSE layer installs it; without a kernel
         # nothing is held).
         self.kernel_refs: Callable[[], Callable[[int], bool]] = lambda: lambda _: False
+        # Before GC decides what to keep: let the kernel forget the views under .memfs no
+        # process holds (memfs.fs.view_release; without a kernel there is nothing to forget).
+        self.release_views: Callable[[], Awaitable[int]] = _no_views
         self._dirty_files: set[Node] = set()
         self.stopped = False
         # Backing directories (memfs.backing.Backing installs itself here; until then the

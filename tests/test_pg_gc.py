@@ -322,3 +322,46 @@ def _row_exists(url: str, chunk_id: str) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute("SELECT 1 FROM chunks WHERE id = %s", (chunk_id,)).fetchone() \
             is not None
+
+
+def test_a_commit_that_waited_for_a_sweep_reads_the_epoch_the_sweep_left(hist) -> None:
+    """Found in a full run on a loaded machine (the racing test above: fsck named a missing
+    manifest). A commit whose first statement waited on SWEEP_KEY for a deleting GC step read
+    the GC epoch from before that step: lock and epoch were one statement, whose snapshot is
+    taken before the lock is granted. It then trusted its cache for the rows the step had
+    deleted and sent none of them. A step is played by hand here: it deletes a chunk this
+    host caches and bumps the epoch while the commit waits; the commit must send it again."""
+    import psycopg
+
+    from memfs.store.chunks import chunk_digest
+    from memfs.store.pg import schema
+
+    h = hist
+    data = os.urandom(300_000)
+    h.put("f", data)
+    cid = chunk_digest(data)
+    deadline = time.monotonic() + 30
+    while h.store.cache.get(cid) != data:  # the cache is written by its own thread
+        assert time.monotonic() < deadline, "the chunk never reached this host's cache"
+        time.sleep(0.02)
+    sent: list[str] = []
+    with psycopg.connect(h.store.url) as sweep:
+        sweep.execute("SELECT pg_advisory_xact_lock(%s)", (schema.SWEEP_KEY,))
+        sweep.execute("DELETE FROM chunks WHERE id = %s", (cid,))
+        sweep.execute("UPDATE memfs_meta SET value = (value::bigint + 1)::text WHERE key = %s",
+                      (schema.EPOCH_KEY,))
+
+        def commit() -> None:
+            with h.store.transaction() as tx:
+                sent.extend(tx.put_chunks([data]))
+
+        writer = threading.Thread(target=commit)
+        writer.start()
+        while not sweep.execute("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT "
+                                "granted").fetchone():  # its BEGIN waits for the step
+            assert writer.is_alive() and time.monotonic() < deadline, "the commit did not wait"
+            time.sleep(0.02)
+        sweep.commit()
+    writer.join(timeout=60)
+    assert sent == [cid]
+    assert _row_exists(h.store.url, cid), "a commit trusted a cache the sweep had emptied"

@@ -112,11 +112,15 @@ class PgTx(PgTxRecords):
         deletes a row between this transaction's checks and its COMMIT, and the GC epoch
         (memfs.store.pg.gc): past a GC that deleted rows, what this host remembered as in the
         database is forgotten (its caches are checked again, PgTx.confirm_cached). Sent with
-        the BEGIN, in pipeline mode from here on: one round trip."""
+        the BEGIN, in pipeline mode from here on: one round trip.
+
+        The epoch is its own statement, after the lock's: a statement reads the snapshot
+        taken when it started, before a lock it waits for is granted, so in the lock's
+        statement it would be the epoch from before the GC step this commit waited for."""
         self.pipelined()
-        epoch = self.conn.execute(
-            "SELECT pg_advisory_xact_lock_shared(%s)::text || (SELECT value FROM memfs_meta "
-            "WHERE key = %s)", (schema.SWEEP_KEY, schema.EPOCH_KEY)).fetchone()[0]
+        self.conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (schema.SWEEP_KEY,))
+        epoch = self.conn.execute("SELECT value FROM memfs_meta WHERE key = %s",
+                                  (schema.EPOCH_KEY,)).fetchone()[0]
         if epoch != self.store.in_db_epoch:
             self.store.in_db.clear()
             self.store.in_db_epoch = epoch

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import stat
 import subprocess
 import sys
 import time
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 import trio
 from helpers.proc import rss
+from helpers.wait import wait_for
 from helpers.workspace import deep_workspace, new_ws, walk
 
 from memfs.store import chunks
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.gc import Collector
-from memfs.store.trees import DIR, FILE
+from memfs.store.trees import BLK, CHR, DIR, FIFO, FILE, LINK, SOCK
 from memfs.workspace.workspace import Workspace
 
 MiB = 1 << 20
@@ -113,6 +115,35 @@ def test_a_dirty_directory_is_not_unloaded(tmp_path: Path) -> None:
     assert ws.read(walk(ws, "work/d0/f0"), 0, 7) == b"changed"
 
 
+def test_symlinks_and_special_files_unload_once_committed_and_load_back_the_same(
+        tmp_path: Path) -> None:
+    """A symlink, FIFO, socket or device made in this session stayed dirty (a device, FIFO
+    or socket) or without its committed ref (a symlink) after its commit, so its directory
+    never unloaded when the kernel forgot it. Loaded again from its row, each keeps its
+    type, mode and rdev: 0,0, 1,3 and the largest numbers the kernel passes (12-bit major,
+    20-bit minor)."""
+    ws = new_ws(tmp_path / "root")
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    d = ws.create(work, b"dev", DIR, 0o755, 0, 0)
+    made = {b"null": (CHR, 0o620, os.makedev(1, 3)), b"zero0": (CHR, 0o600, os.makedev(0, 0)),
+            b"big": (CHR, 0o644, os.makedev(4095, (1 << 20) - 1)),
+            b"disk": (BLK, 0o660, os.makedev(259, 70000)), b"pipe": (FIFO, 0o640, 0),
+            b"sock": (SOCK, 0o755, 0)}
+    for name, (kind, mode, rdev) in made.items():
+        ws.create(d, name, kind, mode, 0, 0, rdev=rdev)
+    ws.create(d, b"link", LINK, 0o777, 0, 0, target=b"null")
+    trio.run(ws.commit)
+    head = ws.head
+    for child in list(ws.children(d).values()):
+        ws.forget(child.id)
+    ws.forget(d.id)
+    assert d._children is None, "a committed directory of special files stayed loaded"
+    kids = ws.children(d)
+    assert {n: (c.kind, c.mode, c.rdev) for n, c in kids.items() if n != b"link"} == made
+    assert kids[b"link"].kind == LINK and kids[b"link"].target == b"null"
+    assert trio.run(ws.commit) is None and ws.head == head, "loading them back changed them"
+
+
 def test_trees_of_any_depth_commit_undo_check_and_collect(tmp_path: Path) -> None:
     depth = sys.getrecursionlimit() * 2 + 100
     ws = deep_workspace(tmp_path / "root", depth)
@@ -172,6 +203,40 @@ def test_walking_a_big_tree_and_all_history_holds_rss(mount_factory, tmp_path: P
     grown = rss(m.proc.pid) - before
     assert grown < 150 * MiB, f"daemon RSS grew {grown >> 20} MiB"
     assert (m.work / "d7" / "f9").read_bytes() == b"7/9" * 10
+
+
+@pytest.mark.mount
+def test_special_files_made_through_the_mount_unload_when_forgotten(mounted) -> None:
+    """Devices, FIFOs and symlinks made by mknod, mkfifo and ln -s, once committed and
+    forgotten by the kernel, leave the daemon (they stayed loaded for as long as it ran);
+    stat shows each as before, its rdev read back from its row."""
+    mounted.require_real()
+    d = mounted.work / "dev"
+    d.mkdir()
+    for i in range(300):
+        os.mknod(d / f"c{i}", 0o620 | stat.S_IFCHR, os.makedev(i * 13 % 4096, i * 3001))
+        os.mknod(d / f"b{i}", 0o600 | stat.S_IFBLK, os.makedev(4095 - i, (1 << 20) - 1 - i))
+        os.mkfifo(d / f"p{i}", 0o640)
+        os.symlink(f"c{i}", d / f"l{i}")
+
+    def seen() -> dict[str, tuple[int, int, str]]:
+        return {n: (os.lstat(d / n).st_mode, os.lstat(d / n).st_rdev,
+                    os.readlink(d / n) if n[0] == "l" else "") for n in os.listdir(d)}
+
+    want = seen()
+    assert want["c1"][1] == os.makedev(13, 3001) and want["b0"][1] == os.makedev(4095, 1048575)
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # a group commit of all of it
+    finally:
+        os.close(fd)
+    held = daemon_nodes(mounted)
+    assert held > 1200
+    drop_kernel_caches()
+    assert wait_for(lambda: daemon_nodes(mounted) < held - 1000, timeout=30, every=0.2), \
+        f"{daemon_nodes(mounted)} of {held} nodes held after the kernel forgot the directory"
+    assert seen() == want
+    assert mounted.cli("fsck", check=False).returncode == 0
 
 
 def test_chunk_locations_cached_stay_bounded_when_written(tmp_path: Path, monkeypatch) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memfs.store.trees import DIR, FILE, Entry, decode_dir, name_to_bytes
+from memfs.store.trees import DIR, FILE, LINK, Entry, decode_dir, name_to_bytes, name_to_str
 from memfs.workspace import loading
 from memfs.workspace.inodes import Inodes
 from memfs.workspace.nodes import Node
@@ -102,7 +102,9 @@ def _same(node: Node, e: Entry) -> bool:
     """Is this clean node exactly the committed entry (content and metadata)?"""
     if node.dirty:
         return False
-    return node.entry(e.ref, node.size()).to_list() == e.to_list() and (
+    # A symlink's row holds its own target (a device's its rdev, which entry() puts in).
+    ref = name_to_str(node.target) if node.kind == LINK else e.ref
+    return node.entry(ref, node.size()).to_list() == e.to_list() and (
         node.kind != FILE or node.ref == e.ref)
 
 

@@ -84,7 +84,8 @@ class CommitPlan:
     inodes: TablePlan
     seq: int = 0
     jobs: list[FileJob | DirJob] = field(default_factory=list)
-    clean: list[tuple[Node, int]] = field(default_factory=list)  # symlinks etc.
+    # Symlinks and special files written as rows: (node, ver, the row's ref)
+    clean: list[tuple[Node, int, str]] = field(default_factory=list)
     processes: list[dict[str, object]] = field(default_factory=list)
     ops: list[OpRecord] = field(default_factory=list)  # in the order of their last change
     intents: dict[str, bytes] | None = None  # backed mounts' branch intent (memfs.backing)
@@ -93,7 +94,7 @@ class CommitPlan:
 def take(ws: Workspace, ops: list[OpRecord]) -> CommitPlan:
     """Step 1 (loop): `ops` are the operations whose changes the commit holds."""
     jobs: list[FileJob | DirJob] = []
-    clean: list[tuple[Node, int]] = []
+    clean: list[tuple[Node, int, str]] = []
     root = _snap_dir(ws, ws.root, jobs, clean)
     inodes = ws.inodes.snapshot(ws.store, ws._alive, lambda f: snap_file(ws, f))
     jobs.extend(inodes.file_jobs)
@@ -106,7 +107,7 @@ def take(ws: Workspace, ops: list[OpRecord]) -> CommitPlan:
 
 
 def _snap_dir(ws: Workspace, top: Node, jobs: list[FileJob | DirJob],
-              clean: list[tuple[Node, int]]) -> DirJob:
+              clean: list[tuple[Node, int, str]]) -> DirJob:
     """The dirty directories under `top`: file jobs as they are met, then every directory
     job, children before parents (the order the commit thread writes them in). A work
     list, not recursion: a tree may be deeper than Python's recursion limit (cd-and-mkdir
@@ -133,7 +134,7 @@ def _snap_dir(ws: Workspace, top: Node, jobs: list[FileJob | DirJob],
 def _snap_child(ws: Workspace, name: bytes, child: Node,
                 entries: list[tuple[Entry, FileJob | DirJob] | tuple[Row, None]],
                 work: list[DirJob], jobs: list[FileJob | DirJob],
-                clean: list[tuple[Node, int]]) -> None:
+                clean: list[tuple[Node, int, str]]) -> None:
     if child.id in ws.disk_only:
         return
     if child.ikey is not None:  # a hard-linked inode: its row is in the inode table
@@ -152,14 +153,12 @@ def _snap_child(ws: Workspace, name: bytes, child: Node,
         # must not rebuild 20k rows on the loop.
         row = child.row
         if row is None:
-            if child.kind == LINK:
-                ref = name_to_str(child.target)
-                if child.dirty:
-                    clean.append((child, child.ver))
-            else:
-                ref = child.ref or ""
-            row = encode_row(child.entry(ref, child.size()))
-            if not child.dirty and keeps_row(child):
+            entry = child.entry(name_to_str(child.target) if child.kind == LINK
+                                else child.ref or "", child.size())
+            row = encode_row(entry)
+            if child.dirty:  # a symlink or special file: its row is all it has to write
+                clean.append((child, child.ver, entry.ref))
+            elif keeps_row(child):
                 child.row = row
         entries.append((row, None))
 
@@ -234,9 +233,9 @@ def apply(plan: CommitPlan) -> None:
             node.row = j.row if keeps_row(node) else None
             if isinstance(j, FileJob):
                 unload_inline(node)
-    for node, ver in plan.clean:
-        if node.ver == ver:
-            node.dirty = False
+    for node, ver, ref in plan.clean:
+        if node.ver == ver:  # as apply_entry would leave it: a clean directory can unload
+            node.ref, node.dirty = ref, False
     plan.inodes.apply()
 
 

@@ -15,9 +15,9 @@ import pytest
 from helpers.backing_mount import states
 from helpers.mount import memfs_cmd
 
-from memfs.testing import PUSH_DELAY_ENV
+from memfs.testing import PUSH_GATE_ENV
 
-PUSH_DELAY = 1.5  # seconds a push waits before each effect (the daemon's test shim)
+QUEUED = 0.5  # s for a second materialize's request to reach the daemon (see its test)
 
 
 def _materialize(m, *args: str) -> dict:
@@ -68,10 +68,13 @@ def test_nothing_owed_still_pins_and_the_pin_survives_a_restart(backed):  # noqa
 
 @pytest.fixture
 def slow_pushes(mount_factory, tmp_path: Path):
-    """A daemon whose materialize pushes wait before each effect, so a branch switch can
-    really land while one runs; `work` bound to a directory holding a.txt."""
-    m = mount_factory(env={PUSH_DELAY_ENV: str(PUSH_DELAY)})
+    """A daemon whose materialize pushes wait at a gate before each effect while the gate
+    file exists (memfs.testing.push_gate), so a branch switch really lands while one runs;
+    `work` bound to a directory holding a.txt. The mount carries its gate as `m.gate`."""
+    gate = tmp_path / "push-gate"
+    m = mount_factory(env={PUSH_GATE_ENV: str(gate)})
     m.require_real()
+    m.gate = gate
     disk = tmp_path / "disk"
     disk.mkdir()
     (disk / "a.txt").write_text("a1\n")
@@ -79,12 +82,47 @@ def slow_pushes(mount_factory, tmp_path: Path):
     return m, disk
 
 
-def _switch_during_push(m, branch: str) -> dict:
-    """Start a materialize, switch branch while its push waits, and return its result."""
+def _waiting(m) -> int:
+    """How many pushes have reached the gate."""
+    try:
+        return len(Path(str(m.gate) + ".waiting").read_text().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def _start_held_push(m) -> subprocess.Popen:
+    """A materialize whose push is inside its wait at the gate when this returns."""
+    Path(str(m.gate) + ".waiting").unlink(missing_ok=True)
+    m.gate.touch()
     proc = subprocess.Popen(memfs_cmd(m.root, "materialize", "--json"), stdout=subprocess.PIPE,
                             text=True)
-    time.sleep(PUSH_DELAY / 3)  # the push is inside its wait (it waits PUSH_DELAY per effect)
-    m.cli("branch", "switch", branch)
+    deadline = time.monotonic() + 60
+    while not _waiting(m):
+        assert proc.poll() is None, "the materialize ended before its push waited"
+        assert time.monotonic() < deadline, "the push never reached its gate"
+        time.sleep(0.01)
+    return proc
+
+
+def _switch_and_open(m, branch: str) -> None:
+    """`memfs branch switch BRANCH` while a push waits at the gate; the gate opens once the
+    mount shows the new branch (the switch then waits for the push it cut short), the switch
+    is done, or its own push reaches the gate too."""
+    switch = subprocess.Popen(memfs_cmd(m.root, "branch", "switch", branch),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while switch.poll() is None and _waiting(m) < 2 and m.status()["branch"] != branch:
+        assert time.monotonic() < deadline, "the switch neither ended nor moved the branch"
+        time.sleep(0.01)
+    m.gate.unlink()
+    out, err = switch.communicate(timeout=60)
+    assert switch.returncode == 0, out + err
+
+
+def _switch_during_push(m, branch: str) -> dict:
+    """Start a materialize, switch branch while its push waits, and return its result."""
+    proc = _start_held_push(m)
+    _switch_and_open(m, branch)
     out, _ = proc.communicate(timeout=60)
     return json.loads(out)["mounts"]["work"]
 
@@ -114,13 +152,14 @@ def test_a_materialize_queued_behind_another_is_refused_after_a_switch(slow_push
     m.cli("branch", "create", "other")
     assert m.cli_json("materialize")["mounts"]["work"]["pinned"] == "main"
     (m.work / "a.txt").write_text("a-main-draft\n")
-    first = subprocess.Popen(memfs_cmd(m.root, "materialize", "--json"),
-                             stdout=subprocess.PIPE, text=True)
-    time.sleep(PUSH_DELAY / 3)  # the first holds the mount's turn, inside its push's wait
+    first = _start_held_push(m)  # it holds the mount's turn, inside its push's wait
     queued = subprocess.Popen(memfs_cmd(m.root, "materialize", "--json"),
                               stdout=subprocess.PIPE, text=True)
-    time.sleep(PUSH_DELAY / 3)
-    m.cli("branch", "switch", "other")
+    # The queued call waits for the mount's turn: nothing outside shows it has arrived, so
+    # this is a pause, not a condition. Arriving late is harmless to the assertions (a call
+    # made after the switch is refused too), it only leaves the queued case untried.
+    time.sleep(QUEUED)
+    _switch_and_open(m, "other")
     (m.work / "a.txt").write_text("a-other\n")
     res1 = json.loads(first.communicate(timeout=60)[0])["mounts"]["work"]
     res2 = json.loads(queued.communicate(timeout=60)[0])["mounts"]["work"]

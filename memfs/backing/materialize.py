@@ -36,7 +36,7 @@ from memfs.reconcile.contained import RootId
 from memfs.reconcile.plan import MaterializePlan, pending_from_journal, plan_pass
 from memfs.reconcile.rule import Content
 from memfs.store.journal import Journal
-from memfs.testing import push_delay
+from memfs.testing import push_delay, push_gate
 from memfs.workspace.attribution import labelled
 from memfs.workspace.nodes import Node
 
@@ -122,6 +122,7 @@ class Materializer:
         def still_selected() -> bool:  # asked from the worker thread before each effect
             if delay > 0:
                 time.sleep(delay)
+            push_gate()
             return self.ws.branch == branch and self.view.epoch == epoch
 
         def run() -> MaterializeResult:

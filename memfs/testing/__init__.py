@@ -10,6 +10,10 @@ MEMFS_CRASH_AT.
   runs there (race tests: an edit made exactly between a check and its use).
 - `push_delay()`: MEMFS_TEST_PUSH_DELAY=<s>, seconds a materialize's push sleeps before each
   effect (switching the branch mid-push).
+- `push_gate()`: while MEMFS_TEST_PUSH_GATE names a file that exists, a materialize's push
+  waits before each effect, having added a line to `<file>.waiting`: a test knows how many
+  pushes are inside their wait, changes what it wants meanwhile, and removes the file to let
+  them go on (what a fixed delay only hopes for on a loaded machine).
 - `scan_delay()`: MEMFS_TEST_SCAN_DELAY=<s>, seconds each after-batch scan sleeps first
   (coalescing and deadline misses).
 - `journal_fault()`: while MEMFS_TEST_JOURNAL_FAULT names a file that exists, the next journal
@@ -28,10 +32,13 @@ import errno
 import os
 import signal
 import sqlite3
+import time
 from collections.abc import Callable
 
 CRASH_ENV = "MEMFS_CRASH_AT"
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"
+PUSH_GATE_ENV = "MEMFS_TEST_PUSH_GATE"
+GATE_LIMIT = 120.0  # s a push waits at a gate a test forgot to open
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"
 JOURNAL_FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"
 PASS_FAULT_ENV = "MEMFS_TEST_PASS_FAULT"
@@ -54,6 +61,18 @@ def _seconds(env: str) -> float:
 
 def push_delay() -> float:
     return _seconds(PUSH_DELAY_ENV)
+
+
+def push_gate() -> None:
+    """Wait while the gate file exists (module docstring); worker thread."""
+    gate = os.environ.get(PUSH_GATE_ENV)
+    if not gate or not os.path.exists(gate):
+        return
+    with open(gate + ".waiting", "a") as f:
+        f.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + GATE_LIMIT
+    while os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def scan_delay() -> float:
@@ -82,5 +101,5 @@ def pass_fault() -> None:
 
 
 __all__ = ["CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV", "PUSH_DELAY_ENV",
-           "SCAN_DELAY_ENV", "crash_point", "journal_fault", "pass_fault", "push_delay",
-           "scan_delay"]
+           "PUSH_GATE_ENV", "SCAN_DELAY_ENV", "crash_point", "journal_fault", "pass_fault",
+           "push_delay", "push_gate", "scan_delay"]

@@ -12,6 +12,8 @@ MEMFS_CRASH_AT.
   effect (switching the branch mid-push).
 - `scan_delay()`: MEMFS_TEST_SCAN_DELAY=<s>, seconds each after-batch scan sleeps first
   (coalescing and deadline misses).
+- `walk_delay()`: MEMFS_TEST_WALK_DELAY=<s>, seconds a pass's walk sleeps after each directory
+  (a long attach in a small tree: the control channel's progress lines and stall window).
 - `journal_fault()`: while MEMFS_TEST_JOURNAL_FAULT names a file that exists, the next journal
   write commits and then fails as SQLite does when the WAL's fsync fails after its frames were
   written; the file is removed, so a test arms exactly one failure at the moment it chooses.
@@ -33,6 +35,7 @@ from collections.abc import Callable
 CRASH_ENV = "MEMFS_CRASH_AT"
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"
+WALK_DELAY_ENV = "MEMFS_TEST_WALK_DELAY"
 JOURNAL_FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"
 PASS_FAULT_ENV = "MEMFS_TEST_PASS_FAULT"
 
@@ -60,6 +63,10 @@ def scan_delay() -> float:
     return _seconds(SCAN_DELAY_ENV)
 
 
+def walk_delay() -> float:
+    return _seconds(WALK_DELAY_ENV)
+
+
 def journal_fault() -> None:
     """The one injected journal failure (module docstring), consumed as it fires."""
     trigger = os.environ.get(JOURNAL_FAULT_ENV)
@@ -82,5 +89,5 @@ def pass_fault() -> None:
 
 
 __all__ = ["CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV", "PUSH_DELAY_ENV",
-           "SCAN_DELAY_ENV", "crash_point", "journal_fault", "pass_fault", "push_delay",
-           "scan_delay"]
+           "SCAN_DELAY_ENV", "WALK_DELAY_ENV", "crash_point", "journal_fault", "pass_fault",
+           "push_delay", "scan_delay", "walk_delay"]

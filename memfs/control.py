@@ -86,7 +86,7 @@ def call(root: Path, op: str, stall: float | None = None, *, show_progress: bool
     path = control_socket(root)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(stall)
-    shown = _Shown(op) if show_progress else None
+    shown = Shown() if show_progress else None
     last: dict | None = None
     try:
         try:
@@ -145,11 +145,12 @@ def progress_text(p: dict) -> str:
     return f"{p.get('request', '?')}: {doing}, {p.get('seconds', 0):.0f} s"
 
 
-class _Shown:
+class Shown:
     """Progress on stderr: rewritten in place on a terminal; else a line every SHOW_EVERY
-    seconds (MEMFS_PROGRESS_EVERY), so a log of a long run shows it was alive."""
+    seconds (MEMFS_PROGRESS_EVERY), so a log of a long run shows it was alive. Also what a
+    daemon-less command shows of its own long work (memfs.cli.reconcile_cmds)."""
 
-    def __init__(self, op: str) -> None:
+    def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
         self.every = _seconds_env("MEMFS_PROGRESS_EVERY", SHOW_EVERY)
         self.next = time.monotonic() + self.every

@@ -153,3 +153,18 @@ def test_status_shows_a_running_attach_and_ctrl_c_says_it_goes_on(mount_factory,
     text = m.cli("status").stdout
     assert f"finished attach p -> {proj} at " in text and ": ok (its client had left)" in text
     assert (m.mnt / "p" / "d15" / "f3.txt").read_text() == "file 15.3\n"
+
+
+def test_a_daemon_less_attach_shows_its_progress(memfs_root: Path, tmp_path: Path) -> None:
+    """With no daemon the CLI takes the directory in itself (as `memfs mount --bind` does
+    before the daemon starts): its long walk is shown on stderr the same way."""
+    proj = tmp_path / "proj"
+    slow_tree(proj)
+    env = cli_env(MEMFS_TEST_WALK_DELAY=str(DELAY), MEMFS_PROGRESS_EVERY="0.5")
+    subprocess.run(memfs_cmd(memfs_root, "init"), check=True, capture_output=True, cwd=REPO,
+                   env=env, timeout=60)
+    res = subprocess.run(memfs_cmd(memfs_root, "attach", "p", str(proj), "--watch", "off"),
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"{DIRS * PER_DIR} taken" in res.stdout, res.stdout
+    assert f"memfs: attach p -> {proj}: p: walking disk (" in res.stderr, res.stderr

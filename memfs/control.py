@@ -9,9 +9,9 @@ A request carrying `"progress": true` (every `call` here) is answered, if it has
 within PROGRESS_EVERY seconds, by a `{"progress": {...}}` line that often until its reply
 (memfs.fs.longops); a request without it gets the reply alone, as before. So the client waits
 as long as the daemon makes progress (an attach of 1M files takes minutes), and gives up only
-when nothing at all arrives for the stall window (MEMFS_CONTROL_STALL, default STALL seconds):
-the daemon is then stopped, stuck, or its loop blocked, and the error says which and what to
-do. A short request's reply comes as soon as it is ready: no line is waited for.
+when, for the stall window (MEMFS_CONTROL_STALL, default STALL seconds), no line arrives and
+the daemon spends no CPU (`_Alive`: its loop may be busy a while without a line): the daemon
+is then stopped or stuck, and the error says which and what to do. A short request's reply comes as soon as it is ready: no line is waited for.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from memfs.rootdir import control_socket
 MAX_LINE = 64 << 20
 PROGRESS_EVERY = 1.0  # seconds between the daemon's progress lines for a running request
 STALL = 60.0  # seconds without a line from the daemon before the client gives up
+LOOK_EVERY = 1.0  # seconds of silence between looks at whether the daemon is still at work
 SHOW_EVERY = 30.0  # not a terminal: a progress line on stderr this often
 
 
@@ -85,7 +86,7 @@ def call(root: Path, op: str, stall: float | None = None, *, show_progress: bool
     stall = stall_window() if stall is None else stall
     path = control_socket(root)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(stall)
+    sock.settimeout(min(stall, LOOK_EVERY))
     shown = Shown() if show_progress else None
     last: dict | None = None
     try:
@@ -94,7 +95,7 @@ def call(root: Path, op: str, stall: float | None = None, *, show_progress: bool
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise NoDaemon(str(path)) from exc
         sock.sendall(json.dumps({"op": op, "args": args, "progress": True}).encode() + b"\n")
-        lines = _Lines(sock)
+        lines = _Lines(sock, _Alive(root, stall))
         while True:
             line = lines.next()
             if line is None:
@@ -120,11 +121,50 @@ def call(root: Path, op: str, stall: float | None = None, *, show_progress: bool
     return reply.get("result")
 
 
-class _Lines:
-    """Lines off the socket; a recv that waits past the socket's timeout raises TimeoutError."""
+class _Alive:
+    """Whether the daemon is still at work: a line from it, or CPU time it has spent since
+    (/proc/PID/stat). Its loop sends the lines, and plans a pass over every file of a mount
+    without a pause: ~7 s at 200k files on a loaded machine, so tens of seconds at 1M, with
+    no line meanwhile. A daemon that is stopped, deadlocked or waiting on a hung disk spends
+    none; one spinning in a bug is waited for (Ctrl-C says what goes on)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, root: Path, stall: float) -> None:
+        self.stall = stall
+        rec = read_record(root)
+        self.pid = rec.pid if rec else None
+        self.cpu = _cpu_ticks(self.pid)
+        self.since = time.monotonic()
+
+    def heard(self) -> None:
+        self.since = time.monotonic()
+
+    def stalled(self) -> bool:
+        cpu = _cpu_ticks(self.pid)
+        if cpu is not None and cpu != self.cpu:
+            self.cpu = cpu
+            self.since = time.monotonic()
+        return time.monotonic() - self.since >= self.stall
+
+
+def _cpu_ticks(pid: int | None) -> int | None:
+    """utime + stime of the process (all its threads), or None if /proc cannot say."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class _Lines:
+    """Lines off the socket; TimeoutError once the daemon has been still for the stall
+    window (`_Alive`), looked at every LOOK_EVERY seconds of silence."""
+
+    def __init__(self, sock: socket.socket, alive: _Alive) -> None:
         self.sock = sock
+        self.alive = alive
         self.buf = bytearray()
 
     def next(self) -> bytes | None:
@@ -133,8 +173,14 @@ class _Lines:
             if end >= 0:
                 line = bytes(self.buf[:end])
                 del self.buf[:end + 1]
+                self.alive.heard()
                 return line
-            chunk = self.sock.recv(1 << 16)
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except TimeoutError:
+                if self.alive.stalled():
+                    raise
+                continue
             if not chunk:
                 return None
             self.buf += chunk
@@ -172,11 +218,6 @@ class Shown:
             sys.stderr.flush()
 
 
-def _pid(root: Path) -> int | None:
-    rec = read_record(root)
-    return rec.pid if rec else None
-
-
 def _proc_state(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -189,7 +230,8 @@ def _stalled(root: Path, op: str, args: dict, stall: float, last: dict | None) -
     """Nothing for `stall` seconds: say which it is (stopped, gone, or silent) and the remedy."""
     what = repr(last["request"] if last else describe(op, args))
     was = f" (last heard: {progress_text(last)})" if last else ""
-    pid = _pid(root)
+    rec = read_record(root)
+    pid = rec.pid if rec else None
     state = _proc_state(pid) if pid else None
     after = (f"{what} goes on in the daemon once it runs again; `memfs status` shows whether "
              "it has finished")
@@ -198,8 +240,8 @@ def _stalled(root: Path, op: str, args: dict, stall: float, last: dict | None) -
                           f"Ctrl-Z in its shell, or a debugger), so {what} made no progress "
                           f"for {stall:g} s{was}", f"`kill -CONT {pid}` resumes it; {after}")
     who = f"(pid {pid}) " if pid else ""
-    return MemfsError(f"the memfs daemon of {root} {who}sent nothing for {stall:g} s while "
-                      f"running {what}{was}",
+    return MemfsError(f"the memfs daemon of {root} {who}sent nothing and used no CPU for "
+                      f"{stall:g} s while running {what}{was}",
                       f"it may be stuck: see {root / 'daemon.log'}; {after}; "
                       "MEMFS_CONTROL_STALL=SECONDS waits longer")
 

@@ -63,7 +63,7 @@ from memfs.reconcile.observe import Observation, WalkMemo
 from memfs.reconcile.plan import PassPlan, SyncPlan, pending_from_journal
 from memfs.reconcile.rule import ABSENT, Content, State
 from memfs.store.journal import Journal
-from memfs.testing import crash_point, pass_fault, walk_delay
+from memfs.testing import crash_point, pass_fault, plan_spin, walk_delay
 from memfs.workspace import unload
 from memfs.workspace.attribution import labelled
 from memfs.workspace.health import store_full
@@ -229,6 +229,7 @@ class Passes:
         got = gathered.got
         # On the loop from here to the plan: one branch, one tree.
         self._phase(st, PLANNING)
+        plan_spin()
         nodes, _ = self.view.nodes(mount, scope)
         s_view = self.view.view(nodes)
         table = self.intent.for_pass(mount, scope)

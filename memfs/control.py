@@ -129,16 +129,22 @@ class _Alive:
     none; one spinning in a bug is waited for (Ctrl-C says what goes on)."""
 
     def __init__(self, root: Path, stall: float) -> None:
+        self.root = root
         self.stall = stall
-        rec = read_record(root)
-        self.pid = rec.pid if rec else None
-        self.cpu = _cpu_ticks(self.pid)
-        self.since = time.monotonic()
+        self.pid: int | None = None
+        self.cpu: int | None = None
+        self.looked = False  # the record and /proc are read at the first silence only: a
+        self.since = time.monotonic()  # short request's latency stays the socket's
 
     def heard(self) -> None:
         self.since = time.monotonic()
 
     def stalled(self) -> bool:
+        if not self.looked:
+            self.looked = True
+            rec = read_record(self.root)
+            self.pid = rec.pid if rec else None
+            self.cpu = _cpu_ticks(self.pid)
         cpu = _cpu_ticks(self.pid)
         if cpu is not None and cpu != self.cpu:
             self.cpu = cpu

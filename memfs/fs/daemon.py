@@ -263,6 +263,7 @@ async def _control_server(ws: Workspace, backing: Backing, ops: MemfsOperations,
     requests = Requests(lambda: _doing(ws, backing))
     task_status.started()
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(requests.run)
         while True:
             conn, _ = await sock.accept()
             nursery.start_soon(_handle_client, conn, ws, backing, ops, requests)

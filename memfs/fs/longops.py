@@ -7,7 +7,8 @@ come, so only a daemon that stops answering (stopped, stuck, its loop blocked) t
 The request runs to its end whether or not its client stays: a client that goes away (Ctrl-C)
 only stops the lines, and the outcome is logged and kept for `memfs status`.
 
-Owns the running requests and the last long ones finished (`Requests`); loop only.
+Owns the running requests and the last long ones finished (`Requests`, with the one ticker
+task that sends the lines); loop only.
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ FINISHED_KEPT = 5
 @dataclass
 class Running:
     what: str
+    stream: trio.SocketStream | None  # None: its client asked for no progress lines
     started: float = field(default_factory=time.time)
     client_left: bool = False
+    done: bool = False  # its reply is going out: no more progress lines
+    beating: bool = False  # a progress line was sent (or is going out): the reply takes the lock
+    lock: trio.Lock = field(default_factory=trio.Lock)  # one line at a time on the stream
 
     def to_json(self) -> dict[str, object]:
         return {"request": self.what, "started": self.started,
@@ -51,7 +56,9 @@ class Finished:
 
 
 class Requests:
-    """The requests running now; the last FINISHED_KEPT that ran past one progress line."""
+    """The requests running now; the last FINISHED_KEPT that ran past PROGRESS_EVERY. One
+    ticker (`run`) sends every long request's progress lines, so a short request costs a
+    dict entry, not a task of its own."""
 
     def __init__(self, progress: Callable[[], list[str]]) -> None:
         self.progress = progress  # what the daemon's long work is doing, one line per piece
@@ -63,42 +70,40 @@ class Requests:
         return {"running": [r.to_json() for r in self.running.values()],
                 "finished": [f.to_json() for f in reversed(self.finished)]}
 
+    async def run(self) -> None:
+        """The ticker: a progress line every PROGRESS_EVERY to each request running longer."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                await trio.sleep(PROGRESS_EVERY)
+                now = time.time()
+                for req in list(self.running.values()):
+                    if req.stream is not None and not req.done and not req.client_left \
+                            and now - req.started >= PROGRESS_EVERY and not req.lock.locked():
+                        req.beating = True
+                        nursery.start_soon(self._send, req, self._line(req))
+
     async def answer(self, stream: trio.SocketStream, op: str, args: dict, want_progress: bool,
                      run: Callable[[], Awaitable[object]]) -> None:
-        """Run the request to its end; progress lines meanwhile (if asked); then the reply."""
+        """Run the request to its end, whether or not its client stays; then the reply."""
         self._next += 1
-        key, req = self._next, Running(describe(op, args))
+        key, req = self._next, Running(describe(op, args), stream if want_progress else None)
         self.running[key] = req
-        reply: list[bytes] = []
-        done = trio.Event()
-        long = False
-
-        async def work() -> None:
+        reply = None
+        try:
             try:
-                reply.append(encode_reply(await run()))
+                reply = encode_reply(await run())
             except Exception as exc:  # noqa: BLE001 - every failure is answered
                 log.warning("control request failed: %s", exc)
-                reply.append(encode_reply(error=exc))
-            finally:
-                done.set()
-
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(work)
-                while True:
-                    with trio.move_on_after(PROGRESS_EVERY):
-                        await done.wait()
-                    if done.is_set():
-                        break
-                    long = True
-                    if want_progress and not req.client_left:
-                        await self._send(stream, req, self._line(req))
-            if reply:
-                await self._send(stream, req, reply[0])
+                reply = encode_reply(error=exc)
+            req.done = True  # no line starts from here: without one so far, no lock is needed
+            if not req.beating:
+                await stream.send_all(reply)
+            else:
+                await self._send(req, reply)
         finally:
             del self.running[key]
-            if long:
-                self._finished(req, reply[0] if reply else None)
+            if time.time() - req.started >= PROGRESS_EVERY:
+                self._finished(req, reply)
 
     def _line(self, req: Running) -> bytes:
         body = {"request": req.what, "seconds": round(time.time() - req.started, 1),
@@ -106,14 +111,15 @@ class Requests:
         return json.dumps({"progress": body}).encode() + b"\n"
 
     @staticmethod
-    async def _send(stream: trio.SocketStream, req: Running, data: bytes) -> None:
-        if req.client_left:
-            return
-        try:
-            await stream.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            req.client_left = True
-            log.info("the client of %r went away (%s); it runs on", req.what, exc)
+    async def _send(req: Running, data: bytes) -> None:
+        async with req.lock:
+            if req.client_left or req.stream is None:
+                return
+            try:
+                await req.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                req.client_left = True
+                log.info("the client of %r went away (%s); it runs on", req.what, exc)
 
     def _finished(self, req: Running, reply: bytes | None) -> None:
         seconds = round(time.time() - req.started, 1)

@@ -48,6 +48,7 @@ from memfs.backing.owed import OwedCounter
 from memfs.backing.passes import Passes
 from memfs.backing.paths import split_path, under
 from memfs.backing.planning import Planner
+from memfs.backing.progress import PassProgress
 from memfs.backing.results import (
     Attached,
     Detached,
@@ -180,6 +181,11 @@ class Backing:
         `.memfs/status` asks)."""
         return status.render(self.config, self.states, self.journal, self.owed.last.get,
                              self.agent.status, self.auto.status)
+
+    def running(self) -> list[PassProgress]:
+        """The passes running now, with how far each has got (a long request's progress)."""
+        return [st.running for _, st in sorted(self.states.mounts.items())
+                if st.running is not None]
 
     async def refresh_status(self) -> None:
         """Before status is answered: what disk owes, counted again (memfs.backing.owed)."""

@@ -10,7 +10,7 @@ a time (the mount's lock).
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from memfs.backing.binding import Binding
@@ -70,8 +70,10 @@ def convert_evidence(rows: Mapping[str, str | None],
 
 def gather(journal: Journal, store: ChunkReader, b: Binding, scope: str,
            tracked_nodes: Collection[str], refs: list[RefKey], memo: WalkMemo,
-           last_evidence: EvidenceMemo | None) -> Gathered:
-    """One snapshot of the journal; fingerprints of the scope only. Worker thread."""
+           last_evidence: EvidenceMemo | None,
+           on_walked: Callable[[int], None] | None = None) -> Gathered:
+    """One snapshot of the journal; fingerprints of the scope only. Worker thread.
+    `on_walked` counts the walk's entries (memfs.backing.progress)."""
     got = journal.pass_inputs(b.mount, scope)
     expected = RootId(*got.root) if got.root else None
     ev = convert_evidence(got.evidence, last_evidence)
@@ -83,7 +85,7 @@ def gather(journal: Journal, store: ChunkReader, b: Binding, scope: str,
     obs = observe(b.dir, expected_root=expected, scope=scope, cache=got.fingerprints,
                   tracked=lambda p: p in tracked_nodes or isinstance(evidence.get(p), str),
                   max_file_size=b.max_file_size, ignore=b.ignore,
-                  follow_symlinks=b.follow_symlinks, memo=memo)
+                  follow_symlinks=b.follow_symlinks, memo=memo, on_walked=on_walked)
     seen = Seen(seen_at, ctime_trusted(b.dir), obs.root.dev)
     return Gathered(obs, evidence, ev, got.pending, got.modes, hash_refs(store, refs), seen)
 

@@ -18,7 +18,8 @@
 Owns, on the trio loop: the mounts swept of scratch files in this process, each mount's
 WalkMemo (read and written only by that mount's walk, one at a time under the mount's lock)
 and the converted evidence per (mount, scope) (`EvidenceMemo`, replaced by each gather), and
-the mounts whose next pass ends with a heap trim (`trim_next`, see TRIM_AFTER).
+the mounts whose next pass ends with a heap trim (`trim_next`, see TRIM_AFTER). A running
+pass's progress is its MountState's `running` (memfs.backing.progress).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,7 @@ from memfs.backing.intent import BranchIntent
 from memfs.backing.onaccess import OnAccess
 from memfs.backing.paths import under
 from memfs.backing.planning import PLANS_KEPT, PlanInputs, Planner
+from memfs.backing.progress import PLANNING, RECORDING, TAKING, PassProgress
 from memfs.backing.results import (
     Discard,
     NotDecided,
@@ -61,7 +63,7 @@ from memfs.reconcile.observe import Observation, WalkMemo
 from memfs.reconcile.plan import PassPlan, SyncPlan, pending_from_journal
 from memfs.reconcile.rule import ABSENT, Content, State
 from memfs.store.journal import Journal
-from memfs.testing import crash_point, pass_fault
+from memfs.testing import crash_point, pass_fault, plan_spin, walk_delay
 from memfs.workspace import unload
 from memfs.workspace.attribution import labelled
 from memfs.workspace.health import store_full
@@ -89,6 +91,20 @@ def root_remedy(exc: RootUnavailable) -> str:
         return ACCEPT_ROOT_REMEDY
     return ("bring the directory (or the drive holding it) back; a running memfs notices "
             f"within {ROOT_POLL:g} s")
+
+
+def _walk_counter(st: MountState, delay: float) -> Callable[[int], None] | None:
+    """What the walk thread calls after each directory: the pass's progress (and the tests'
+    walk delay, memfs.testing)."""
+    progress = st.running
+    if progress is None or not delay:
+        return None if progress is None else progress.walked
+
+    def walked(entries: int) -> None:
+        progress.walked(entries)
+        time.sleep(delay)
+
+    return walked
 
 
 @dataclass(frozen=True)
@@ -193,6 +209,15 @@ class Passes:
         b = self.bindings.require(mount)
         st = self.states.of(mount)
         st.observed[scope] = time.monotonic()
+        st.running = PassProgress(mount, scope)
+        try:
+            return await self._locked(b, st, scope, path_sync, accept_root, asked_on)
+        finally:
+            st.running = None
+
+    async def _locked(self, b: Binding, st: MountState, scope: str, path_sync: bool,
+                      accept_root: bool, asked_on: str | None) -> PassOutcome:
+        mount = b.mount
         pass_fault()
         if mount not in self.swept:
             await self._sweep(b)
@@ -203,6 +228,8 @@ class Passes:
             return gathered
         got = gathered.got
         # On the loop from here to the plan: one branch, one tree.
+        self._phase(st, PLANNING)
+        plan_spin()
         nodes, _ = self.view.nodes(mount, scope)
         s_view = self.view.view(nodes)
         table = self.intent.for_pass(mount, scope)
@@ -233,6 +260,11 @@ class Passes:
             self.trim_next.discard(mount)
         return done
 
+    @staticmethod
+    def _phase(st: MountState, phase: str) -> None:
+        if st.running is not None:
+            st.running.phase = phase
+
     def _unload_taken(self, mount: str) -> None:
         """After a large pass, and the mount's next one: the mount's clean nodes the kernel
         does not hold go (memfs.workspace.unload), and the walk memo that held them. Their
@@ -255,10 +287,12 @@ class Passes:
             epoch, branch, settles = self.view.epoch, self.ws.branch, self.settler.settles
             nodes, refs = self.view.nodes(b.mount, scope)
             memo = self.walk_memos.setdefault(b.mount, WalkMemo())
+            if st.running is not None:
+                st.running.listed = 0  # a gather again walks again
             try:
                 got = await trio.to_thread.run_sync(
                     gather, self.journal, self.ws.store, b, scope, nodes, refs, memo,
-                    self.evidence_memos.get((b.mount, scope)))
+                    self.evidence_memos.get((b.mount, scope)), _walk_counter(st, walk_delay()))
             except RootUnavailable as exc:
                 remedy = root_remedy(exc)
                 if st.unavailable is None:  # once per outage, not once per pass
@@ -345,6 +379,9 @@ class Passes:
         no_room: list[str] = []  # takes refused for lack of space in the store: skipped
         intent_ids: dict[str, int] = {}
         changed = False
+        progress = st.running
+        if progress is not None:
+            progress.phase, progress.to_take = TAKING, len(sp.take)
         if sp.take:
             await self.ws.boundary()  # a take-in is an operation of its own (attribution.py)
         cut = batches(sp.take, obs)
@@ -363,6 +400,8 @@ class Passes:
             applied += done
             skipped += left
             no_room += full
+            if progress is not None:
+                progress.taken += len(batch)
             if len(cut) > 1:
                 await self.ws.sync()  # a large take never holds more than a batch in memory
                 self._unload_taken(mount)  # nor more than a batch of nodes
@@ -384,6 +423,7 @@ class Passes:
                     self.events.record("conflict-recorded", mount=mount, path=path,
                                        kind=str(getattr(c, "kind", c)))
         self.ws.invalidate(edit.entries, edit.inodes)
+        self._phase(st, RECORDING)
         await self._record(mount, obs, sp, intent_ids, set(skipped),
                            wait=bool(intent_ids or edit.entries or edit.inodes))
         if not changed:  # decided now: the rule recorded what it had to

@@ -4,7 +4,7 @@ Owns `MountState` records (one per bound mount), written on the trio loop only: 
 when it applies its plans (`record_states`: the only writer of `states`, `disk_only` and
 `regions`), by the gather (`unavailable`, `incomplete`), by on-access (`observed`, its once-a-
 second windows, cleared when the tree is replaced or the journal reopened) and by the
-fs-events watcher (`watch_error`). Status and listings render these facts; nothing here
+fs-events watcher (`watch_error`), and by the running pass (`running`, its progress). Status and listings render these facts; nothing here
 computes them again.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memfs.backing.paths import under
+from memfs.backing.progress import PassProgress
 from memfs.reconcile.observe import Observation
 from memfs.reconcile.plan import PassPlan, SyncPlan
 from memfs.reconcile.rule import ABSENT
@@ -35,6 +36,7 @@ class MountState:
     watch_error: str | None = None  # fs-events: why no watcher runs now
     # (scope, plan, sync plan, nothing skipped) the states were last written from
     applied: tuple[str, PassPlan, SyncPlan, bool] | None = None
+    running: PassProgress | None = None  # the pass running now (memfs.backing.progress)
 
 
 class States:

@@ -64,6 +64,7 @@ def render(bindings: Bindings, states: States, journal: Journal,
             "owed": None if refusing or (o := owed(mount)) is None else o.to_json(),
             "scans": scans(b),
             "auto_materialize": auto(mount) if b.auto_materialize else None,
+            "running": None if st.running is None else st.running.to_json(),
         }
     return out
 

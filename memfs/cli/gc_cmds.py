@@ -134,7 +134,7 @@ def _collect(args, op: str, dry_run: bool) -> dict:
     if not args.json and sys.stderr.isatty():
         threading.Thread(target=_show_progress, args=(root, stop), daemon=True).start()
     try:
-        return call(root, op, timeout=24 * 3600, dry_run=dry_run)
+        return call(root, op, show_progress=False, dry_run=dry_run)  # its own lines
     except NoDaemon:
         return _collect_here(root, dry_run, "manual" if op == "gc" else "du")
     finally:
@@ -146,7 +146,8 @@ def _show_progress(root: Path, stop: threading.Event) -> None:
     shown = None
     while not stop.wait(1.0):
         try:
-            running = (call(root, "status", timeout=5).get("gc") or {}).get("running")
+            st = call(root, "status", stall=5, show_progress=False)
+            running = (st.get("gc") or {}).get("running")
         except (NoDaemon, MemfsError, OSError):
             return
         if running and (running["phase"], running["done"]) != shown:

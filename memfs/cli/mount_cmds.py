@@ -152,7 +152,7 @@ def cmd_mount(args) -> int:
 def _refuse_if_served(root: Path, mnt: Path) -> None:
     """A root is served by one daemon: say where, and what to do about this mountpoint."""
     try:
-        holder = call(root, "ping", timeout=5)
+        holder = call(root, "ping", stall=5)
     except NoDaemon:
         if lock_held(root):
             rec = read_record(root)
@@ -388,7 +388,7 @@ def _not_mounted(root: Path, mnt: Path) -> MemfsError:
     else:
         what = f"{mnt} is not a mount point: nothing to unmount"
     try:
-        served = call(root, "ping", timeout=5).get("mountpoint")
+        served = call(root, "ping", stall=5).get("mountpoint")
     except (NoDaemon, MemfsError):
         served = None
     if served:
@@ -456,7 +456,7 @@ def _serving_pid(owner: Path, mnt: Path) -> int | None:
     """The pid of the daemon serving `mnt` for the store at `owner`; None for a live memfs
     mount whose source names no store (its daemon cannot be asked to commit first)."""
     try:
-        return call(owner, "ping", timeout=10)["pid"]
+        return call(owner, "ping", stall=10)["pid"]
     except NoDaemon:
         entry = mount_entry(mnt)
         if entry is not None and entry.store_root is not None:
@@ -504,6 +504,7 @@ def cmd_status(args) -> int:
              f"root     {st['root']}", f"branch   {st['branch']}", f"head     {st['head'][:12]}",
              f"pending  {st['pending']} change(s) not yet durable",
              *_held_lines(st),
+             *_request_lines(st),
              *status_lines(st),
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
     if st.get("read_only"):
@@ -522,6 +523,33 @@ def _held_lines(st: dict) -> list[str]:
         return []
     return [f"changes  waiting {held['seconds']:.1f} s for the {held['by']} to move the head "
             "(reads go on; a GC or another process writing the store makes it longer)"]
+
+
+def _request_lines(st: dict) -> list[str]:
+    """The control requests running now (an attach, a sync) with how far their passes have
+    got, and the last long ones finished: a CLI interrupted or timed out was told to look
+    here (memfs.fs.longops)."""
+    req = st.get("requests") or {}
+    lines = []
+    for r in req.get("running", []):
+        if r["request"] in ("status", "ping"):
+            continue  # this very status request
+        left = " (its client left; it goes on)" if r["client_left"] else ""
+        lines.append(f"running  {r['request']} for {r['seconds']:.0f} s{left}")
+    for mount, b in sorted((st.get("backing") or {}).items()):
+        p = b.get("running")
+        if p:
+            counts = f"{p['listed']:,} entries looked at"
+            if p["to_take"] or p["phase"] in ("taking in", "committing"):
+                counts = f"{p['taken']:,} of {p['to_take']:,} taken in, {counts}"
+            where = mount + (f"/{p['scope']}" if p["scope"] else "")
+            lines.append(f"pass     {where}: {p['phase']} ({counts}), {p['seconds']:.0f} s")
+    for f in req.get("finished", [])[:3]:
+        how = "ok" if f["ok"] else f"FAILED: {f['error']}"
+        left = " (its client had left)" if f["client_left"] else ""
+        lines.append(f"finished {f['request']} at {clock(f['started'] + f['seconds'])} after "
+                     f"{f['seconds']:.0f} s: {how}{left}")
+    return lines
 
 
 def _direct_status(root: Path) -> dict:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from memfs.cli.main import add_json_flag, emit
-from memfs.control import NoDaemon, call
+from memfs.control import PROGRESS_EVERY, NoDaemon, Shown, call, describe
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 
@@ -105,8 +105,11 @@ def _direct(root: Path, op: str, kw: dict) -> dict:
         ws = Workspace(open_store(root, create=False), 0.0)
         backing = Backing(ws)
         try:
-            result = await backing.control(op, kw)
-            await ws.commit(op.replace("backing_", ""))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_show_direct, backing, describe(op, kw))
+                result = await backing.control(op, kw)
+                await ws.commit(op.replace("backing_", ""))
+                nursery.cancel_scope.cancel()
             return result
         finally:
             backing.close()
@@ -115,6 +118,21 @@ def _direct(root: Path, op: str, kw: dict) -> dict:
             ws.store.close()
 
     return trio.run(run)
+
+
+async def _show_direct(backing, what: str) -> None:
+    """A daemon-less command's own long work, shown as the daemon's progress lines are
+    (`memfs mount --bind` of a large directory takes it in here, before the daemon starts)."""
+    import trio
+
+    shown, started = Shown(), time.monotonic()
+    try:
+        while True:
+            await trio.sleep(PROGRESS_EVERY)
+            shown.show({"request": what, "seconds": time.monotonic() - started,
+                        "doing": [p.text() for p in backing.running()]})
+    finally:
+        shown.done()
 
 
 def attach_before_mount(root: Path, name: str, directory: str) -> dict:

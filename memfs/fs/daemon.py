@@ -24,6 +24,7 @@ import trio
 from memfs.backing import Backing
 from memfs.control import MAX_LINE, encode_reply
 from memfs.errors import MemfsError
+from memfs.fs.longops import Requests
 from memfs.fs.operations import MemfsOperations
 from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
 from memfs.rootdir import control_socket
@@ -259,14 +260,29 @@ async def _control_server(ws: Workspace, backing: Backing, ops: MemfsOperations,
     await sock.bind(str(path))
     os.chmod(path, 0o600)
     sock.listen(16)
+    requests = Requests(lambda: _doing(ws, backing))
     task_status.started()
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(requests.run)
         while True:
             conn, _ = await sock.accept()
-            nursery.start_soon(_handle_client, conn, ws, backing, ops)
+            nursery.start_soon(_handle_client, conn, ws, backing, ops, requests)
 
 
-async def _handle_client(conn, ws: Workspace, backing: Backing, ops: MemfsOperations) -> None:
+def _doing(ws: Workspace, backing: Backing) -> list[str]:
+    """What the daemon's long work is doing now, for a long request's progress lines."""
+    out = [p.text() for p in backing.running()]
+    running = ws.lifecycle.status().get("running") if ws.lifecycle is not None else None
+    if running:
+        total = f" {running['done']}/{running['total']}" if running.get("total") else ""
+        out.append(f"gc: {running['phase']}{total}")
+    if not out and (pending := ws.mutation_seq - ws.durable_seq):
+        out.append(f"committing ({pending} change(s) pending)")
+    return out
+
+
+async def _handle_client(conn, ws: Workspace, backing: Backing, ops: MemfsOperations,
+                         requests: Requests) -> None:
     stream = trio.SocketStream(conn)
     try:
         async with stream:
@@ -278,12 +294,20 @@ async def _handle_client(conn, ws: Workspace, backing: Backing, ops: MemfsOperat
                 buf += chunk
             try:
                 req = json.loads(buf)
-                result = await _dispatch(ws, backing, ops, req["op"], req.get("args") or {})
-                reply = encode_reply(result)
-            except Exception as exc:  # noqa: BLE001 - every failure is answered
-                log.warning("control request failed: %s", exc)
-                reply = encode_reply(error=exc)
-            await stream.send_all(reply)
+                op, args = req["op"], req.get("args") or {}
+            except Exception as exc:  # noqa: BLE001 - every request is answered (a nest too deep)
+                await stream.send_all(encode_reply(error=MemfsError(
+                    f"a malformed control request ({exc})", "upgrade the CLI and daemon "
+                    "together")))
+                return
+
+            async def run() -> object:
+                result = await _dispatch(ws, backing, ops, op, args)
+                if op in ("status", "sync"):  # what runs now, and the last long requests
+                    result = {**result, "requests": requests.status_json()}  # type: ignore[dict-item]
+                return result
+
+            await requests.answer(stream, op, args, bool(req.get("progress")), run)
     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
         log.info("control client went away: %s", exc)
 

@@ -81,6 +81,7 @@ def observe(
     clock: Callable[[], int] = time.time_ns,
     limit: int | None = None,
     memo: WalkMemo | None = None,
+    on_walked: Callable[[int], None] | None = None,
 ) -> Observation:
     """Observe `scope` (a mount-relative directory or file; '' for everything) under the root.
 
@@ -93,6 +94,7 @@ def observe(
     100k new facts per pass would set off full collections of the daemon's heap). Unused
     with `limit`. With a memo, `cache` must be a snapshot: never changed in place once walked
     with (the journal's is read-only); a changed cache is a new object, checked row by row.
+    `on_walked`: called with each walked directory's entry count (a long walk's progress).
     Raises RootUnavailable for a missing or replaced root.
     """
     root_fd, rid = open_root(root_path, expected_root)
@@ -102,7 +104,7 @@ def observe(
         w = _Walk(
             Observation(rid, scope), os.fspath(root_path), cache or {}, is_tracked,
             max_file_size, tuple(ignore), ignore_vcs, magic in trusted_fs, racy_ns, clock,
-            follow_symlinks, limit, root_fd=root_fd, root_dev=rid.dev,
+            follow_symlinks, limit, on_walked, root_fd=root_fd, root_dev=rid.dev,
         )
         if memo is not None and limit is None:
             key = (rid, w.trust, racy_ns, w.ignore, ignore_vcs, follow_symlinks, max_file_size)

@@ -135,6 +135,7 @@ class _Walk:
     clock: Callable[[], int]
     follow_symlinks: bool
     limit: int | None
+    on_walked: Callable[[int], None] | None = None  # told each directory's entry count
     seen: int = 0
     root_fd: int = -1
     root_dev: int = -1
@@ -181,6 +182,8 @@ class _Walk:
             names = names[:cut]
         self.seen += len(names)
         subdirs = self._entries(fd, rel, names, chain)
+        if self.on_walked is not None:
+            self.on_walked(len(names))
         if cut is not None:
             # Reported, never silent: the whole directory proves nothing from here on.
             self.region(rel, f"walk limit of {self.limit} entries reached")

@@ -16,6 +16,10 @@ MEMFS_CRASH_AT.
   them go on (what a fixed delay only hopes for on a loaded machine).
 - `scan_delay()`: MEMFS_TEST_SCAN_DELAY=<s>, seconds each after-batch scan sleeps first
   (coalescing and deadline misses).
+- `walk_delay()`: MEMFS_TEST_WALK_DELAY=<s>, seconds a pass's walk sleeps after each directory
+  (a long attach in a small tree: the control channel's progress lines and stall window).
+- `plan_spin()`: MEMFS_TEST_PLAN_SPIN=<s>, seconds a pass's plan keeps the trio loop busy (on
+  the CPU, no checkpoint), as planning a pass over 1M files does: no progress line meanwhile.
 - `journal_fault()`: while MEMFS_TEST_JOURNAL_FAULT names a file that exists, the next journal
   write commits and then fails as SQLite does when the WAL's fsync fails after its frames were
   written; the file is removed, so a test arms exactly one failure at the moment it chooses.
@@ -40,6 +44,8 @@ PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"
 PUSH_GATE_ENV = "MEMFS_TEST_PUSH_GATE"
 GATE_LIMIT = 120.0  # s a push waits at a gate a test forgot to open
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"
+WALK_DELAY_ENV = "MEMFS_TEST_WALK_DELAY"
+PLAN_SPIN_ENV = "MEMFS_TEST_PLAN_SPIN"
 JOURNAL_FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"
 PASS_FAULT_ENV = "MEMFS_TEST_PASS_FAULT"
 
@@ -79,6 +85,16 @@ def scan_delay() -> float:
     return _seconds(SCAN_DELAY_ENV)
 
 
+def walk_delay() -> float:
+    return _seconds(WALK_DELAY_ENV)
+
+
+def plan_spin() -> None:
+    end = time.monotonic() + _seconds(PLAN_SPIN_ENV)
+    while time.monotonic() < end:
+        pass
+
+
 def journal_fault() -> None:
     """The one injected journal failure (module docstring), consumed as it fires."""
     trigger = os.environ.get(JOURNAL_FAULT_ENV)
@@ -100,6 +116,7 @@ def pass_fault() -> None:
         raise OSError(errno.EIO, "Input/output error (injected)", trigger)
 
 
-__all__ = ["CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV", "PUSH_DELAY_ENV",
-           "PUSH_GATE_ENV", "SCAN_DELAY_ENV", "crash_point", "journal_fault", "pass_fault",
-           "push_delay", "push_gate", "scan_delay"]
+__all__ = ["CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV", "PLAN_SPIN_ENV",
+           "PUSH_DELAY_ENV", "PUSH_GATE_ENV", "SCAN_DELAY_ENV", "WALK_DELAY_ENV", "crash_point",
+           "journal_fault", "pass_fault", "plan_spin", "push_delay", "push_gate", "scan_delay",
+           "walk_delay"]

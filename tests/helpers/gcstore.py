@@ -8,8 +8,8 @@ kept as patches (memfs.store.delta) over a base only a dropped commit names, in 
 is rewritten, through patches only dropped commits name: all of it must stay.
 
 Either backend: `build(root, url)` makes it in the PostgreSQL database `url` (no packs then:
-the same commits, rows instead of pack ranges, and whole chunks: that store keeps no patches),
-and `check` reads whichever the root uses.
+the same commits, rows instead of pack ranges, the log's patches as rows too), and `check`
+reads whichever the root uses.
 """
 
 from __future__ import annotations
@@ -132,10 +132,9 @@ def build(root: Path, url: str | None = None) -> Expected:
         with store.transaction() as tx:  # a backed mount's intent, kept with c3 only
             tx.put_intents(c3, {"m": b"intent kept with c3"})
         store.set_policy(KEEP_NOTHING_BY_AGE)
-        if store.kind == "sqlite":
-            patches = store._query("SELECT COUNT(*) FROM chunks WHERE over IS NOT NULL")[0][0]
-            assert patches == 4, f"the log's appends were not kept as patches ({patches})"
-        else:
+        patches = store._query("SELECT COUNT(*) FROM chunks WHERE over IS NOT NULL")[0][0]
+        assert patches == 4, f"the log's appends were not kept as patches ({patches})"
+        if store.kind != "sqlite":
             store.release(store.current_branch())
         return Expected({c2: files_at(store, c2), c5: files_at(store, c5)},
                         {c2: {}, c5: {"m": b"intent kept with c3"}})

@@ -71,6 +71,15 @@ def files_at(store: Store, cid: str) -> dict[str, bytes]:
     return out
 
 
+def entry_ref(store: Store, cid: str, path: str) -> str:
+    """The ref (manifest or single chunk) of the file at `path` in commit `cid`."""
+    tree = store.commit(cid).tree
+    *dirs, name = path.split("/")
+    for part in dirs:
+        tree = next(e.ref for e in decode_dir(store.read_object(tree)) if e.name == part)
+    return next(e.ref for e in decode_dir(store.read_object(tree)) if e.name == name)
+
+
 def _open(root: Path, url: str | None = None):
     store = open_store(root, url=url)
     if store.kind != "sqlite":

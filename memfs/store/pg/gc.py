@@ -20,6 +20,10 @@ The protocol (docs/lifecycle.md, "On a store in PostgreSQL"):
 - The snapshot the mark reads is taken while holding SWEEP_KEY exclusive (for a moment), so
   no commit was in flight at it: every commit made later has a greater `seq`, and the
   catch-up (`seq > epoch`) misses none.
+- A patch (memfs.store.delta, `chunks.over`) keeps what it is read through: the mark follows
+  `over` (live_chunks), and the sweep deletes a dead patch in the same batch as the rows it
+  names or an earlier one (a longer `over` first), so at no COMMIT is a row left reading
+  through one already deleted (which a commit could then name again by dedup).
 
 No grace period or clock is involved: the locks order a delete and a commit. Why not a
 grace period: a commit dedups against rows of any age (a chunk written a year ago is named

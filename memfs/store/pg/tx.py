@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
@@ -127,7 +128,7 @@ class PgTx(PgTxRecords):
             self.store.forms.clear()
             self.store.in_db_epoch = epoch
 
-    def confirm_cached(self, olds: list[str] = ()) -> None:
+    def confirm_cached(self, olds: Sequence[str] = ()) -> None:
         """Pieces this host's cache holds are in the database only if no GC took them since
         this host saw them there: those not seen there in this epoch are looked up, and the
         missing ones sent with the rest. `olds`, chunks being replaced whose form this host

@@ -227,7 +227,7 @@ def log_append(ctx: Context) -> Measure:
     with open(path, "wb", buffering=0) as f:
         f.write(os.urandom(4 << 20))
         os.fsync(f.fileno())
-    before = ctx.packs_bytes()
+    before = ctx.chunk_bytes()
 
     def run() -> None:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -239,7 +239,7 @@ def log_append(ctx: Context) -> Measure:
             os.close(fd)
 
     seconds = timed(run)
-    after = ctx.packs_bytes()
+    after = ctx.chunk_bytes()
     extra = {"store growth KiB": (after - before) / 1024} if after is not None and \
         before is not None else {}
     return Measure(n, seconds, extra)

@@ -25,13 +25,25 @@ class Context:
     daemon_pid: int | None
     side: str
     drop_caches: bool = True  # may a workload drop the kernel's caches (root only)
-    store_root: Path | None = None  # the memfs side's embedded store root (None: native, PG)
+    store_root: Path | None = None  # the memfs side's store root (None: native)
 
-    def packs_bytes(self) -> int | None:
-        """Bytes in the embedded store's packs (None on a side without them)."""
-        if self.store_root is None or not (self.store_root / "packs").is_dir():
+    def chunk_bytes(self) -> int | None:
+        """Bytes the memfs side's store keeps for chunks: its packs (the embedded store) or
+        its chunk rows' bytes (PostgreSQL); None on the native side."""
+        if self.store_root is None:
             return None
-        return sum(p.stat().st_size for p in (self.store_root / "packs").glob("*.pack"))
+        if (self.store_root / "packs").is_dir():
+            return sum(p.stat().st_size for p in (self.store_root / "packs").glob("*.pack"))
+        from memfs.store.backend import read_location
+
+        loc = read_location(self.store_root)
+        if loc is None:
+            return None
+        import psycopg
+
+        with psycopg.connect(loc.url) as conn:
+            return conn.execute("SELECT COALESCE(SUM(octet_length(data)), 0) FROM chunks"
+                                ).fetchone()[0]
 
     def forget_inodes(self) -> None:
         """Drop the kernel's dentry and inode caches (not the page cache of what stays)."""

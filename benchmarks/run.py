@@ -214,7 +214,8 @@ def run_pg(store: str, wl: list[Workload], base: Path, scratch: Path, scale: flo
             d.mkdir()
             assert bm.proc is not None
             return run_side("memfs-pg", wl, d, scratch, scale, bm.proc.pid,
-                            request_counter(bm.root), forget_between=forget)
+                            request_counter(bm.root), forget_between=forget,
+                            store_root=bm.root)
     finally:
         if cluster is not None:
             cluster.destroy()

@@ -38,6 +38,7 @@ BOTH_BACKENDS = frozenset({
     "test_fs_history", "test_fs_operations", "test_fs_model", "test_fs_bigfile",
     "test_fs_history_tools", "test_durability_restart", "test_durability_crash",
     "test_history_workspace", "test_cli_smoke", "test_backing_fulldisk",
+    "test_lifecycle_small_changes",
 })
 
 

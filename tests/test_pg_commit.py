@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from helpers import gcstore
 from psycopg import pq
 
 from memfs.store.backend import Location, open_store, record_location
@@ -121,3 +122,65 @@ def test_a_transaction_after_a_pipelined_commit_is_still_one_transaction(
     finally:
         a.close()
         b.close()
+
+
+def patch_rows(store: PgStore) -> list[tuple[int, int]]:
+    """(how many rows each patch is read through, its stored bytes), oldest first."""
+    return [(len(r[0].split()), r[1]) for r in store._query(
+        "SELECT over, octet_length(data) FROM chunks WHERE over IS NOT NULL "
+        "ORDER BY cardinality(string_to_array(over, ' '))")]
+
+
+def test_a_small_change_to_a_big_file_is_a_patch_in_as_many_round_trips(
+        tmp_path: Path, pg_url: str) -> None:
+    """A line appended to a 512 KiB log per commit is stored as a patch over the chunk it
+    replaces (memfs.store.delta) in the same four round trips as any small commit: what
+    that chunk is read through, and its bytes, are this host's (its cache). After a
+    restart (a new store object, the cache kept) the first one looks the replaced row up,
+    one round trip more, once."""
+    root = pg_root(tmp_path, "a", pg_url)
+    ws = Workspace(open_store(root), commit_interval=10)
+    store = ws.store
+    assert isinstance(store, PgStore)
+    body = bytearray(os.urandom(512 << 10))
+    traces: list[Trace] = []
+
+    async def appends(ws: Workspace, n: int, name: str) -> None:
+        log = ws.children(ws.children(ws.root)[b"work"])[b"log"]
+        for i in range(n):
+            line = b"%s %d %s\n" % (name.encode(), i, os.urandom(30).hex().encode())
+            ws.write(log, log.size(), line)
+            body.extend(line)
+            with Trace(ws.store, tmp_path / f"{name}{i}.trace") as t:
+                await ws.commit()
+            traces.append(t)
+
+    async def first() -> None:
+        work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+        ws.write(ws.create(work, b"log", FILE, 0o644, 0, 0), 0, bytes(body))
+        await ws.commit()
+        await appends(ws, 3, "append")
+
+    try:
+        trio.run(first)
+        assert [t.round_trips for t in traces] == [4, 4, 4], traces[-1].path.read_text()
+        rows = patch_rows(store)
+        assert [n for n, _ in rows] == [1, 2, 3], rows  # over the base, then through each
+        assert all(size < 200 for _, size in rows), rows  # the line, not the 512 KiB
+    finally:
+        store.close()
+    ws = Workspace(open_store(root), commit_interval=10)
+    store = ws.store
+    traces.clear()
+    try:
+        trio.run(appends, ws, 2, "restarted")
+        assert [t.round_trips for t in traces] == [5, 4], traces[0].path.read_text()
+        assert [n for n, _ in patch_rows(store)] == [1, 2, 3, 4, 5]
+        store.cache.close()
+        for copy in store.cache.dir.iterdir():  # the database alone: read through the rows
+            copy.unlink()
+        store.cache = type(store.cache)(root)
+        assert gcstore.files_at(store, store.head()) == {"work/log": bytes(body)}
+        assert store.fsck() == []
+    finally:
+        store.close()

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 import trio
 from helpers import gcstore
@@ -24,6 +25,7 @@ from helpers.mount import REPO, memfs_cmd
 from helpers.pg import PgCluster, host_root
 
 from memfs.store.backend import open_store
+from memfs.store.pg import gc as pg_gc
 from memfs.store.pg.gc import STOP_ENV, PgCollector
 from memfs.store.retention import DAY, Policy
 from memfs.store.store import CommitDropped
@@ -140,6 +142,13 @@ class PgHistory:
             self.work, name.encode(), FILE, 0o644, 0, 0)
         self.ws.truncate(f, 0)
         self.ws.write(f, 0, data)
+        cid = trio.run(self.ws.commit)
+        self.files[cid] = gcstore.files_at(self.store, cid)
+        return cid
+
+    def append(self, name: str, data: bytes) -> str:
+        f = self.ws.children(self.work)[name.encode()]
+        self.ws.write(f, f.size(), data)
         cid = trio.run(self.ws.commit)
         self.files[cid] = gcstore.files_at(self.store, cid)
         return cid
@@ -365,3 +374,74 @@ def test_a_commit_that_waited_for_a_sweep_reads_the_epoch_the_sweep_left(hist) -
     writer.join(timeout=60)
     assert sent == [cid]
     assert _row_exists(h.store.url, cid), "a commit trusted a cache the sweep had emptied"
+
+
+# -- patches (memfs.store.delta): what a live patch is read through stays -----------------------
+def test_gc_keeps_the_base_and_patches_a_live_patch_is_read_through(hist, tmp_path: Path,
+                                                                    pg_url: str) -> None:
+    """A log appended at every commit: its head chunk is a patch read through a base and two
+    patches that only dropped commits name. GC drops those commits and must keep all three
+    rows (it follows `over`); without that, the head's log no longer reads."""
+    h = hist
+    h.store.set_policy(Policy(keep_all=0, hourly=0, daily=0, reflog=0))
+    first = h.put("log", os.urandom(512 << 10))
+    h.put("junk", os.urandom(MiB))
+    between = [h.append("log", f"line {i} {os.urandom(20).hex()}\n".encode()) for i in range(2)]
+    h.put("junk", b"small now")  # the 1 MiB of junk is named only by dropped commits
+    head = h.append("log", b"the last line\n")
+    over = dict(h.store._query("SELECT id, over FROM chunks WHERE over IS NOT NULL"))
+    (log_chunk,) = h.store.file_chunks(gcstore.entry_ref(h.store, head, "work/log")).values()
+    base, *patches = over[log_chunk].split()
+    assert (base, *patches) == (
+        *h.store.file_chunks(gcstore.entry_ref(h.store, first, "work/log")).values(),
+        *(c for cid in between
+          for c in h.store.file_chunks(gcstore.entry_ref(h.store, cid, "work/log")).values())
+    ), "the head's log chunk is not a patch through the first version and each between"
+    r = PgCollector(h.store).run()
+    assert r.commits_dropped >= 4 and not h.store.has_commit(first), r
+    assert r.chunks_freed >= 1 and r.chunk_bytes_freed >= MiB, r  # the junk went
+    left = {row[0] for row in h.store._query("SELECT id FROM chunks")}
+    assert {log_chunk, base, *patches} <= left, "GC deleted what a live patch reads through"
+    reader = open_store(host_root(tmp_path, "reader", pg_url))  # no cache: the database alone
+    try:
+        assert gcstore.files_at(reader, head) == h.files[head]
+        assert reader.fsck() == []
+    finally:
+        reader.close()
+
+
+def orphan_patches(url: str) -> list[str]:
+    """Patch rows that name a row the database no longer has."""
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute(
+            "SELECT c.id FROM chunks c, unnest(string_to_array(c.over, ' ')) AS dep "
+            "WHERE NOT EXISTS (SELECT 1 FROM chunks p WHERE p.id = dep)")]
+
+
+def test_gc_deletes_a_dead_patch_no_later_than_what_it_is_read_through(
+        hist, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deleted log's base and patches, swept one row per transaction: between any two, no
+    row is left reading through one already gone (a commit in between may name it again,
+    by dedup, and would then name bytes that cannot be read)."""
+    h = hist
+    h.store.set_policy(Policy(keep_all=0, hourly=0, daily=0, reflog=0))
+    h.put("log", os.urandom(512 << 10))
+    for i in range(3):
+        h.append("log", f"line {i} {os.urandom(20).hex()}\n".encode())
+    h.ws.unlink(h.work, b"log")
+    trio.run(h.ws.commit)
+    h.put("f", b"head")
+    assert len(h.store._query("SELECT id FROM chunks WHERE over IS NOT NULL")) == 3
+    monkeypatch.setattr(pg_gc, "BATCH", 1)
+    seen: list[list[str]] = []
+    catch_up = PgCollector._catch_up
+
+    def checked(self: PgCollector, conn: psycopg.Connection) -> None:
+        seen.append(orphan_patches(pg_url))  # what the last batch's COMMIT left
+        catch_up(self, conn)
+
+    monkeypatch.setattr(PgCollector, "_catch_up", checked)
+    r = PgCollector(h.store).run()
+    assert r.chunks_freed >= 4, r
+    assert len(seen) >= 4 and all(s == [] for s in seen), seen
+    assert orphan_patches(pg_url) == [] and h.store.fsck() == []

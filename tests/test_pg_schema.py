@@ -3,6 +3,7 @@ one is migrated in place when a writer opens it, a newer one is refused unchange
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import psycopg
@@ -10,6 +11,7 @@ import pytest
 
 from memfs.errors import MemfsError
 from memfs.store.backend import Location, open_store, open_store_readonly, record_location
+from memfs.store.chunks import chunk_digest
 from memfs.store.pg import schema
 
 
@@ -91,3 +93,42 @@ def test_a_store_of_a_newer_memfs_is_refused_unchanged(tmp_path: Path, pg_url: s
     assert recorded(pg_url) == "99" and storage(pg_url) == "x"
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT COUNT(*) FROM branches").fetchone()[0] == 0
+
+
+def has_over(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT 1 FROM information_schema.columns WHERE table_name = "
+                            "'chunks' AND column_name = 'over'").fetchone() is not None
+
+
+def test_a_version_5_store_gains_patches_in_place(tmp_path: Path, pg_url: str) -> None:
+    """Version 6 adds `chunks.over` (patches, memfs.store.delta). A store from before reads
+    read-only as it is (not migrated: its rows are whole); a writer migrates it in place,
+    its rows read as before, and a piece replacing one of them may be kept as a patch."""
+    data = os.urandom(256 << 10)
+    cid = chunk_digest(data)
+    with psycopg.connect(pg_url) as conn:
+        for n in range(1, 6):
+            conn.execute(schema.MIGRATIONS[n])
+        conn.execute("INSERT INTO memfs_meta VALUES ('schema', '5')")
+        conn.execute("INSERT INTO chunks VALUES (%s, %s)", (cid, data))
+    root = pg_root(tmp_path, pg_url)
+    ro = open_store_readonly(root)
+    try:
+        assert ro.read_chunk(cid) == data
+    finally:
+        ro.close()
+    assert recorded(pg_url) == "5" and not has_over(pg_url), "a read-only open migrated"
+    store = open_store(root)
+    try:
+        assert recorded(pg_url) == str(schema.SCHEMA_VERSION) and has_over(pg_url)
+        assert store._db_chunk(cid) == data
+        assert store.read_chunk(cid) == data  # now in this host's cache: a patch's "before"
+        changed = data[:1000] + b"changed" + data[1007:]
+        with store.transaction() as tx:
+            (new,) = tx.put_chunks([changed], [cid])
+        assert store._query("SELECT over, octet_length(data) < 100 FROM chunks WHERE id = %s",
+                            (new,)) == [(cid, True)]
+        assert store._db_chunk(new) == changed
+    finally:
+        store.close()

@@ -29,6 +29,7 @@ import xxhash
 
 from memfs.durable import fsync_dir, mkdir_durable
 from memfs.store import delta
+from memfs.store.delta import split_over
 
 CHUNK_SIZE = 1 << 20
 PACK_ROLLOVER = 256 << 20
@@ -53,11 +54,6 @@ class Loc(NamedTuple):
 
 
 Row = tuple[str, int, int, int, str | None]  # a chunks row: id, pack, off, len, over
-
-
-def split_over(over: str | None) -> tuple[str, ...]:
-    """The `over` column (ids separated by spaces; NULL: stored whole) as a tuple."""
-    return tuple(over.split()) if over else ()
 
 
 class ChunkStore:
@@ -212,36 +208,26 @@ class ChunkStore:
 
     def _stored_form(self, conn: sqlite3.Connection, data: bytes,
                      old: str | None) -> tuple[bytes, str | None]:
-        """(bytes to append, `over`): a patch over `old` (and what `old` is read through),
-        or over `old`'s base alone once the list is long or its patches add up, or the piece
-        whole. Everything named is a committed row: its pack was synced before the
-        transaction that made it, so a patch is only ever named after what it needs is
-        durable."""
+        """(bytes to append, `over`): delta.encode's choice (a patch over `old` and what it is
+        read through, over its base alone, or whole). Everything named is a committed row:
+        its pack was synced before the transaction that made it, so a patch is only ever
+        named after what it needs is durable."""
         if old is None or not self._deltas or not delta.worth_trying(len(data)):
             return data, None
         row = conn.execute("SELECT over FROM chunks WHERE id = ?", (old,)).fetchone()
         if row is None:  # gone (GC dropped what the file no longer names): whole
             return data, None
-        return self._patch(conn, data, old, split_over(row[0]))
+        old_over = split_over(row[0])
 
-    def _patch(self, conn: sqlite3.Connection, data: bytes, old: str,
-               old_over: tuple[str, ...]) -> tuple[bytes, str | None]:
-        if not old_over:  # old is whole: it is the base
-            blob = delta.make(self._full_of(conn, old), data)
-            return (data, None) if blob is None else (blob, old)
-        chain = (*old_over, old)
-        if len(chain) - 1 < delta.MAX_LAYERS:
-            between = conn.execute(
+        def patched() -> int:  # the patches a read of `old` applies: its own and those between
+            between = (*old_over[1:], old)
+            return conn.execute(
                 f"SELECT COALESCE(SUM(len), 0) FROM chunks WHERE id IN "
-                f"({','.join('?' * (len(chain) - 1))})", chain[1:]).fetchone()[0]
-            limit = min(len(data) // delta.FRACTION, len(data) - between)
-            if limit > 0:
-                blob = delta.make(self._full_of(conn, old), data, limit)
-                if blob is not None:
-                    return blob, " ".join(chain)
-        base = old_over[0]
-        blob = delta.make(self._full_of(conn, base), data)
-        return (data, None) if blob is None else (blob, base)
+                f"({','.join('?' * len(between))})", between).fetchone()[0]
+
+        blob, over = delta.encode(data, old, old_over, patched,
+                                  lambda cid: self._full_of(conn, cid))
+        return blob, delta.join_over(over)
 
     def _full_of(self, conn: sqlite3.Connection, cid: str) -> bytes:
         data = self._full.get(cid)

@@ -20,13 +20,18 @@ ranges' bytes in that order. Applied to the bytes before it: cut (or zero-extend
 length, then the ranges written; the bytes past the previous version's end are always in a
 range.
 
-No state: pure functions, called from the commit thread (make) and any reader (apply).
+Both stores keep chunks this way and call the same functions: `encode` decides a replacing
+chunk's stored form (the embedded store, memfs.store.chunks; PostgreSQL, memfs.store.pg.tx),
+`rebuild` and `read_range` read it back. `over` is kept as the ids separated by spaces (NULL:
+stored whole) in both stores' `chunks` rows.
+
+No state: pure functions, called from the commit thread (encode, make) and any reader (apply).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 BLOCK = 4096  # compared as a unit: an unchanged block costs one slice comparison
 MERGE_GAP = 64  # ranges closer than this are one range (a range's header is 8 bytes)
@@ -40,6 +45,46 @@ _RANGE = struct.Struct("<II")
 
 def worth_trying(size: int) -> bool:
     return size >= MIN_CHUNK
+
+
+def split_over(over: str | None) -> tuple[str, ...]:
+    """The `over` column (ids separated by spaces; NULL: stored whole) as a tuple."""
+    return tuple(over.split()) if over else ()
+
+
+def join_over(over: tuple[str, ...]) -> str | None:
+    return " ".join(over) if over else None
+
+
+def encode(data: bytes, old: str, old_over: tuple[str, ...], patched: Callable[[], int],
+           full: Callable[[str], bytes | None]) -> tuple[bytes, tuple[str, ...]]:
+    """How to store `data`, which replaces the committed chunk `old` (read through
+    `old_over`): (the bytes to store, what they are read through). A patch over `old` and
+    what `old` is read through; once that list is MAX_LAYERS long or its patches add up to
+    more than the chunk saves, a patch over `old`'s base alone; else whole, `(data, ())`.
+
+    `patched()` is the bytes of the patches a read of `old` applies (its own and those
+    between; asked only when needed), `full(id)` a chunk's full bytes, or None when the
+    caller cannot have them cheaply (that form is then not tried)."""
+    if not worth_trying(len(data)):
+        return data, ()
+    if not old_over:  # old is whole: it is the base
+        return _over(data, full(old), (old,))
+    chain = (*old_over, old)
+    if len(chain) - 1 < MAX_LAYERS:
+        limit = min(len(data) // FRACTION, len(data) - patched())
+        prev = full(old) if limit > 0 else None
+        blob = make(prev, data, limit) if prev is not None else None
+        if blob is not None:
+            return blob, chain
+    base = old_over[0]
+    return _over(data, full(base), (base,))
+
+
+def _over(data: bytes, prev: bytes | None,
+          over: tuple[str, ...]) -> tuple[bytes, tuple[str, ...]]:
+    blob = make(prev, data) if prev is not None else None
+    return (data, ()) if blob is None else (blob, over)
 
 
 def make(prev: bytes, new: bytes, limit: int | None = None) -> bytes | None:
@@ -137,6 +182,19 @@ def rebuild(base: bytes, patches: list[bytes]) -> bytes:
     for blob in patches:
         data = apply(data, blob)
     return data
+
+
+def assemble(chunk_id: str, own: bytes, over: tuple[str, ...],
+             stored: Mapping[str, bytes]) -> bytes:
+    """A chunk from its stored bytes `own` and the stored bytes of what it is read through
+    (`stored`, by id); KeyError naming what is missing."""
+    if not over:
+        return own
+    lacking = [dep for dep in over if dep not in stored]
+    if lacking:
+        raise KeyError(f"chunk {chunk_id} is stored as a patch over chunks the store lacks "
+                       f"({', '.join(lacking)})")
+    return rebuild(stored[over[0]], [*(stored[dep] for dep in over[1:]), own])
 
 
 def read_range(patches: list[bytes], start: int, count: int,

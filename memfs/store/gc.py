@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 from memfs.store import db, retention
-from memfs.store.chunks import split_over
+from memfs.store.delta import split_over
 from memfs.store.packs import PackWork, pack_usage, store_usage
 from memfs.store.refs import (
     CHUNK,

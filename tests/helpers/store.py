@@ -41,3 +41,35 @@ def stored_chunks(root: Path) -> int:
 
     with psycopg.connect(loc.url) as conn:
         return conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+
+
+def _chunks_query(root: Path, sql: str) -> int:
+    """One number about the chunks of `root`'s store, from its database (either backend)."""
+    from memfs.store.backend import read_location
+
+    loc = read_location(root)
+    if loc is None:
+        conn = sqlite3.connect(f"file:{root / 'store.db'}?mode=ro", uri=True)
+        try:
+            return conn.execute(sql.replace("octet_length(data)", "len")).fetchone()[0] or 0
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(loc.url) as conn:
+        return conn.execute(sql).fetchone()[0] or 0
+
+
+def chunk_bytes(root: Path) -> int:
+    """The bytes the store of `root` keeps for chunks: its packs (the embedded store, dead
+    ranges included), or its chunk rows' bytes (PostgreSQL)."""
+    from memfs.store.backend import read_location
+
+    if read_location(root) is None:
+        return sum(p.stat().st_size for p in (root / "packs").glob("*.pack"))
+    return _chunks_query(root, "SELECT SUM(octet_length(data)) FROM chunks")
+
+
+def patch_rows(root: Path) -> int:
+    """How many chunks the store of `root` keeps as patches (memfs.store.delta)."""
+    return _chunks_query(root, "SELECT COUNT(*) FROM chunks WHERE over IS NOT NULL")

@@ -20,6 +20,10 @@ The protocol (docs/lifecycle.md, "On a store in PostgreSQL"):
 - The snapshot the mark reads is taken while holding SWEEP_KEY exclusive (for a moment), so
   no commit was in flight at it: every commit made later has a greater `seq`, and the
   catch-up (`seq > epoch`) misses none.
+- A patch (memfs.store.delta, `chunks.over`) keeps what it is read through: the mark follows
+  `over` (live_chunks), and the sweep deletes a dead patch in the same batch as the rows it
+  names or an earlier one (a longer `over` first), so at no COMMIT is a row left reading
+  through one already deleted (which a commit could then name again by dedup).
 
 No grace period or clock is involved: the locks order a delete and a commit. Why not a
 grace period: a commit dedups against rows of any age (a chunk written a year ago is named
@@ -55,6 +59,7 @@ import psycopg
 from psycopg import IsolationLevel
 
 from memfs.store import retention
+from memfs.store.delta import split_over
 from memfs.store.gc import BATCH, GcReport, Pins, Progress, crash_point
 from memfs.store.pg import schema
 from memfs.store.pg.conn import server_error
@@ -82,12 +87,20 @@ class GcBusy(StoreError):
     """Another collector (this host's or another's) holds the store: nothing was done."""
 
 
-def live_chunks(named: set[str], conn: psycopg.Connection) -> set[str]:
+def live_chunks(named: set[str], over: Callable[[set[str]], dict[str, tuple[str, ...]]]
+                ) -> set[str]:
     """The chunk-liveness rule: the chunks that must stay, given those kept objects name.
 
-    Today a chunk is live exactly when something kept names it. (A chunk stored as a delta
-    of a base chunk keeps its base alive: that closure is added here, and only here.)"""
-    return named
+    A chunk is live when something kept names it, or when a live chunk is read through it: a
+    patch (memfs.store.delta) keeps its base and the patches between (`over(ids)`: the
+    `over` of those ids that are patches). The list is flat, so one step closes the set;
+    the loop only makes that a fact checked, not assumed."""
+    live = set(named)
+    todo = set(named)
+    while todo:
+        todo = {dep for deps in over(todo).values() for dep in deps} - live
+        live |= todo
+    return live
 
 
 @dataclass
@@ -188,6 +201,15 @@ class PgCollector:
                                    if oid not in self.mark.objects)
 
     def _read_snapshot(self, conn: psycopg.Connection, pins: Pins) -> None:
+        # Every chunk row of the snapshot, and what each patch is read through (the mark
+        # follows it: live_chunks); rows made after it are asked about when named.
+        self.chunk_rows: list[tuple[str, int]] = []
+        self.over: dict[str, tuple[str, ...]] = {}
+        for cid, n, over in conn.execute("SELECT id, octet_length(data), over FROM chunks"):
+            self.chunk_rows.append((cid, n))
+            if over:
+                self.over[cid] = split_over(over)
+        self.in_snapshot = {cid for cid, _ in self.chunk_rows}
         rows = conn.execute("SELECT id, seq, parent, tree, branch, time_ns FROM commits"
                             ).fetchall()
         self.commits = {r[0]: retention.CommitInfo(r[0], r[1], r[2], r[4], r[5]) for r in rows}
@@ -210,7 +232,6 @@ class PgCollector:
             self._mark(conn, roots, protected=False)
             self.progress.done = len(protected) + start
         self.object_rows = conn.execute("SELECT id, octet_length(data) FROM objects").fetchall()
-        self.chunk_rows = conn.execute("SELECT id, octet_length(data) FROM chunks").fetchall()
 
     def _roots(self, cid: str) -> list[Ref]:
         tree = self.trees.get(cid)
@@ -266,10 +287,21 @@ class PgCollector:
                     raise StoreError(f"this store holds an entry memfs does not know: {exc}",
                                      "upgrade memfs before collecting garbage; nothing was "
                                      "deleted") from exc
-        live = live_chunks(chunks, conn)
+        live = live_chunks(chunks, lambda ids: self._over(conn, ids))
         m.chunks |= live
         if protected:
             m.protected_chunks |= live
+
+    def _over(self, conn: psycopg.Connection, ids: set[str]) -> dict[str, tuple[str, ...]]:
+        """What the patches among `ids` are read through: from the snapshot, and for rows
+        made since (a commit the catch-up marks) from the database, under the lock."""
+        out = {cid: self.over[cid] for cid in ids if cid in self.over}
+        newer = [cid for cid in ids if cid not in self.in_snapshot]
+        if newer:
+            for cid, over in conn.execute("SELECT id, over FROM chunks WHERE id = ANY(%s) AND "
+                                          "over IS NOT NULL", (newer,)):
+                self.over[cid] = out[cid] = split_over(over)
+        return out
 
     # -- 2. drop --------------------------------------------------------------------------------
     def _drop(self, conn: psycopg.Connection) -> None:
@@ -342,7 +374,12 @@ class PgCollector:
     # -- 3. sweep -------------------------------------------------------------------------------
     def _sweep(self, conn: psycopg.Connection) -> None:
         work = [("o", oid, n) for oid, n in self.object_rows if oid not in self.mark.objects]
-        work += [("c", cid, n) for cid, n in self.chunk_rows if cid not in self.mark.chunks]
+        # A patch goes in the same batch as what it is read through, or an earlier one (a
+        # longer `over` first: each row it names has a shorter one), so between two batches
+        # no row is left reading through one already deleted (a commit may name it again).
+        dead = [(cid, n) for cid, n in self.chunk_rows if cid not in self.mark.chunks]
+        dead.sort(key=lambda row: -len(self.over.get(row[0], ())))
+        work += [("c", cid, n) for cid, n in dead]
         self._phase("sweeping", len(work))
         r = self.report
         for start in range(0, len(work), BATCH):
@@ -360,6 +397,9 @@ class PgCollector:
                 if chunks:
                     conn.execute("DELETE FROM chunks WHERE id = ANY(%s)",
                                  ([c for c, _ in chunks],))
+                    for c, _ in chunks:  # a commit may store it again, in another form
+                        self.in_snapshot.discard(c)
+                        self.over.pop(c, None)
                 conn.execute("UPDATE memfs_meta SET value = (value::bigint + 1)::text "
                              "WHERE key = %s", (schema.EPOCH_KEY,))
                 if start == 0:

@@ -1,7 +1,8 @@
 """The store's tables in PostgreSQL (in the connection's schema: search_path).
 
 The same rows as the embedded store (memfs.store.db, memfs.store.sqlite_records), plus what
-many hosts need: chunks as content-addressed rows (bytea, one row per 1 MiB piece), a commit
+many hosts need: chunks as content-addressed rows (bytea, one row per 1 MiB piece, or a
+patch over the piece it replaced: schema 6), a commit
 sequence, and one writer lease per branch. Per-host state (the selected branch, backing
 bindings, the backing journal) is not here: it lives in each host's root (memfs.store.pg.local).
 
@@ -102,8 +103,17 @@ CREATE TABLE IF NOT EXISTS dropped_commits (
 INSERT INTO memfs_meta VALUES ('gc:epoch', '0') ON CONFLICT (key) DO NOTHING;
 """
 
+# Version 6: a chunk that replaces the committed chunk at the same place of the same file may
+# be stored as a patch over it (memfs.store.delta, as the embedded store's schema 3): `over`
+# names what it is read through (a whole base, then the patches between, oldest first; ids
+# separated by spaces), and `data` then holds the patch. NULL: `data` is the chunk, as every
+# row stored before (they read as before). GC keeps what a live patch is read through
+# (memfs.store.pg.gc).
+PATCHES = "ALTER TABLE chunks ADD COLUMN IF NOT EXISTS over TEXT;"
+PATCHES_VERSION = 6
+
 MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS, 3: SESSIONS, 4: CHUNKS_AS_THEY_COME,
-                              5: RETENTION}
+                              5: RETENTION, PATCHES_VERSION: PATCHES}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

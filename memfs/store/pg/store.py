@@ -27,8 +27,9 @@ import psycopg
 from memfs.store import history, retention, revisions
 from memfs.store.backend import Location, redact
 from memfs.store.chunks import chunk_digest
-from memfs.store.pg import schema
+from memfs.store.pg import chunkrows, schema
 from memfs.store.pg.cache import ChunkCache, ObjectCache
+from memfs.store.pg.chunkrows import ChunkForm
 from memfs.store.pg.conn import Conn, ServerError, server_error
 from memfs.store.pg.lease import Claim, Leases
 from memfs.store.pg.local import LocalState
@@ -88,6 +89,9 @@ class PgStore(PgRecords):
         # commit thread's): a cached copy of one of them needs no check (memfs.store.pg.gc).
         self.in_db: set[str] = set()
         self.in_db_epoch: str | None = None
+        # How those chunks are stored (what each is read through): trusted, as `in_db`, only
+        # for ids in `in_db` (the commit thread's; memfs.store.pg.tx).
+        self.forms: dict[str, ChunkForm] = {}
         self._version = 0
         self._heads: dict[str, str] = {}
         self._listeners: list[Callable[[str, str], None]] = []
@@ -97,9 +101,14 @@ class PgStore(PgRecords):
             with self._reader.lock:
                 conn = self._reader.get()
                 if readonly:
-                    schema.check_known(conn)  # a store of a newer memfs is refused
+                    had = schema.check_known(conn)  # a store of a newer memfs is refused
                 else:
                     schema.create(conn)  # likewise, or made or migrated to this version
+                    had = schema.SCHEMA_VERSION
+                # A read-only open of a store from before patches (not migrated): every
+                # chunk row is whole, and it has no `over` column to read.
+                self._chunk_sql = (chunkrows.CHUNKS_SQL if had >= schema.PATCHES_VERSION
+                                   else chunkrows.WHOLE_SQL)
                 self.channel = schema.channel(conn)
             if not readonly:
                 self._ensure_initial_commit()
@@ -164,7 +173,9 @@ class PgStore(PgRecords):
         self.unsure_commits.clear()
         if len(self.in_db) > IN_DB_MAX:
             self.in_db.clear()  # forgetting costs a check, never a wrong answer
+            self.forms.clear()
         self.in_db.update(tx.chunks)
+        self.forms.update(tx.forms)
         self.in_db.update(tx.sent_objects)
         self.object_cache.put_many(tx.sent_objects)
         self.cache.keep(tx.chunks)  # written by the cache's thread: this commit does not wait
@@ -243,10 +254,15 @@ class PgStore(PgRecords):
         return got
 
     def _db_chunk(self, chunk_id: str) -> bytes:
-        rows = self._query("SELECT data FROM chunks WHERE id = %s", (chunk_id,))
-        if not rows:
+        """A chunk's bytes from the database: its row, and for a patch (its `over` set) the
+        rows it is read through, in one statement (one snapshot, one round trip), rebuilt
+        (memfs.store.delta) and checked against the chunk's name."""
+        got = chunkrows.rebuilt(self._query(self._chunk_sql, ([chunk_id], [chunk_id])))
+        data = got.get(chunk_id)
+        if data is None:
             raise KeyError(f"chunk {chunk_id} is missing from the store")
-        data = bytes(rows[0][0])
+        if isinstance(data, KeyError):
+            raise data
         if chunk_digest(data) != chunk_id.split(".")[0]:
             raise OSError(f"chunk {chunk_id} in the database does not match its digest")
         return data

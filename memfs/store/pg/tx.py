@@ -14,7 +14,8 @@ group commit is four round trips: BEGIN with GC's sweep lock and epoch (PgTx.beg
 cache may skip depends on it); the new chunks (is each one new, or already stored with the
 same bytes?); the objects, the head row locked, the lease row and the commit's sequence
 number (the compare-and-swap is decided on those); the commit rows, the head moved, the
-records, the notification and COMMIT. A commit that stores no new chunk is three. A
+records, the notification and COMMIT. A commit that stores no new chunk is three, and a
+piece stored as a patch over the one it replaces (put_chunks) costs none more. A
 statement queued that way raises its error at the next read (at the latest at COMMIT), still
 inside the transaction, so it is rolled back and reported as before.
 """
@@ -23,13 +24,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 from psycopg.pq import TransactionStatus
 
+from memfs.store import delta
 from memfs.store.chunks import chunk_digest
-from memfs.store.pg import schema
+from memfs.store.pg import chunkrows, schema
+from memfs.store.pg.chunkrows import WHOLE, ChunkForm
 from memfs.store.pg.lease import Fenced
 from memfs.store.pg.records import PgTxRecords
 from memfs.store.store import Commit, StoreError, printable
@@ -64,6 +68,8 @@ class PgTx(PgTxRecords):
         self.sent_objects: dict[str, bytes] = {}
         self.chunks: dict[str, bytes] = {}  # written or matched by this transaction
         self.cached: set[str] = set()  # named by the cache: the database has them
+        self.forms: dict[str, ChunkForm] = {}  # how the chunks this transaction inserted are
+        # stored (PgStore.forms after the COMMIT)
         self.commit_id: str | None = None
         self.notices: list[tuple[str, str]] = []
         self._pipeline: ExitStack | None = None  # pipeline mode, from the first put on
@@ -123,17 +129,23 @@ class PgTx(PgTxRecords):
                                   (schema.EPOCH_KEY,)).fetchone()[0]
         if epoch != self.store.in_db_epoch:
             self.store.in_db.clear()
+            self.store.forms.clear()
             self.store.in_db_epoch = epoch
 
-    def confirm_cached(self) -> None:
+    def confirm_cached(self, olds: Sequence[str] = ()) -> None:
         """Pieces this host's cache holds are in the database only if no GC took them since
         this host saw them there: those not seen there in this epoch are looked up, and the
-        missing ones sent with the rest."""
+        missing ones sent with the rest. `olds`, chunks being replaced whose form this host
+        does not know, are looked up in the same statement (chunkrows.FORMS_SQL)."""
         unsure = [n for n in self.cached if n not in self.store.in_db]
-        if not unsure:
+        ask = list(dict.fromkeys([*unsure, *olds]))
+        if not ask:
             return
-        found = {r[0] for r in self.conn.execute("SELECT id FROM chunks WHERE id = ANY(%s)",
-                                                 (unsure,))}
+        found = set()
+        for cid, over, patched, complete in self.conn.execute(chunkrows.FORMS_SQL, (ask,)):
+            found.add(cid)
+            if complete:  # a fact of this epoch, as `in_db`: kept even if this tx rolls back
+                self.store.forms[cid] = ChunkForm(delta.split_over(over), patched)
         self.store.in_db.update(found)
         self.cached.difference_update(n for n in unsure if n not in found)
 
@@ -141,17 +153,33 @@ class PgTx(PgTxRecords):
     def put_chunks(self, pieces: list[bytes],
                    replacing: list[str | None] | None = None) -> list[str]:
         """Name each piece (its digest, suffixed past a different stored piece of that
-        digest) and store those the database lacks, in one statement. Pieces are stored
-        whole: `replacing` (the embedded store's delta hint) is not used here yet."""
-        del replacing
+        digest) and store those the database lacks, in one statement. A piece that replaces
+        a committed chunk (`replacing[i]`: the same piece of the same file) is stored as a
+        patch over it when delta.encode says so, as on the embedded store.
+
+        What the replaced chunk is read through comes from what this host knows (it wrote
+        or looked the row up in this GC epoch) and its full bytes from its chunk cache, so a
+        log appended at every commit costs no round trip more. A replaced chunk not known is
+        looked up with the cache's check, one statement for them all; one whose bytes the
+        cache lacks makes the piece stored whole (it is then the next patches' base)."""
         self.pipelined()
         names = [self._local_name(p) for p in pieces]
-        self.confirm_cached()
+        olds: list[str | None] = [None] * len(pieces)
+        if replacing:
+            olds = [old if old is not None and n not in self.chunks
+                    and delta.worth_trying(len(p)) else None
+                    for n, p, old in zip(names, pieces, replacing, strict=True)]
+        self.confirm_cached([o for o in dict.fromkeys(olds) if o is not None
+                             and self._form(o) is None])
         fresh = {n: p for n, p in zip(names, pieces, strict=True)
                  if n not in self.chunks and n not in self.cached}
+        stored: dict[str, tuple[bytes, ChunkForm]] = {}
+        for n, p, old in zip(names, pieces, olds, strict=True):
+            if n in fresh and n not in stored:
+                stored[n] = self._stored_form(p, old)
         collided: set[str] = set()
-        for batch in _batches(fresh):
-            collided |= self._send_chunks({n: fresh[n] for n in batch})
+        for batch in _batches({n: stored[n][0] for n in fresh}):
+            collided |= self._send_chunks({n: fresh[n] for n in batch}, stored)
         if collided:  # another piece holds this digest: one at a time past it
             names = [self._collided(n, p) if n in collided else n
                      for n, p in zip(names, pieces, strict=True)]
@@ -159,20 +187,55 @@ class PgTx(PgTxRecords):
             self.chunks.setdefault(n, p)
         return names
 
-    def _send_chunks(self, fresh: dict[str, bytes]) -> set[str]:
-        """Insert the pieces the database lacks, then compare the bytes of those it had;
-        returns the names held by other bytes (collisions). Pipelined statements, binary:
-        one round trip per batch, no array for the server to unpack (an unnest of a bytea[]
-        ran at a tenth of the speed)."""
-        inserted = set(self._many("INSERT INTO chunks (id, data) VALUES (%s, %s) ON CONFLICT "
-                                  "(id) DO NOTHING RETURNING id", list(fresh.items())))
+    def _form(self, cid: str) -> ChunkForm | None:
+        """How `cid` is stored, if this transaction stored it or this host saw it in the
+        database in this GC epoch (so it is there until this transaction ends: SWEEP_KEY)."""
+        form = self.forms.get(cid)
+        if form is None and cid in self.store.in_db:
+            form = self.store.forms.get(cid)
+        return form
+
+    def _stored_form(self, data: bytes, old: str | None) -> tuple[bytes, ChunkForm]:
+        """(the bytes to store, their form): delta.encode's choice, whole if `old`'s form
+        or the full bytes it needs are not at hand. Everything a patch names is a row this
+        transaction knows is there, and GC keeps it while the patch is named
+        (memfs.store.pg.gc)."""
+        form = self._form(old) if old is not None else None
+        if form is None:
+            return data, WHOLE
+        blob, over = delta.encode(data, old, form.over, lambda: form.patched, self._full)
+        return (data, WHOLE) if not over else (blob, form.after(blob, over))
+
+    def _full(self, cid: str) -> bytes | None:
+        """A committed chunk's full bytes, from this host's cache (never a round trip)."""
+        data = self.chunks.get(cid)
+        return data if data is not None else self.store.cache.get(cid)
+
+    def _send_chunks(self, fresh: dict[str, bytes],
+                     stored: dict[str, tuple[bytes, ChunkForm]]) -> set[str]:
+        """Insert the pieces the database lacks (each in its stored form), then compare the
+        bytes of those it had; returns the names held by other bytes (collisions).
+        Pipelined statements, binary: one round trip per batch, no array for the server to
+        unpack (an unnest of a bytea[] ran at a tenth of the speed). A row it had stored as
+        a patch is compared rebuilt (a round trip more, only then)."""
+        rows = [(n, stored[n][0], delta.join_over(stored[n][1].over)) for n in fresh]
+        inserted = set(self._many("INSERT INTO chunks (id, data, over) VALUES (%s, %s, %s) "
+                                  "ON CONFLICT (id) DO NOTHING RETURNING id", rows))
         known = [i for i in fresh if i not in inserted]
-        same = set(self._many("SELECT id FROM chunks WHERE id = %s AND data = %s",
-                              [(i, fresh[i]) for i in known])) if known else set()
+        same = set(self._many("SELECT id FROM chunks WHERE id = %s AND over IS NULL AND "
+                              "data = %s", [(i, fresh[i]) for i in known])) if known else set()
+        rest = [i for i in known if i not in same]
+        if rest:
+            same |= {i for i, got in self._rebuilt(rest).items() if got == fresh[i]}
         for cid in fresh:
+            if cid in inserted:
+                self.forms[cid] = stored[cid][1]
             if cid in inserted or cid in same:
                 self.chunks[cid] = fresh[cid]
         return {i for i in known if i not in same}
+
+    def _rebuilt(self, ids: list[str]) -> dict[str, bytes | KeyError]:
+        return chunkrows.rebuilt(self.conn.execute(chunkrows.CHUNKS_SQL, (ids, ids)))
 
     def _many(self, sql: str, rows: list[tuple]) -> list:
         """The first column of every row each statement returned."""
@@ -207,10 +270,9 @@ class PgTx(PgTxRecords):
             name = f"{base}.{n}"
             if self.chunks.get(name) == data:
                 return name
-            if self.conn.execute("INSERT INTO chunks VALUES (%s, %s) ON CONFLICT (id) DO "
-                                 "NOTHING RETURNING 1", (name, data)).fetchone() or \
-                    self.conn.execute("SELECT data = %s FROM chunks WHERE id = %s",
-                                      (data, name)).fetchone()[0]:
+            if self.conn.execute("INSERT INTO chunks (id, data) VALUES (%s, %s) ON CONFLICT "
+                                 "(id) DO NOTHING RETURNING 1", (name, data)).fetchone() or \
+                    self._rebuilt([name]).get(name) == data:
                 self.chunks[name] = data
                 return name
             n += 1

@@ -95,11 +95,16 @@ class ChunkCache:
             return cid in self._pending or cid in self._sizes
 
     def get(self, cid: str) -> bytes | None:
+        """The copy, checked; None if there is none (a chunk this cache never kept costs no
+        file system call: a commit asks about each of its new pieces)."""
         with self._lock:
             data = self._pending.get(cid)
             small = cid in self._small
+            known = cid in self._sizes
         if data is not None:
             return data
+        if not known:
+            return None
         if small:
             data = self._read_small(cid)
             if data is None:

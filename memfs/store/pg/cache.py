@@ -203,7 +203,8 @@ class ChunkCache:
             try:
                 self.put_many(batch)
             except Exception:  # noqa: BLE001 - a copy not kept is a miss; the thread goes on
-                log.exception("chunk cache: the copies of %s were not kept", ", ".join(batch))
+                log.exception("chunk cache: %d copies (the first %s) were not kept", len(batch),
+                              next(iter(batch)))
             finally:
                 with self._moved:
                     for cid in batch:

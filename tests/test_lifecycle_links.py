@@ -191,3 +191,51 @@ def test_gc_beside_a_live_mount_with_hard_links(mounted) -> None:
     store_check(mounted.root)
     mounted.remount()
     check()
+
+
+def test_each_commit_writes_the_inode_table_as_its_rows_are_now(tmp_path: Path) -> None:
+    """A commit re-encodes only the inode-table rows it changes (memfs.workspace.inodes: git
+    links every object it writes, so a repository's table holds a row per object) and keeps
+    the others' encoding: the table each commit names must still hold every row as it is then,
+    for content, metadata, link counts and rows dropped, over commits that change a few."""
+    root = tmp_path / "root"
+    ws = Workspace(Store.open(root), commit_interval=10)
+    store = ws.store
+    work = ws.create(ws.root, b"work", DIR, 0o755, 0, 0)
+    files = []
+    for i in range(6):
+        f = ws.create(work, b"f%d" % i, FILE, 0o644, 0, 0)
+        ws.write(f, 0, b"v0 %d" % i)
+        ws.link(f, work, b"l%d" % i)
+        files.append(f)
+    rnd = random.Random(7)
+    for step in range(8):
+        _commit(ws)
+        table = store.inodes(store.inode_table(ws.head))
+        assert set(table) == {f.ikey for f in files}, step  # a victim's row is gone
+        for f in files:
+            e = table[f.ikey]
+            assert (e.mode, e.size, e.nlink, e.ref) == (f.mode, f.size(), f.nlink, f.ref), step
+        f = rnd.choice(files)
+        match step % 4:
+            case 0:
+                ws.write(f, 0, b"v%d" % (step + 1))
+            case 1:
+                ws.setattr(f, mode=0o600 + step)
+            case 2:
+                ws.link(f, work, b"more%d" % step)
+            case 3:
+                victim = files.pop(rnd.randrange(len(files)))
+                names = sorted(n for d, n in victim.links)
+                for n in names:
+                    ws.unlink(work, n)
+    _commit(ws)
+    store.close()
+    again = Workspace(Store.open(root), commit_interval=10)  # read back from the store alone
+    try:
+        for f in files:
+            node = again.lookup(again.lookup(again.root, b"work"), f.name)
+            assert (node.mode, node.size(), node.nlink) == (f.mode, f.size(), f.nlink)
+            assert _read(again, node) == _read(ws, f)
+    finally:
+        again.store.close()

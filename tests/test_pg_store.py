@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -30,6 +31,23 @@ def pg_root(tmp_path: Path, name: str, url: str) -> Path:
 def memfs(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "memfs", "--root", str(root), *args],
                           capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+def cached_row(root: Path, cid: str) -> bytes | None:
+    """A small chunk's copy in the host's cache (a row of cache/small-chunks.db)."""
+    conn = sqlite3.connect(root / "cache" / "small-chunks.db")
+    try:
+        row = conn.execute("SELECT data FROM chunks WHERE id = ?", (cid,)).fetchone()
+    finally:
+        conn.close()
+    return bytes(row[0]) if row else None
+
+
+def damage_row(root: Path, cid: str, data: bytes) -> None:
+    conn = sqlite3.connect(root / "cache" / "small-chunks.db")
+    with conn:
+        assert conn.execute("UPDATE chunks SET data = ? WHERE id = ?", (data, cid)).rowcount == 1
+    conn.close()
 
 
 def commit_empty(store: PgStore, message: str) -> str:
@@ -78,8 +96,9 @@ def test_the_cache_may_be_deleted_or_damaged_under_a_running_store(tmp_path: Pat
             ids = tx.put_chunks(pieces)
         store.cache.flush()  # the copies are written by the cache's thread
         assert (root / "cache/chunks" / ids[0]).exists()
-        (root / "cache/chunks" / ids[1]).write_bytes(b"other bytes")  # damaged: a miss
+        damage_row(root, ids[1], b"other bytes")  # a small piece's copy damaged: a miss
         assert store.read_chunk(ids[1]) == pieces[1]
+        assert store.read_chunk_range(ids[1], 2, 3) == pieces[1][2:5]
         store.cache.flush()  # its copy, rewritten by the cache's thread, would race rmtree's walk
         shutil.rmtree(root / "cache")
         assert store.read_chunk(ids[0]) == pieces[0]
@@ -205,8 +224,9 @@ def test_a_commit_does_not_wait_for_its_cache_copies(tmp_path: Path, pg_url: str
     closed = False
     try:
         release = threading.Event()
-        put = store.cache.put
-        monkeypatch.setattr(store.cache, "put", lambda cid, data: (release.wait(), put(cid, data)))
+        put_many = store.cache.put_many
+        monkeypatch.setattr(store.cache, "put_many",
+                            lambda chunks: (release.wait(), put_many(chunks)))
         monkeypatch.setattr(cache_mod, "PENDING_MAX", 2 << 20)
         pieces = [os.urandom(1 << 20), os.urandom(1 << 20)]
         done: list[list[str]] = []
@@ -243,16 +263,16 @@ def test_the_cache_thread_goes_on_after_a_copy_fails(tmp_path: Path, pg_url: str
     root = pg_root(tmp_path, "a", pg_url)
     store = open_store(root)
     try:
-        put = store.cache.put
+        put_many = store.cache.put_many
         failed: list[str] = []
 
-        def flaky(cid: str, data: bytes) -> None:
+        def flaky(chunks: dict[str, bytes]) -> None:
             if not failed:
-                failed.append(cid)
+                failed.extend(chunks)
                 raise RuntimeError("unforeseen")
-            put(cid, data)
+            put_many(chunks)
 
-        monkeypatch.setattr(store.cache, "put", flaky)
+        monkeypatch.setattr(store.cache, "put_many", flaky)
         pieces = [os.urandom(1000), os.urandom(1000)]
         with store.transaction() as tx:
             first = tx.put_chunks(pieces[:1])
@@ -263,10 +283,45 @@ def test_the_cache_thread_goes_on_after_a_copy_fails(tmp_path: Path, pg_url: str
         flushed.join(10)
         assert not flushed.is_alive(), "the cache's thread stopped"
         assert failed == first
-        assert (root / "cache/chunks" / second[0]).read_bytes() == pieces[1]
+        assert cached_row(root, second[0]) == pieces[1]
+        assert cached_row(root, first[0]) is None
         assert store.read_chunk(first[0]) == pieces[0]  # the miss: from the database
     finally:
         store.close()
+
+
+def test_small_chunks_are_cached_as_rows_and_bounded_with_the_files(tmp_path: Path) -> None:
+    """A git commit stores thousands of pieces of a few KiB: their copies are rows of one
+    database written in one transaction, not a file each (the kernel's work creating those
+    files was more than the server's storing them). Rows and files share one bound, oldest
+    first, and a reopened cache knows both."""
+    root = tmp_path / "root"
+    pieces = [os.urandom(3000) for _ in range(50)]
+    small = {cache_mod.chunk_digest(d): d for d in pieces}
+    big = os.urandom(cache_mod.SMALL_MAX + 1)
+    big_id = cache_mod.chunk_digest(big)
+    bound = 50 * 3000 + len(big)
+    cache = cache_mod.ChunkCache(root, limit=bound)
+    cache.keep(small)
+    cache.keep({big_id: big})
+    cache.flush()
+    assert [p.name for p in (root / "cache/chunks").iterdir()] == [big_id]
+    assert all(cached_row(root, c) == d for c, d in small.items())
+    cache.close()
+    cache = cache_mod.ChunkCache(root, limit=bound)  # reopened: rows and files known
+    try:
+        assert cache.total == bound
+        assert all(cache.get(c) == d for c, d in small.items())
+        assert cache.get_range(big_id, 10, 5) == big[10:15]
+        more = os.urandom(3000)
+        cache.put(cache_mod.chunk_digest(more), more)  # past the bound: the oldest go
+        assert cache.total <= bound
+        gone = [c for c in small if cached_row(root, c) is None]
+        assert gone and gone == list(small)[:len(gone)]
+        assert all(cache.get(c) is None for c in gone)
+        assert cache.get(cache_mod.chunk_digest(more)) == more
+    finally:
+        cache.close()
 
 
 def test_a_pack_cut_short_is_an_error_on_the_embedded_store(tmp_path: Path) -> None:

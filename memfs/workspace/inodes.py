@@ -21,11 +21,15 @@ if TYPE_CHECKING:
 
 
 class Inodes:
-    __slots__ = ("table", "rows", "nodes", "changed")
+    __slots__ = ("table", "rows", "encoded", "nodes", "changed")
 
     def __init__(self, table: str | None) -> None:
         self.table = table  # the committed table's object id (None: no hard links)
         self.rows: dict[str, Entry] | None = None  # its rows, decoded on first use
+        # Rows as the table holds them (encode_row), those encoded so far: a commit re-encodes
+        # only the rows it changes (git links every object it writes, so a repository's table
+        # holds a row per object, and re-encoding them all took most of each commit's CPU).
+        self.encoded: dict[str, tuple[str, bytes]] = {}
         self.nodes: dict[str, Node] = {}
         self.changed: set[Node] = set()  # rows the next commit rewrites (or drops)
 
@@ -41,6 +45,7 @@ class Inodes:
         if not self.changed:
             return plan
         plan.rows = dict(self.load_rows(store))
+        plan.encoded = dict(self.encoded)
         plan.jobs = []
         for node in self.changed:
             key = node.ikey
@@ -75,30 +80,34 @@ class TablePlan:
     table: str | None  # the table the commit names: the committed one while unchanged
     jobs: list[InodeJob] | None = None  # None: the table is unchanged
     rows: dict[str, Entry] | None = None  # a copy of the committed rows, changed by write()
+    encoded: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # of `rows`, so far
     file_jobs: list = field(default_factory=list)
 
     def write(self, tx) -> None:
         """Commit thread, after the content jobs: the new table (None once empty)."""
         if self.jobs is None:
             return
-        rows = self.rows
+        rows, encoded = self.rows, self.encoded
         assert rows is not None  # the snapshot copied them with the jobs
         for j in self.jobs:
+            encoded.pop(j.key, None)
             if j.entry is None:
                 rows.pop(j.key, None)
                 continue
             if j.file is not None:
                 j.entry.ref = j.file.ref
             rows[j.key] = j.entry
-        self.table = tx.put_object(encode_inodes([encode_row(e) for e in rows.values()])) \
-            if rows else None
+        for key, e in rows.items():
+            if key not in encoded:
+                encoded[key] = encode_row(e)
+        self.table = tx.put_object(encode_inodes(list(encoded.values()))) if rows else None
 
     def apply(self) -> None:
         """Back on the loop once durable: clean what did not change meanwhile."""
         if self.jobs is None:
             return
         space = self.space
-        space.table, space.rows = self.table, self.rows
+        space.table, space.rows, space.encoded = self.table, self.rows, self.encoded
         for j in self.jobs:
             node = j.node
             if node.ver != j.ver:

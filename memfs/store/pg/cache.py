@@ -3,16 +3,19 @@
 Objects and chunks never change once named, so a copy is never stale; each is checked
 against its name when read (xxh3-128 for a chunk, BLAKE2b for an object), so a torn or
 damaged copy is a miss, never wrong bytes. Only committed rows are copied in, so a copy
-also says the database has the row. Chunks are files under `cache/chunks/` (bounded: the
-least recently used go first past `limit` bytes, and before a copy would take what writes
-need of the filesystem, `keep_free`: the host's writes are measured against what is free
-there, so a cache that filled it would have every write refused with the server far from
-full); objects are rows of `cache/objects.db`.
+also says the database has the row. Chunks are files under `cache/chunks/`, those of at most
+SMALL_MAX bytes rows of `cache/small-chunks.db` (a git commit stores thousands of pieces of a
+few KiB, and a file each cost more of the kernel's time than the server spent storing them).
+All are bounded together: the least recently used go first past `limit` bytes, and before a
+copy would take what writes need of the filesystem, `keep_free`: the host's writes are
+measured against what is free there, so a cache that filled it would have every write
+refused with the server far from full. Objects are rows of `cache/objects.db`.
 Deleting the folder, even under a running daemon, costs only reads from the database.
 
-Thread-safe: one lock around the bookkeeping; file reads and writes run outside it. Copies of
-committed chunks are written by the cache's own thread (`keep`), so a commit does not wait for
-the files: until written they are served from memory, at most PENDING_MAX bytes of them.
+Thread-safe: one lock around the bookkeeping; file reads and writes run outside it, and the
+small chunks' database has a lock of its own. Copies of committed chunks are written by the
+cache's own thread (`keep`), in batches, so a commit does not wait for them: until written they
+are served from memory, at most PENDING_MAX bytes of them.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ LIMIT_ENV = "MEMFS_CACHE_BYTES"
 
 WRITE_ROOM = 64 << 20  # what writes may still take beside the commits' headroom
 PENDING_MAX = 64 << 20  # copies handed to the writer thread, not yet written: `keep` waits past it
+SMALL_MAX = 64 << 10  # a chunk up to this size is a row of the small chunks' database
+BATCH_MAX = 8 << 20  # pending bytes the writer thread takes at once (one database transaction)
 
 
 def keep_free(size: int) -> int:
@@ -63,6 +68,13 @@ class ChunkCache:
         self._writer: threading.Thread | None = None
         self._closing = False
         self.total = 0
+        self._small: set[str] = set()  # kept as rows of the small chunks' database
+        self._db_lock = threading.Lock()
+        self._db: sqlite3.Connection | None = _small_db(root / "cache" / "small-chunks.db")
+        for cid, size in self._db.execute("SELECT id, length(data) FROM chunks ORDER BY rowid"):
+            self._sizes[cid] = size  # oldest first: rows are numbered as they are written
+            self._small.add(cid)
+            self.total += size
         found = []
         for entry in os.scandir(self.dir):
             if entry.name.endswith(".tmp"):
@@ -83,20 +95,33 @@ class ChunkCache:
             return cid in self._pending or cid in self._sizes
 
     def get(self, cid: str) -> bytes | None:
+        """The copy, checked; None if there is none (a chunk this cache never kept costs no
+        file system call: a commit asks about each of its new pieces)."""
         with self._lock:
             data = self._pending.get(cid)
+            small = cid in self._small
+            known = cid in self._sizes
         if data is not None:
             return data
-        try:
-            data = self._path(cid).read_bytes()
-        except OSError:
-            self._forget(cid)
+        if not known:
             return None
+        if small:
+            data = self._read_small(cid)
+            if data is None:
+                self._forget(cid)
+                return None
+        else:
+            try:
+                data = self._path(cid).read_bytes()
+            except OSError:
+                self._forget(cid)
+                return None
         if chunk_digest(data) != cid.split(".")[0]:
             self._drop(cid)
             return None
         with self._lock:
-            self._verified[cid] = len(data)
+            if not small:
+                self._verified[cid] = len(data)
             if cid in self._sizes:
                 self._sizes.move_to_end(cid)
         return data
@@ -107,6 +132,11 @@ class ChunkCache:
         read short of the chunk would be taken for the end of the file."""
         with self._lock:
             pending = self._pending.get(cid)
+            small = cid in self._small
+        if pending is None and small:
+            pending = self.get(cid)  # a few KiB, checked whole at each read
+            if pending is None:
+                return None
         if pending is not None:
             return pending[start:start + max(0, length)]
         if cid not in self._verified and self.get(cid) is None:
@@ -154,22 +184,32 @@ class ChunkCache:
                 self._writer.start()
 
     def _write_pending(self) -> None:
-        """The writer thread: the oldest pending copy to its file, until closed and drained."""
+        """The writer thread: the oldest pending copies (up to BATCH_MAX bytes) to their rows
+        and files, until closed and drained. They stay pending, served from memory, until
+        written."""
         while True:
             with self._moved:
                 while not self._pending and not self._closing:
                     self._moved.wait()
                 if not self._pending:
                     return
-                cid, data = next(iter(self._pending.items()))
+                batch: dict[str, bytes] = {}
+                size = 0
+                for cid, data in self._pending.items():
+                    if batch and size + len(data) > BATCH_MAX:
+                        break
+                    batch[cid] = data
+                    size += len(data)
             try:
-                self.put(cid, data)
+                self.put_many(batch)
             except Exception:  # noqa: BLE001 - a copy not kept is a miss; the thread goes on
-                log.exception("chunk cache: the copy of %s was not kept", cid)
+                log.exception("chunk cache: %d copies (the first %s) were not kept", len(batch),
+                              next(iter(batch)))
             finally:
                 with self._moved:
-                    del self._pending[cid]
-                    self._pending_bytes -= len(data)
+                    for cid in batch:
+                        del self._pending[cid]
+                    self._pending_bytes -= size
                     self._moved.notify_all()
 
     def flush(self) -> None:
@@ -186,35 +226,97 @@ class ChunkCache:
             writer = self._writer
         if writer is not None:
             writer.join()
+        with self._db_lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def put(self, cid: str, data: bytes) -> None:
-        """Keep a committed chunk, now (no fsync: a lost copy is a miss)."""
-        if len(data) > self.limit:
-            return
+        """Keep one committed chunk, now."""
+        self.put_many({cid: data})
+
+    def put_many(self, chunks: dict[str, bytes]) -> None:
+        """Keep committed chunks, now (no fsync: a lost copy is a miss): the small ones as rows
+        in one transaction, the others as files."""
         with self._lock:
-            if cid in self._sizes:
-                return
-        if not self._room_for(len(data)):
+            todo = {c: d for c, d in chunks.items()
+                    if len(d) <= self.limit and c not in self._sizes}
+        if not todo or not self._room_for(sum(len(d) for d in todo.values())):
             return
+        small = {c: d for c, d in todo.items() if len(d) <= SMALL_MAX}
+        kept = dict.fromkeys(small, True) if small and self._insert_small(small) else {}
+        for cid, data in todo.items():
+            if cid not in small and self._write_file(cid, data):
+                kept[cid] = False
+        with self._lock:
+            for cid, is_small in kept.items():
+                size = len(todo[cid])
+                self._sizes[cid] = size
+                if is_small:
+                    self._small.add(cid)
+                else:
+                    self._verified[cid] = size
+                self.total += size
+            victims = []
+            while self.total > self.limit and self._sizes:
+                victims.append(self._pop_oldest())
+        self._remove(victims)
+
+    def _write_file(self, cid: str, data: bytes) -> bool:
         tmp = self._path(f"{cid}.{threading.get_ident()}.tmp")
         try:
             tmp.write_bytes(data)
             os.replace(tmp, self._path(cid))
         except OSError:
             tmp.unlink(missing_ok=True)
-            return
-        with self._lock:
-            self._sizes[cid] = len(data)
-            self._verified[cid] = len(data)
-            self.total += len(data)
-            victims = []
-            while self.total > self.limit and self._sizes:
-                old, size = self._sizes.popitem(last=False)
-                self.total -= size
-                self._verified.pop(old, None)
-                victims.append(old)
-        for old in victims:
-            self._path(old).unlink(missing_ok=True)
+            return False
+        return True
+
+    def _insert_small(self, chunks: dict[str, bytes]) -> bool:
+        with self._db_lock:
+            if self._db is None:
+                return False
+            try:
+                _in_one_transaction(self._db, "INSERT OR REPLACE INTO chunks VALUES (?, ?)",
+                                    list(chunks.items()))
+            except sqlite3.Error as exc:
+                log.warning("chunk cache: %d small copies not kept: %s", len(chunks), exc)
+                return False
+        return True
+
+    def _read_small(self, cid: str) -> bytes | None:
+        with self._db_lock:
+            if self._db is None:
+                return None
+            try:
+                row = self._db.execute("SELECT data FROM chunks WHERE id = ?", (cid,)).fetchone()
+            except sqlite3.Error:
+                return None
+        return bytes(row[0]) if row else None
+
+    def _pop_oldest(self) -> tuple[str, bool]:
+        """Under the lock: the least recently used copy, forgotten; (its id, a row?)."""
+        old, size = self._sizes.popitem(last=False)
+        self.total -= size
+        self._verified.pop(old, None)
+        small = old in self._small
+        self._small.discard(old)
+        return old, small
+
+    def _remove(self, victims: list[tuple[str, bool]]) -> None:
+        """Delete forgotten copies: rows in one transaction, files one by one."""
+        rows = [(cid,) for cid, small in victims if small]
+        if rows:
+            with self._db_lock:
+                if self._db is not None:
+                    try:
+                        _in_one_transaction(self._db, "DELETE FROM chunks WHERE id = ?", rows)
+                    except sqlite3.Error as exc:  # a row left over is read, checked, dropped
+                        log.warning("chunk cache: %d small copies not deleted: %s",
+                                    len(rows), exc)
+        for cid, small in victims:
+            if not small:
+                self._path(cid).unlink(missing_ok=True)
 
     def _room_for(self, n: int) -> bool:
         """Room for n more bytes that leaves the filesystem's `keep_free`: the least recently
@@ -229,25 +331,44 @@ class ChunkCache:
         victims = []
         with self._lock:
             while short > 0 and self._sizes:
-                old, size = self._sizes.popitem(last=False)
-                self.total -= size
-                self._verified.pop(old, None)
-                victims.append(old)
-                short -= size
-        for old in victims:
-            self._path(old).unlink(missing_ok=True)
+                short -= self._sizes[next(iter(self._sizes))]
+                victims.append(self._pop_oldest())
+        self._remove(victims)
         return short <= 0
 
-    def _forget(self, cid: str) -> None:
+    def _forget(self, cid: str) -> bool:
+        """Forget a copy; was it a row?"""
         with self._lock:
             size = self._sizes.pop(cid, None)
             if size is not None:
                 self.total -= size
             self._verified.pop(cid, None)
+            small = cid in self._small
+            self._small.discard(cid)
+        return small
 
     def _drop(self, cid: str) -> None:
-        self._forget(cid)
-        self._path(cid).unlink(missing_ok=True)
+        self._remove([(cid, self._forget(cid))])
+
+
+def _in_one_transaction(conn: sqlite3.Connection, sql: str, rows: list[tuple]) -> None:
+    conn.execute("BEGIN")
+    try:
+        conn.executemany(sql, rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _small_db(path: Path) -> sqlite3.Connection:
+    """The small chunks' database (no fsync: a copy lost in a crash is a miss)."""
+    conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = OFF")
+    conn.execute("CREATE TABLE IF NOT EXISTS chunks (id TEXT PRIMARY KEY, data BLOB NOT NULL)")
+    return conn
 
 
 class ObjectCache:

@@ -93,8 +93,16 @@ def links(root: Path) -> dict[str, tuple[int, tuple[str, ...]]]:
 
 
 def read_file(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO: opens, reads nothing
-    with open(fd, "rb") as f:
+    """A file's bytes (a FIFO: opens, reads nothing). A directory's fd is closed here: open()
+    refuses it without closing it, and the fd left open kept the mount busy at teardown (the
+    unmount fell back to a lazy one and the daemon served on until it was killed, 10 s)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        f = open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         return f.read()
 
 

@@ -66,19 +66,29 @@ def finished_attach(m) -> dict | None:
     return done[0] if done else None
 
 
-def test_an_attach_longer_than_the_stall_window_completes(mount_factory, tmp_path: Path) -> None:
-    """The daemon sends a progress line a second while the attach runs: a CLI whose stall
-    window is shorter than the whole attach waits it out, shows its progress, and reports
-    success. (With only the reply on the socket, it gave up after the window.)"""
-    m = mount_factory(env={"MEMFS_TEST_WALK_DELAY": str(DELAY)})
+def timed_attach(mount_factory, tmp_path: Path, daemon_env: dict[str, str],
+                 **cli: str) -> tuple[object, Path, subprocess.CompletedProcess[str], float]:
+    """A daemon started with `daemon_env` (a test shim), `memfs attach p PROJ` of a slow tree
+    from a CLI with the short stall window (and `cli` in its environment): the mount, the
+    tree, the CLI's result and how long it took."""
+    m = mount_factory(env=daemon_env)
     m.require_real()
     proj = tmp_path / "proj"
     slow_tree(proj)
     t0 = time.monotonic()
     res = subprocess.run(memfs_cmd(m.root, "attach", "p", str(proj), "--watch", "off"),
                          capture_output=True, text=True, cwd=REPO, timeout=120,
-                         env=cli_env(MEMFS_CONTROL_STALL=str(STALL), MEMFS_PROGRESS_EVERY="0.5"))
-    took = time.monotonic() - t0
+                         env=cli_env(MEMFS_CONTROL_STALL=str(STALL), **cli))
+    return m, proj, res, time.monotonic() - t0
+
+
+def test_an_attach_longer_than_the_stall_window_completes(mount_factory, tmp_path: Path) -> None:
+    """The daemon sends a progress line a second while the attach runs: a CLI whose stall
+    window is shorter than the whole attach waits it out, shows its progress, and reports
+    success. (With only the reply on the socket, it gave up after the window.)"""
+    m, proj, res, took = timed_attach(mount_factory, tmp_path,
+                                      {"MEMFS_TEST_WALK_DELAY": str(DELAY)},
+                                      MEMFS_PROGRESS_EVERY="0.5")
     assert res.returncode == 0, res.stderr
     assert took > 2 * STALL, f"the attach took {took:.1f} s: not longer than the window"
     assert f"p is bound to {proj}" in res.stdout and f"{DIRS * PER_DIR} taken" in res.stdout
@@ -94,16 +104,9 @@ def test_a_daemon_busy_without_a_line_is_waited_for(mount_factory, tmp_path: Pat
     a loaded machine, so tens of seconds at 1M): no progress line for longer than the stall
     window, but the daemon spends CPU, so the CLI waits (it gave up after the window)."""
     spin = 3 * STALL
-    m = mount_factory(env={"MEMFS_TEST_PLAN_SPIN": str(spin)})
-    m.require_real()
-    proj = tmp_path / "proj"
-    slow_tree(proj)
-    t0 = time.monotonic()
-    res = subprocess.run(memfs_cmd(m.root, "attach", "p", str(proj), "--watch", "off"),
-                         capture_output=True, text=True, cwd=REPO, timeout=120,
-                         env=cli_env(MEMFS_CONTROL_STALL=str(STALL)))
+    _, _, res, took = timed_attach(mount_factory, tmp_path, {"MEMFS_TEST_PLAN_SPIN": str(spin)})
     assert res.returncode == 0, res.stderr
-    assert time.monotonic() - t0 > spin
+    assert took > spin
     assert f"{DIRS * PER_DIR} taken" in res.stdout, res.stdout
 
 

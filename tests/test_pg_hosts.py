@@ -298,7 +298,7 @@ def _waiting_on(pg_url: str, table: str) -> Callable[[], bool]:
         with psycopg.connect(pg_url, autocommit=True) as look:
             return look.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
-                "query LIKE %s", (f"%FROM {table} %",)).fetchone()[0] > 0  # type: ignore[index]
+                "query LIKE %s", (f"%FROM {table}%",)).fetchone()[0] > 0  # type: ignore[index]
     return waiting
 
 
@@ -367,3 +367,38 @@ def test_a_takeover_from_a_branch_of_ones_own_says_the_mount_moved(hosts) -> Non
     assert again["switched_from"] is None, again
     b.cli("branch", "switch", "mine")
     assert (b.work / "from-b.txt").read_bytes() == b"b\n", "the way back the remedy names"
+
+
+def test_a_locked_server_holds_only_the_memfs_listing_that_asked(hosts, pg_url: str) -> None:
+    """`.memfs/branches`, a commit looked up by id under `.memfs/history` and
+    `.memfs/checkpoints` read the database in a worker thread: while another session holds
+    the table they read locked, only that `ls` waits, and a file b has read before is served
+    meanwhile (the reads ran on the FUSE loop, so the whole mount hung with them)."""
+    import psycopg
+
+    a, b = hosts
+    write_synced(a.work / "hot.txt", b"read on b first\n")
+    wait_for(lambda: read(b.work / "hot.txt") == b"read on b first\n", "host b to see a's files")
+    cid = a.cli_json("log", "-n", "1")[0]["id"]
+    a.cli("checkpoint", "create", "before-lock")
+
+    def hot_is_served() -> None:
+        cat = subprocess.run(["cat", str(b.work / "hot.txt")], capture_output=True, timeout=20)
+        assert cat.stdout == b"read on b first\n", cat
+
+    memfs = b.mnt / ".memfs"
+    cases = (("branches", ["ls", str(memfs / "branches")], "main"),
+             ("commits", ["ls", str(memfs / "history" / cid[:10])], "work"),  # a prefix
+             ("checkpoints", ["ls", str(memfs / "checkpoints")], "before-lock"))
+    for table, argv, expect in cases:
+        with psycopg.connect(pg_url) as locker:
+            locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            slow = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            try:
+                wait_for(_waiting_on(pg_url, table), f"b's read of {table} to wait")
+                hot_is_served()
+                assert slow.poll() is None, f"{argv} did not wait for the locked {table}"
+            finally:
+                locker.rollback()
+                out, _ = slow.communicate(timeout=60)
+        assert slow.returncode == 0 and expect in out.split(), (argv, out)

@@ -1,6 +1,6 @@
 """The `memfs` console script: one argparse tree, commands registered by topic modules.
 
-Each topic module (`mount_cmds`, `store_cmds`, `history_cmds`, `memory_cmds`, `consolidate_cmds`,
+Each topic module (`mount_cmds`, `status_cmd`, `store_cmds`, `history_cmds`, `memory_cmds`, `consolidate_cmds`,
 `reconcile_cmds`) has `register(subparsers)`, adding its commands with
 `set_defaults(func=...)`. A command's func takes the parsed args and returns an exit code; it
 raises MemfsError for a refusal, which is printed as "memfs: what happened — what to do" (or as
@@ -22,7 +22,7 @@ import sys
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 
-TOPICS = ("mount_cmds", "store_cmds", "history_cmds", "memory_cmds", "consolidate_cmds",
+TOPICS = ("mount_cmds", "status_cmd", "store_cmds", "history_cmds", "memory_cmds", "consolidate_cmds",
           "receipts_cmds", "reconcile_cmds", "gc_cmds")
 
 

@@ -1,5 +1,5 @@
-"""Store commands: restore, branch, fsck (mount_cmds has init, mount, umount and status;
-history_cmds has log, reflog, undo, diff, show, checkpoint and mark).
+"""Store commands: restore, branch, fsck (mount_cmds has init, mount and umount; status_cmd
+status; history_cmds has log, reflog, undo, diff, show, checkpoint and mark).
 
 Each asks the running daemon first (so the mount sees the change at once) and opens the
 store directly when no daemon serves the root.

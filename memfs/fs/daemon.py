@@ -31,6 +31,7 @@ from memfs.rootdir import control_socket
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.hosts import Hosts
 from memfs.workspace.lifecycle import Lifecycle
+from memfs.workspace.pinning import PinPublisher
 from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.daemon")
@@ -173,9 +174,12 @@ async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle,
     hosts = Hosts(ws)
     ws.hosts = hosts
     await hosts.start()
+    pins = PinPublisher(ws, lifecycle.pg) if lifecycle.pg is not None else None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
         nursery.start_soon(lifecycle.run)
+        if pins is not None:  # other hosts' GC keeps what this one shows (pinning)
+            nursery.start_soon(pins.run)
         nursery.start_soon(hosts.run, ops.drain_invalidations)
         nursery.start_soon(_signals, ws)
         nursery.start_soon(_heartbeat, ws, lock)
@@ -184,6 +188,8 @@ async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle,
         nursery.start_soon(backing.run_watchers, ops.drain_invalidations)
         await pyfuse3.main(max_tasks=MAX_TASKS)
         await _stop(ws, backing)
+        if pins is not None:
+            await pins.withdraw()
         nursery.cancel_scope.cancel()
 
 

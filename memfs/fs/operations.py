@@ -177,7 +177,9 @@ class MemfsOperations(pyfuse3.Operations):
     async def lookup(self, parent_inode, name, ctx=None):
         parent = self._node(parent_inode)
         if isinstance(parent, VDir):
-            if parent.prepare is not None:
+            if parent.prepare_name is not None:
+                await parent.prepare_name(name)
+            elif parent.prepare is not None:
                 await parent.prepare()
             found = self._vlookup(parent, name)
             self.views.shown(parent_inode, name, found)

@@ -43,9 +43,11 @@ class VDir:
     # (entry, attribute) timeouts the kernel may cache it for: 0 unless its name can only
     # ever mean this directory (history's layout), where a path walk need not ask again.
     timeouts: tuple[float, float] = (0.0, 0.0)
-    # Awaited before a lookup in it and before a listing starts: for entries that live in a
-    # database and are fetched in a worker thread, so `lookup` and `listing` read memory.
+    # Awaited before a listing starts (and before a lookup in it, unless prepare_name is
+    # set, which is awaited with the name instead): for entries that live in a database and
+    # are fetched in a worker thread, so `lookup` and `listing` read memory.
     prepare: Callable[[], Awaitable[None]] | None = None
+    prepare_name: Callable[[bytes], Awaitable[None]] | None = None
 
 
 class VirtualTree:
@@ -79,7 +81,7 @@ class VirtualTree:
         items = {
             b"status": lambda: self._file(
                 self._status, prepare=lambda: self.ws.backing.refresh_status()),
-            b"branches": lambda: self._dir(self._branch_lookup, self._branch_list),
+            b"branches": self._branches_dir,
             b"history": lambda: self.history.history_dir(),
             b"checkpoints": lambda: self.history.checkpoints_dir(),
             b"receipts": self._receipts,
@@ -98,14 +100,31 @@ class VirtualTree:
     def _status(self) -> bytes:
         return (json.dumps(self.ws.status(), indent=2, sort_keys=True) + "\n").encode()
 
-    def _branch_list(self) -> list[bytes]:
-        return sorted(n.encode() for n in self.ws.store.branches())
+    def _branches_dir(self) -> VDir:
+        """Each branch as its head has it; the heads are read in a worker thread first on a
+        store in PostgreSQL (history_view.Facts), every time: a branch made elsewhere shows."""
+        facts = self.history.facts
 
-    def _branch_lookup(self, name: bytes):
-        heads = self.ws.store.branches()
-        head = heads.get(name.decode("utf-8", "surrogateescape"))
-        return None if head is None else self.ws.view(head, "branches/" + name.decode(
-            "utf-8", "surrogateescape"))
+        def heads() -> dict[str, str]:
+            return facts.get(("branches",), self.ws.store.branches, always=True)
+
+        async def prepare() -> None:
+            await facts.ensure(("branches",), self.ws.store.branches, always=True)
+
+        async def prepare_name(name: bytes) -> None:
+            await prepare()
+            head = heads().get(name.decode("utf-8", "surrogateescape"))
+            if head is not None:
+                await facts.warm(lambda: self.history._seen_if_kept(head))
+
+        def lookup(name: bytes):
+            text = name.decode("utf-8", "surrogateescape")
+            head = heads().get(text)
+            return None if head is None else self.ws.view(head, "branches/" + text)
+
+        d = self._dir(lookup, lambda: sorted(n.encode() for n in heads()))
+        d.prepare, d.prepare_name = prepare, prepare_name
+        return d
 
     def _receipts(self) -> VDir:
         """The receipts, read-only: the root's files, or a shared store's rows as the same

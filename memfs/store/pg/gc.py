@@ -39,8 +39,9 @@ the dropped commits' rows), sweep (batches), finish (the report in memfs_meta 'g
 then VACUUM so the database reuses the space). Commits go before what they name.
 
 No space floor here: the server's disk is not this host's to measure (the database's size
-is shown; `space-floor` applies to embedded stores). Pins are this host's daemon's (views it
-shows, files it holds open); another host's are not known here (docs/lifecycle.md).
+is shown; `space-floor` applies to embedded stores). Pins (views a daemon shows, files it
+holds open) are this host's daemon's, asked of its loop, and every other host's live set in
+`host_pins` (memfs.store.pg.pins), read in the plan and again in each sweep batch.
 
 Threads: `run` in one worker thread (the daemon's GC task, or the CLI), on connections of
 its own; status reads `progress` from the loop.
@@ -61,6 +62,7 @@ from psycopg import IsolationLevel
 from memfs.store import retention
 from memfs.store.delta import split_over
 from memfs.store.gc import BATCH, GcReport, Pins, Progress, crash_point
+from memfs.store.pg import pins as host_pins
 from memfs.store.pg import schema
 from memfs.store.pg.conn import server_error
 from memfs.store.pg.store import GC_NOTICE, PgStore
@@ -223,6 +225,7 @@ class PgCollector:
         protected = [cid for cid, why in self.keep.items() if retention.is_protected(why)]
         self.progress.total = len(self.keep)
         roots = [Ref(TREE, t) for t in pins.trees] + list(pins.refs)
+        roots += host_pins.others(conn, self.store.host)  # what other hosts show (pins)
         for cid in protected:
             roots += self._roots(cid)
         self._mark(conn, roots, protected=True)
@@ -351,8 +354,9 @@ class PgCollector:
         return out
 
     def _catch_up(self, conn: psycopg.Connection) -> None:
-        """Under SWEEP_KEY exclusive: mark what the commits made since the last look name
-        (all of them have ended: each held SWEEP_KEY shared)."""
+        """Under SWEEP_KEY exclusive: mark what other hosts pin now, and what the commits
+        made since the last look name (all of them have ended: each held SWEEP_KEY shared)."""
+        self._mark(conn, host_pins.others(conn, self.store.host), protected=True)
         rows = conn.execute("SELECT id, tree, seq FROM commits WHERE seq > %s ORDER BY seq",
                             (self.epoch,)).fetchall()
         if not rows:
@@ -422,6 +426,7 @@ class PgCollector:
             conn.execute("VACUUM chunks, objects, commits, commit_inodes, commit_intents")
         except psycopg.Error as exc:  # not the owner, say: the next autovacuum does it
             self.report.problems.append(f"VACUUM: {str(exc).strip()}")
+        host_pins.expire(conn)
         r = self.report
         r.store_after = _database_size(conn)
         r.seconds = round(time.time() - r.started, 3)

@@ -133,9 +133,19 @@ END $$;
 
 OBJECTS_LZ4_VERSION = 7
 
+# Version 8: what each host's daemon pins (views of history it shows, files it holds open
+# after they left the tree), one row a host, replaced whole, expiring on the server's clock:
+# a GC run on any host keeps the live sets (memfs.store.pg.pins).
+HOST_PINS = """
+CREATE TABLE IF NOT EXISTS host_pins (
+    host TEXT PRIMARY KEY, hostname TEXT NOT NULL, expires DOUBLE PRECISION NOT NULL,
+    trees TEXT[] NOT NULL, refs TEXT[] NOT NULL);
+"""
+HOST_PINS_VERSION = 8
+
 MIGRATIONS: dict[int, str] = {1: BASE, 2: RECEIPTS, 3: SESSIONS, 4: CHUNKS_AS_THEY_COME,
                               5: RETENTION, PATCHES_VERSION: PATCHES,
-                              OBJECTS_LZ4_VERSION: OBJECTS_LZ4}
+                              OBJECTS_LZ4_VERSION: OBJECTS_LZ4, HOST_PINS_VERSION: HOST_PINS}
 SCHEMA_VERSION = max(MIGRATIONS)
 
 

@@ -1,0 +1,111 @@
+"""Another host's views and open files survive a GC run here (memfs.store.pg.pins).
+
+Two daemons as two hosts on one database: host a writes the branch, host b follows it
+read-only. b shows a history view and holds a file open that a then deletes; a's `memfs gc`,
+with every window at 0, drops that history. b had read none of those bytes (its caches are
+empty of them), so it reads them from the database: before pins were shared, its reads got
+EIO once a's run had swept the rows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psycopg
+import pytest
+from helpers.gcstore import keep_nothing_by_age
+from helpers.pg import host_root
+from test_pg_hosts import read, wait_for, write_synced
+
+pytestmark = pytest.mark.mount
+MiB = 1 << 20
+LEASE = {"MEMFS_LEASE_SECONDS": "2"}  # pins then live 8 s without a renewal
+
+
+def published(url: str, host: str) -> tuple[list[str], list[str]] | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT trees, refs FROM host_pins WHERE host = %s",
+                           (host,)).fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def expired(url: str, host: str) -> bool:
+    with psycopg.connect(url) as conn:
+        return bool(conn.execute("SELECT 1 FROM host_pins WHERE host = %s AND expires <= "
+                                 "extract(epoch FROM clock_timestamp())", (host,)).fetchone())
+
+
+def pinned_refs(url: str, host: str) -> int:
+    got = published(url, host)
+    return len(got[1]) if got else 0
+
+
+@pytest.fixture
+def ab(mount_factory, pg_url: str, tmp_path):
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=LEASE)
+    a.require_real()
+    keep_nothing_by_age(a)
+    a.cli("config", "keep-reflog", "0")
+    return a, b
+
+
+def _shown_on_b(a, b) -> tuple[bytes, bytes, str]:
+    """a writes `old` (held open on b) and `gone` (shown on b only in a view of its
+    commit), then deletes both; b has followed every step."""
+    old, gone = os.urandom(2 * MiB), os.urandom(2 * MiB)
+    write_synced(a.work / "old", old)
+    write_synced(a.work / "gone", gone)
+    cid = a.cli_json("log", "-n", "1")[0]["id"]
+    wait_for(lambda: (b.work / "gone").exists(), "host b to see a's files")
+    return old, gone, cid
+
+
+def test_a_view_and_an_open_file_on_another_host_survive_a_gc_here(ab, pg_url: str) -> None:
+    a, b = ab
+    old, gone, cid = _shown_on_b(a, b)
+    held = open(b.work / "old", "rb")
+    view = b.mnt / ".memfs" / "history" / cid / "work" / "gone"
+    shown = open(view, "rb")
+    try:
+        (a.work / "old").unlink()
+        (a.work / "gone").unlink()
+        write_synced(a.work / "new", b"new")
+        wait_for(lambda: read(b.work / "new") == b"new", "host b to follow the deletions")
+        wait_for(lambda: pinned_refs(pg_url, "host-b") >= 2, "host b to publish its pins")
+        res = a.cli_json("gc")
+        assert res["commits_dropped"] >= 1, res
+        assert held.read() == old, "a file open on another host lost its bytes to GC here"
+        assert shown.read() == gone, "a view shown on another host lost its bytes to GC here"
+    finally:
+        held.close()
+        shown.close()
+    assert a.cli_json("fsck")["ok"]
+    # Let go on b (its `du` releases views nothing holds): the next run here frees them.
+    b.cli("du")
+    wait_for(lambda: published(pg_url, "host-b") == ([], []), "host b to publish no pins")
+    res = a.cli_json("gc")
+    assert res["chunk_bytes_freed"] >= 4 * MiB, res
+
+
+def test_a_dead_hosts_pins_expire(ab, pg_url: str) -> None:
+    a, b = ab
+    _, _, cid = _shown_on_b(a, b)
+    shown = open(b.mnt / ".memfs" / "history" / cid / "work" / "gone", "rb")
+    try:
+        (a.work / "old").unlink()
+        (a.work / "gone").unlink()
+        write_synced(a.work / "new", b"new")
+        wait_for(lambda: read(b.work / "new") == b"new", "host b to follow the deletions")
+        wait_for(lambda: pinned_refs(pg_url, "host-b") >= 1, "host b to publish its pins")
+    finally:
+        shown.close()
+    os.kill(b.proc.pid, signal.SIGKILL)  # b's row is left behind, naming the view
+    b.proc.wait()
+    res = a.cli_json("gc")  # the view (of `old` and `gone`) is kept by b's row, still live
+    assert res["commits_dropped"] >= 1 and res["chunk_bytes_freed"] < 2 * MiB, res
+    wait_for(lambda: expired(pg_url, "host-b"), "host b's row to expire (8 s)", timeout=30)
+    res = a.cli_json("gc")
+    assert res["chunk_bytes_freed"] >= 4 * MiB, "a dead host's pins kept its bytes forever"
+    assert published(pg_url, "host-b") is None, "the expired row was not deleted"

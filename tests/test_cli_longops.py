@@ -150,7 +150,9 @@ def test_status_shows_a_running_attach_and_ctrl_c_says_it_goes_on(mount_factory,
                                                                     tmp_path: Path) -> None:
     """While an attach runs, `memfs status` shows it and its pass's counts; Ctrl-C on the
     attach says the daemon goes on and how to watch it; status then says how it ended."""
-    m = mount_factory(env={"MEMFS_TEST_WALK_DELAY": str(DELAY)})
+    # A slower walk (~17 s) than the others: four status calls must fall inside it, and on
+    # a loaded machine each call's start-up alone took a second or two.
+    m = mount_factory(env={"MEMFS_TEST_WALK_DELAY": "1.0"})
     m.require_real()
     proj = tmp_path / "proj"
     slow_tree(proj)

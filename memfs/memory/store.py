@@ -500,7 +500,9 @@ class MemoryStore:
     def _write_tombstones(self, gens: Path, cur_seq: int, dropped: list[Dropped]) -> None:
         """One synced file per prune, named in a synced directory, before anything goes."""
         d = gens / DROPPED_DIR
-        self.ops.makedirs(d)
+        if not d.is_dir():
+            self.ops.mkdir(d)
+            self.ops.fsync_dir(gens)
         tmp = d / f".tmp-{secrets.token_hex(6)}"
         self.ops.write_file(tmp, canonical_json([x.to_json() for x in dropped]))
         self.ops.rename(tmp, d / f"{cur_seq:08d}-{secrets.token_hex(6)}.json")

@@ -26,6 +26,7 @@ from memfs.consolidate.receipts import (
 from memfs.memory.retention import NoSuchRevision, RevisionDropped, now_iso
 from memfs.memory.shared import open_memory_store
 from memfs.memory.store import PRUNE_CRASH_POINTS
+from memfs.rootdir import memory_dir
 from memfs.store.retention import DAY, HOUR, Policy
 
 WS = "work"
@@ -168,6 +169,7 @@ def test_a_prune_killed_at_any_step_loses_nothing_kept(tmp_path: Path,
     assert store.read_record(WS, "notes") == "# Notes\nversion 5\n"
     assert collect_memory(root, Policy(), now_ns=LATER).problems == []
     assert kept_seqs(root) == [5, 2] and memory_fsck(root) == []
+    assert not list(memory_dir(root).rglob(".rm-*")), "the rerun removes what was hidden"
     with pytest.raises(RevisionDropped):
         store.generation_at(WS, revs[0])
 

@@ -440,7 +440,6 @@ class MemoryStore:
             if entry.startswith(".") and ".swap-" in entry:
                 self.ops.remove_tree(link_dir / entry)
 
-
     # ---- retention (memfs.memory.retention; applied by memfs gc) ---------------------------
     def _scope(self, ws: str | None) -> tuple[Path, Path, bool]:
         """(link, generations directory, is Global) of a scope."""
@@ -479,6 +478,10 @@ class MemoryStore:
             if current is None:
                 return []
             cur_seq = int(current[:8])
+            if not dry_run:  # what a prune killed after hiding them left behind
+                for entry in os.listdir(gens):
+                    if entry.startswith(HIDDEN):
+                        self.ops.remove_tree(gens / entry)
             rows = self._rows(gens, cur_seq)
             kept = keep([r for _, r in rows], cur_seq)
             at = now_iso(now_ns)

@@ -220,3 +220,33 @@ def test_power_cut_after_any_operation_keeps_old_or_new(tmp_path: Path) -> None:
         seen.append((records == NEW, glob == "# Global new\n"))
     assert seen[0] == (False, False) and seen[-1] == (True, True)
     assert seen == sorted(seen), "a later cut must never show an older generation"
+
+
+def test_power_cut_during_a_prune_never_loses_a_kept_generation_or_a_tombstone(
+        tmp_path: Path) -> None:
+    """A retention prune (memfs.memory.store.prune) cut after any operation: every kept
+    generation reads whole, and a generation that is gone has left its tombstone (so a read
+    of it is refused by name, never as unknown)."""
+    root = tmp_path / "memory"
+    store = MemoryStore(root)
+    for i in range(5):
+        store.put_record("work", "n", f"# N\nversion {i}\n")
+    revs = {g.seq: g.revision for g in store.history("work")}
+    before = {seq: store.generation_at("work", rev).records for seq, rev in revs.items()}
+    model = PowerCutModel(root)
+    dropped = MemoryStore(root, ops=model).prune(
+        "work", lambda rows, cur: {cur: "current", 2: "a receipt"}, "a test", 10**18)
+    assert sorted(d.seq for d in dropped) == [1, 3, 4]
+    assert len(model.durable_at) > 8
+    for k in range(len(model.durable_at)):
+        cut = MemoryStore(model.cut(k, tmp_path / f"cut{k}"))
+        assert cut.check() == [], k
+        kept = {g.seq for g in cut.history("work")}
+        assert {5, 2} <= kept, (k, kept)
+        for seq in kept:
+            assert cut.generation_at("work", revs[seq]).records == before[seq]
+        gone = set(before) - kept
+        assert gone <= {d.seq for d in cut.dropped("work")}, (k, gone)
+    assert {g.seq for g in MemoryStore(model.cut(len(model.durable_at) - 1,
+                                                 tmp_path / "last")).history("work")} == {5, 2}
+

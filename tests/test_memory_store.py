@@ -13,7 +13,7 @@ from helpers.memory import run_python, snapshot
 from memfs.memory.errors import InvalidRecord, MemoryDamaged, NoSuchRecord, StaleRevision
 from memfs.memory.generation import workspace_revision
 from memfs.memory.preview import Delete, Put, preview_global_change, preview_workspace_changes
-from memfs.memory.store import KEEP_GENERATIONS, MemoryStore
+from memfs.memory.store import MemoryStore
 
 
 @pytest.fixture
@@ -133,12 +133,14 @@ def test_damaged_generation_is_reported_not_trusted(store: MemoryStore) -> None:
         store.workspace_generation("work")
 
 
-def test_old_generations_are_pruned_to_the_kept_count(store: MemoryStore) -> None:
-    for i in range(KEEP_GENERATIONS + 3):
+def test_a_commit_prunes_no_generation(store: MemoryStore) -> None:
+    """Which generations stay is the retention policy's, applied by gc
+    (tests/test_memory_retention.py); a commit keeps every one."""
+    for i in range(35):
         store.put_record("work", "a", f"version {i}")
     hist = store.history("work")
-    assert len(hist) == KEEP_GENERATIONS and hist[0].seq == KEEP_GENERATIONS + 3
-    assert store.read_record("work", "a") == f"version {KEEP_GENERATIONS + 2}\n"
+    assert [h.seq for h in hist] == list(range(35, 0, -1))
+    assert store.read_record("work", "a") == "version 34\n"
 
 
 def test_concurrent_cas_across_processes_has_one_winner(tmp_path: Path) -> None:

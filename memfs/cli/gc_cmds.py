@@ -25,7 +25,7 @@ from memfs.rootdir import resolve_root
 from memfs.store import gc, open_store
 from memfs.store.retention import Policy, PolicyError
 from memfs.store.space import Space, size_text
-from memfs.workspace.lifecycle import summary
+from memfs.workspace.lifecycle import memory_step, summary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -169,8 +169,11 @@ def _collect_here(root: Path, dry_run: bool, trigger: str) -> dict:
         if store.kind != "sqlite":
             from memfs.store.pg.gc import PgCollector
 
-            return PgCollector(store, dry_run=dry_run, trigger=trigger).run().to_json()
-        return gc.Collector(store, dry_run=dry_run, trigger=trigger).run().to_json()
+            doc = PgCollector(store, dry_run=dry_run, trigger=trigger).run().to_json()
+        else:
+            doc = gc.Collector(store, dry_run=dry_run, trigger=trigger).run().to_json()
+        doc["memory"] = memory_step(root, store.policy(), dry_run)
+        return doc
     finally:
         os.close(lock)
         store.close()
@@ -201,7 +204,8 @@ def cmd_gc(args) -> int:
                      f"{size_text(doc['bytes_punched'])} punched out")
         lines.append(f"    the store takes {size_text(doc['store_after'])} (was "
                      f"{size_text(doc['store_before'])}); {size_text(doc['free_after'])} free")
-    lines += [f"    problem: {p}" for p in doc["problems"]]
+    lines += [f"    problem: {p}" for p in doc["problems"] + doc.get("memory", {}).get(
+        "problems", [])]
     emit(args, doc, "\n".join(lines))
     return 0
 

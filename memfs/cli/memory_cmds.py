@@ -15,6 +15,7 @@ from pathlib import Path
 from memfs.cli.main import add_json_flag, emit
 from memfs.consolidate.proposal import parse_proposal
 from memfs.errors import MemfsError
+from memfs.memory.generation import GlobalGeneration
 from memfs.memory.sessions import SessionStore, is_visible
 from memfs.memory.shared import open_memory_store
 from memfs.memory.shared_sessions import open_session_store
@@ -28,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = mem.add_parser("show", help="print the current generations")
     p.add_argument("--workspace", help="show this workspace's records")
     p.add_argument("--global", dest="show_global", action="store_true", help="print Global")
+    p.add_argument("--revision", metavar="REV",
+                   help="a kept generation instead of the current one (8+ hex digits of its "
+                        "revision, e.g. from a receipt or `memfs memory log`)")
     add_json_flag(p)
     p.set_defaults(func=cmd_memory_show)
     p = mem.add_parser("log", help="kept generations and their revisions, newest first")
@@ -86,6 +90,8 @@ def _read_input(path: str) -> str:
 
 def cmd_memory_show(args: argparse.Namespace) -> int:
     store, _ = _stores(args)
+    if args.revision is not None:
+        return _show_revision(args, store)
     if args.workspace:
         gen = store.workspace_generation(args.workspace)
         payload = {"workspace": gen.workspace, "revision": gen.revision, "seq": gen.seq,
@@ -114,6 +120,24 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     lines += [f"{r['workspace']:<11} {r['revision'][:16]}  gen {r['seq']}  "
               f"{len(r['records'])} records" for r in rows]
     emit(args, payload, "\n".join(lines))
+    return 0
+
+
+def _show_revision(args: argparse.Namespace, store: MemoryStore) -> int:
+    """`memory show --revision REV` of a workspace or Global: a kept generation, or a
+    refusal saying the policy dropped it (memfs.memory.retention)."""
+    if bool(args.workspace) == bool(args.show_global):
+        raise MemfsError("--revision reads one scope", "add --workspace WS or --global")
+    gen = store.generation_at(None if args.show_global else args.workspace, args.revision)
+    if isinstance(gen, GlobalGeneration):
+        emit(args, {"revision": gen.revision, "seq": gen.seq, "content": gen.content},
+             f"Global  revision {gen.revision}  generation {gen.seq}\n{gen.content}".rstrip())
+        return 0
+    body = "".join(f"\n--- {name}.md\n{gen.records[name]}" for name in sorted(gen.records))
+    emit(args, {"workspace": gen.workspace, "revision": gen.revision, "seq": gen.seq,
+                "records": gen.records, "index": gen.index},
+         f"workspace {gen.workspace}  revision {gen.revision}  generation {gen.seq}\n"
+         + gen.index.rstrip("\n") + body.rstrip("\n"))
     return 0
 
 

@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(p)
     p.set_defaults(func=cmd_takeover)
 
-    p = sub.add_parser("fsck", help="check every commit's objects, chunks and link counts")
+    p = sub.add_parser("fsck", help="check every commit's objects, chunks and link counts, "
+                       "and every memory generation")
     add_json_flag(p)
     p.set_defaults(func=cmd_fsck)
 
@@ -123,11 +124,15 @@ def cmd_takeover(args) -> int:
 
 
 def cmd_fsck(args) -> int:
-    store = open_store(_root(args), create=False)
+    from memfs.consolidate.memory_retention import memory_fsck
+
+    root = _root(args)
+    store = open_store(root, create=False)
     try:
         problems = store.fsck()
     finally:
         store.close()
+    problems += memory_fsck(root)
     emit(args, {"ok": not problems, "problems": problems},
          "store is consistent" if not problems else "\n".join(problems))
     return 0 if not problems else 1

@@ -3,6 +3,10 @@
 A root whose store is in PostgreSQL (memfs.store.backend) keeps Global and workspace memory
 in the same database, so every host reads and writes one truth. A generation is a row
 (scope, workspace, seq) with its canonical content; the current one is named by a head row.
+Which generations stay is the store's retention policy (memfs.memory.retention), applied by
+`prune` in one transaction that holds the head row (tombstones into `memory_dropped`, the
+rows gone), so a prune killed at any point leaves all of it or none.
+
 A commit is one transaction: lock the head row, compare its revision with the expected one
 (the compare-and-swap), insert the next generation, move the head. Two hosts committing
 against one revision: one moves the head, the other is told StaleRevision, exactly as two
@@ -23,6 +27,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from memfs.memory.durable import crash_point
 from memfs.memory.generation import (
     GlobalGeneration,
     WorkspaceGeneration,
@@ -41,7 +46,8 @@ from memfs.memory.preview import (
     preview_workspace_changes,
 )
 from memfs.memory.records import validate_name, validate_workspace
-from memfs.memory.store import KEEP_GENERATIONS, GenerationInfo, MemoryStore
+from memfs.memory.retention import Dropped, GenRow, NoSuchRevision, now_iso
+from memfs.memory.store import GenerationInfo, MemoryStore, _absent, check_revision_text
 
 GLOBAL = ""  # the workspace column of Global memory's rows
 
@@ -51,6 +57,10 @@ CREATE TABLE IF NOT EXISTS memory_generations (
     created TEXT NOT NULL, content TEXT NOT NULL, PRIMARY KEY (workspace, seq));
 CREATE TABLE IF NOT EXISTS memory_heads (
     workspace TEXT PRIMARY KEY, seq BIGINT NOT NULL, revision TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS memory_dropped (
+    workspace TEXT NOT NULL, seq BIGINT NOT NULL, revision TEXT NOT NULL,
+    created TEXT NOT NULL, dropped_at TEXT NOT NULL, why TEXT NOT NULL,
+    PRIMARY KEY (workspace, seq));
 """
 
 
@@ -142,7 +152,7 @@ class SharedMemoryStore:
             return []
         rows = self._read("SELECT seq, revision, parent, created, content FROM "
                           "memory_generations WHERE workspace = %s AND seq <= %s ORDER BY seq "
-                          "DESC LIMIT %s", (ws, head[0][0], KEEP_GENERATIONS))
+                          "DESC", (ws, head[0][0]))
         return [GenerationInfo(
             scope="global" if workspace is None else "workspace", workspace=workspace and ws,
             seq=seq, revision=rev, parent_revision=parent, created=created,
@@ -250,6 +260,97 @@ class SharedMemoryStore:
                    datetime.now(UTC).isoformat(timespec="seconds"), content))
         c.execute("UPDATE memory_heads SET seq = %s, revision = %s WHERE workspace = %s",
                   (seq + 1, revision, ws))
+
+
+    # ---- retention (memfs.memory.retention; applied by memfs gc) ---------------------------
+    def prune(self, workspace: str | None, keep, why: str, now_ns: int,
+              dry_run: bool = False) -> list[Dropped]:
+        """The file store's prune, as one transaction holding the scope's head row."""
+        ws = GLOBAL if workspace is None else validate_workspace(workspace)
+        with self.conn.lock:
+            c = self.conn.get()
+            try:
+                head = c.execute("SELECT seq FROM memory_heads WHERE workspace = %s FOR UPDATE",
+                                 (ws,)).fetchall()
+                if not head or head[0][0] == 0:
+                    c.rollback()
+                    return []
+                cur = head[0][0]
+                rows = [GenRow(seq, rev, created) for seq, rev, created in c.execute(
+                    "SELECT seq, revision, created FROM memory_generations WHERE workspace = %s "
+                    "AND seq <= %s ORDER BY seq", (ws, cur)).fetchall()]
+                kept = keep(rows, cur)
+                at = now_iso(now_ns)
+                drop = [Dropped(r.seq, r.revision, r.created, at, why) for r in rows
+                        if r.seq not in kept and r.seq != cur]
+                if dry_run or not drop:
+                    c.rollback()
+                    return drop
+                with c.cursor() as cur_:
+                    cur_.executemany("INSERT INTO memory_dropped VALUES (%s, %s, %s, %s, %s, %s) "
+                                     "ON CONFLICT DO NOTHING",
+                                     [(ws, d.seq, d.revision, d.created, d.dropped_at, d.why)
+                                      for d in drop])
+                c.execute("DELETE FROM memory_generations WHERE workspace = %s AND seq = "
+                          "ANY(%s)", (ws, [d.seq for d in drop]))
+                crash_point("prune-in-transaction")
+                c.commit()
+            except BaseException as exc:
+                self._rollback(c)
+                raise self._told(exc) from exc
+        return drop
+
+    def dropped(self, workspace: str | None) -> list[Dropped]:
+        ws = GLOBAL if workspace is None else validate_workspace(workspace)
+        return [Dropped(*row) for row in self._read(
+            "SELECT seq, revision, created, dropped_at, why FROM memory_dropped WHERE "
+            "workspace = %s ORDER BY dropped_at, seq", (ws,))]
+
+    def generation_at(self, workspace: str | None, revision: str
+                      ) -> GlobalGeneration | WorkspaceGeneration:
+        ws = None if workspace is None else validate_workspace(workspace)
+        rev = check_revision_text(revision)
+        empty = empty_global() if ws is None else empty_workspace(ws)
+        if empty.revision.startswith(rev):
+            return empty
+        key = GLOBAL if ws is None else ws
+        rows = self._read("SELECT DISTINCT ON (revision) revision, seq, content FROM "
+                          "memory_generations WHERE workspace = %s AND revision LIKE %s AND "
+                          "seq <= (SELECT seq FROM memory_heads WHERE workspace = %s) "
+                          "ORDER BY revision, seq DESC", (key, rev + "%", key))
+        scope = "Global" if ws is None else f"workspace {ws!r}"
+        if len(rows) > 1:
+            raise NoSuchRevision(f"{rev} names {len(rows)} revisions of {scope} memory",
+                                 "give more of the revision (`memfs memory log` lists them)")
+        if rows:
+            _, seq, content = rows[0]
+            if ws is None:
+                return GlobalGeneration(content=content, revision=global_revision(content),
+                                        seq=seq)
+            return _workspace_gen(ws, seq, content)
+        return _absent(scope, rev, self.dropped(ws))
+
+    def check(self) -> list[str]:
+        """fsck of memory rows: each head names a row, each row's content hashes to its
+        revision."""
+        problems = []
+        for ws, _head, seq, rev, content in self._read(
+                "SELECT h.workspace, h.seq, g.seq, g.revision, g.content FROM memory_heads h "
+                "LEFT JOIN memory_generations g ON g.workspace = h.workspace AND g.seq <= h.seq "
+                "WHERE h.seq > 0 ORDER BY 1, 3", ()):
+            scope = "Global" if ws == GLOBAL else f"workspace {ws!r}"
+            if seq is None:
+                continue  # no row at all: the query below names the missing head
+            got = (global_revision(content) if ws == GLOBAL
+                   else workspace_revision(json.loads(content)))
+            if got != rev:
+                problems.append(f"{scope} memory: generation {seq} does not match its revision")
+        missing = self._read("SELECT h.workspace, h.seq FROM memory_heads h WHERE h.seq > 0 AND "
+                             "NOT EXISTS (SELECT 1 FROM memory_generations g WHERE "
+                             "g.workspace = h.workspace AND g.seq = h.seq)", ())
+        problems += [f"{'Global' if ws == GLOBAL else f'workspace {ws!r}'} memory: the current "
+                     f"generation {seq} is missing" for ws, seq in missing]
+        return sorted(set(problems))
 
 
 def _workspace_gen(ws: str, seq: int, content: str) -> WorkspaceGeneration:

@@ -12,6 +12,12 @@ Layout under the memory root (see docs/memory.md):
 directory, fsyncs it, names it, and swaps one symlink by rename(2): a reader (or `cat`) sees
 the old generation or the new one, never a mix. Generations newer than the current link are
 leftovers of a commit that died before its swap; the next commit removes them.
+
+A commit prunes nothing: which generations stay is the store's retention policy, applied by
+`prune` (memfs gc, through memfs.consolidate.memory_retention, which knows the receipts). A
+pruned generation's tombstone goes to `generations/<scope>/.dropped/` (synced) before its
+directory is renamed to `.rm-<gen>` (synced) and removed, so a prune killed at any point
+leaves every kept generation whole and every dropped one either whole or hidden.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from memfs.memory.durable import FsOps, crash_point, flocked, shared_if_free
 from memfs.memory.errors import InvalidRecord, MemoryDamaged, NoSuchRecord, StaleRevision
@@ -57,18 +63,27 @@ from memfs.memory.records import (
     validate_name,
     validate_workspace,
 )
+from memfs.memory.retention import (
+    Dropped,
+    GenRow,
+    NoSuchRevision,
+    dropped_refusal,
+    now_iso,
+)
 
 MANIFEST = ".manifest.json"
 INDEX_FILE = INDEX_NAME + RECORD_SUFFIX
 GLOBAL_FILE = "global.md"
-KEEP_GENERATIONS = 32
+DROPPED_DIR = ".dropped"  # a scope's tombstones (memfs.memory.retention.Dropped)
+HIDDEN = ".rm-"  # a pruned generation on its way out: never read, removed by the next writer
 UNLOCKED_TRIES = 3  # reads without the lock (a commit holds it) start again this often
 _GEN_RE = re.compile(r"^(\d{8})-([0-9a-f]{16})$")
 T = TypeVar("T")
 
 # Named points of a commit, in order, for SIGKILL tests (MEMFS_CRASH_AT).
 COMMIT_CRASH_POINTS = ("files-written", "generation-synced", "generation-named",
-                       "link-created", "swapped", "swap-synced", "pruned")
+                       "link-created", "swapped", "swap-synced")
+PRUNE_CRASH_POINTS = ("prune-tombstoned", "prune-hidden", "pruned")
 
 
 @dataclass(frozen=True)
@@ -119,9 +134,9 @@ class MemoryStore:
         loop, and a review may hold the exclusive lock across fsyncs). With the lock free it
         reads under LOCK_SH as before. While a commit holds it, it reads without: the link
         only ever names a complete, fsynced generation, which the commit never changes and
-        prunes only once KEEP_GENERATIONS newer ones exist, so the read sees the generation
-        before the commit or the one after. Should a generation vanish under the read (that
-        many commits during it), the read starts again from the link."""
+        a prune never removes while it is current, so the read sees the generation before
+        the commit or the one after. Should a generation vanish under the read (a prune
+        right after a commit replaced it), the read starts again from the link."""
         if not self.root.is_dir():
             return fn()
         with shared_if_free(self._lock) as locked:
@@ -205,6 +220,9 @@ class MemoryStore:
         name = self._current_gen_name(self._global_link, True)
         if name is None:
             return empty_global()
+        return self._load_global_gen(name)
+
+    def _load_global_gen(self, name: str) -> GlobalGeneration:
         cached = self._cache.get((None, name))
         if isinstance(cached, GlobalGeneration):
             return cached
@@ -223,6 +241,9 @@ class MemoryStore:
         name = self._current_gen_name(self._ws_link(ws), False)
         if name is None:
             return empty_workspace(ws)
+        return self._load_workspace_gen(ws, name)
+
+    def _load_workspace_gen(self, ws: str, name: str) -> WorkspaceGeneration:
         cached = self._cache.get((ws, name))
         if isinstance(cached, WorkspaceGeneration):
             return dataclasses.replace(cached, records=dict(cached.records))
@@ -407,22 +428,168 @@ class MemoryStore:
         crash_point("swapped")
         ops.fsync_dir(link.parent)
         crash_point("swap-synced")
-        self._prune(gens, seq)
-        crash_point("pruned")
         return name
 
     def _remove_leftovers(self, link_dir: Path, gens: Path, cur_seq: int) -> None:
         """Drop what a commit that died before its swap left behind (never the current)."""
         for entry in os.listdir(gens):
             m = _GEN_RE.match(entry)
-            if entry.startswith(".tmp-") or (m and int(m.group(1)) > cur_seq):
+            if entry.startswith((".tmp-", HIDDEN)) or (m and int(m.group(1)) > cur_seq):
                 self.ops.remove_tree(gens / entry)
         for entry in os.listdir(link_dir):
             if entry.startswith(".") and ".swap-" in entry:
                 self.ops.remove_tree(link_dir / entry)
 
-    def _prune(self, gens: Path, cur_seq: int) -> None:
-        kept = sorted((e for e in os.listdir(gens) if _GEN_RE.match(e)), reverse=True)
-        for entry in kept[KEEP_GENERATIONS:]:
-            if int(entry[:8]) < cur_seq:
-                self.ops.remove_tree(gens / entry)
+    # ---- retention (memfs.memory.retention; applied by memfs gc) ---------------------------
+    def _scope(self, ws: str | None) -> tuple[Path, Path, bool]:
+        """(link, generations directory, is Global) of a scope."""
+        if ws is None:
+            return self._global_link, self._global_gens, True
+        return self._ws_link(ws), self._ws_gens(ws), False
+
+    def _rows(self, gens: Path, cur_seq: int) -> list[tuple[str, GenRow]]:
+        """The named generations up to the current one whose manifest reads, oldest first
+        (one that does not read is never pruned: fsck names it)."""
+        out = []
+        for name in sorted(os.listdir(gens)) if gens.is_dir() else ():
+            m = _GEN_RE.match(name)
+            if not m or int(m.group(1)) > cur_seq:
+                continue
+            try:
+                manifest = json.loads((gens / name / MANIFEST).read_bytes())
+                out.append((name, GenRow(int(m.group(1)), str(manifest["revision"]),
+                                         str(manifest["created"]))))
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
+    def prune(self, workspace: str | None, keep: Callable[[Sequence[GenRow], int],
+                                                          dict[int, str]],
+              why: str, now_ns: int, dry_run: bool = False) -> list[Dropped]:
+        """Drop the scope's generations `keep(rows, current_seq)` does not name (never the
+        current one); returns their tombstones. Under the exclusive lock, so no commit
+        moves the link meanwhile."""
+        ws = None if workspace is None else validate_workspace(workspace)
+        link, gens, is_global = self._scope(ws)
+        if not self.root.is_dir():
+            return []
+        with self._writing():
+            current = self._current_gen_name(link, is_global)
+            if current is None:
+                return []
+            cur_seq = int(current[:8])
+            if not dry_run:  # what a prune killed after hiding them left behind
+                for entry in os.listdir(gens):
+                    if entry.startswith(HIDDEN):
+                        self.ops.remove_tree(gens / entry)
+            rows = self._rows(gens, cur_seq)
+            kept = keep([r for _, r in rows], cur_seq)
+            at = now_iso(now_ns)
+            drop = [(name, Dropped(r.seq, r.revision, r.created, at, why))
+                    for name, r in rows if r.seq not in kept and r.seq != cur_seq]
+            if dry_run or not drop:
+                return [d for _, d in drop]
+            self._write_tombstones(gens, cur_seq, [d for _, d in drop])
+            crash_point("prune-tombstoned")
+            for name, _ in drop:
+                self.ops.rename(gens / name, gens / f"{HIDDEN}{name}")
+            self.ops.fsync_dir(gens)
+            crash_point("prune-hidden")
+            for name, _ in drop:
+                self.ops.remove_tree(gens / f"{HIDDEN}{name}")
+            crash_point("pruned")
+            return [d for _, d in drop]
+
+    def _write_tombstones(self, gens: Path, cur_seq: int, dropped: list[Dropped]) -> None:
+        """One synced file per prune, named in a synced directory, before anything goes."""
+        d = gens / DROPPED_DIR
+        if not d.is_dir():
+            self.ops.mkdir(d)
+            self.ops.fsync_dir(gens)
+        tmp = d / f".tmp-{secrets.token_hex(6)}"
+        self.ops.write_file(tmp, canonical_json([x.to_json() for x in dropped]))
+        self.ops.rename(tmp, d / f"{cur_seq:08d}-{secrets.token_hex(6)}.json")
+        self.ops.fsync_dir(d)
+
+    def dropped(self, workspace: str | None) -> list[Dropped]:
+        """The scope's tombstones, oldest drop first (a file a crash cut short is skipped:
+        its generations are still there, the prune that wrote it had not hidden any)."""
+        ws = None if workspace is None else validate_workspace(workspace)
+        d = self._scope(ws)[1] / DROPPED_DIR
+        out: list[Dropped] = []
+        for name in sorted(os.listdir(d)) if d.is_dir() else ():
+            if name.startswith("."):
+                continue
+            try:
+                out += [Dropped.from_json(x) for x in json.loads((d / name).read_bytes())]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def generation_at(self, workspace: str | None, revision: str
+                      ) -> GlobalGeneration | WorkspaceGeneration:
+        """The kept generation with `revision` (a prefix of 8 or more hex digits will do);
+        RevisionDropped if retention dropped it, NoSuchRevision if the scope never had it."""
+        ws = None if workspace is None else validate_workspace(workspace)
+        return self._read_locked(lambda: self._generation_at(ws, revision))
+
+    def _generation_at(self, ws: str | None, revision: str
+                       ) -> GlobalGeneration | WorkspaceGeneration:
+        rev = check_revision_text(revision)
+        empty = empty_global() if ws is None else empty_workspace(ws)
+        if empty.revision.startswith(rev):
+            return empty
+        link, gens, is_global = self._scope(ws)
+        current = self._current_gen_name(link, is_global)
+        rows = [] if current is None else self._rows(gens, int(current[:8]))
+        hits = {r.revision: name for name, r in rows if r.revision.startswith(rev)}
+        scope = "Global" if ws is None else f"workspace {ws!r}"
+        if len(hits) > 1:
+            raise NoSuchRevision(f"{rev} names {len(hits)} revisions of {scope} memory",
+                                 "give more of the revision (`memfs memory log` lists them)")
+        if hits:
+            (name,) = hits.values()
+            return (self._load_global_gen(name) if ws is None
+                    else self._load_workspace_gen(ws, name))
+        return _absent(scope, rev, self.dropped(ws))
+
+    def check(self) -> list[str]:
+        """fsck of memory: every scope's link names a generation, and every generation up to
+        it reads and matches its revision (a hidden or newer leftover is no problem)."""
+        problems = []
+        for ws in [None, *self.workspaces()]:
+            link, gens, is_global = self._scope(ws)
+            scope = "Global" if ws is None else f"workspace {ws!r}"
+            try:
+                current = self._current_gen_name(link, is_global)
+                if current is None:
+                    continue
+                if not (gens / current).is_dir():
+                    problems.append(f"{scope} memory: the current generation {current} is "
+                                    "missing")
+                    continue
+                for name in sorted(os.listdir(gens)):
+                    m = _GEN_RE.match(name)
+                    if m and int(m.group(1)) <= int(current[:8]):
+                        self._load_global_gen(name) if ws is None else \
+                            self._load_workspace_gen(ws, name)
+            except (MemoryDamaged, OSError, UnicodeDecodeError) as exc:
+                problems.append(f"{scope} memory: {exc}")
+        return problems
+
+
+def check_revision_text(revision: str) -> str:
+    rev = revision.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{8,64}", rev):
+        raise InvalidRecord(f"{revision!r} is not a memory revision",
+                            "give 8 to 64 hex digits of one (`memfs memory log` lists them)")
+    return rev
+
+
+def _absent(scope: str, rev: str, dropped: Sequence[Dropped]) -> NoReturn:
+    """The refusal for a revision no kept generation has: dropped (its tombstone) or never."""
+    for d in reversed(dropped):
+        if d.revision.startswith(rev):
+            raise dropped_refusal(scope, d)
+    raise NoSuchRevision(f"{scope} memory has no revision {rev}",
+                         "`memfs memory log` lists the kept generations and their revisions")

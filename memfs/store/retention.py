@@ -3,7 +3,9 @@
 History is kept by age, thinning as it gets older (every commit for a day, then one an hour
 for a week, then one a day for a month, by default), plus, whatever their age: every branch
 head, every checkpoint until it is deleted, and what the reflog names within its window
-(the way back after an undo). Everything else may be dropped by `memfs gc`.
+(the way back after an undo). Everything else may be dropped by `memfs gc`. Agent memory's
+generations follow the same windows, plus what consolidation receipts name for `receipts`
+(memfs.memory.retention).
 
 Below a free-space floor (5% of the store's filesystem by default) GC also drops history the
 windows keep, oldest first, until the floor is met again or only protected commits are left
@@ -32,6 +34,7 @@ META_KEY = "retention"
 FOREVER = float("inf")
 HOUR, DAY = 3600.0, 86400.0
 _UNITS = {"s": 1.0, "m": 60.0, "h": HOUR, "d": DAY, "w": 7 * DAY}
+DURATIONS = ("keep_all", "hourly", "daily", "reflog", "receipts")  # fields kept as text
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 
 
@@ -74,6 +77,7 @@ class Policy:
     hourly: float = 7 * DAY
     daily: float = 30 * DAY
     reflog: float = 30 * DAY  # reflog entries (and the commits they name) younger than this
+    receipts: float = 30 * DAY  # memory revisions a consolidation receipt names, this long
     space_floor: float = 5.0  # percent of the filesystem GC keeps free by thinning history
     gc_auto: bool = True  # the daemon collects by itself (past a threshold, or low space)
 
@@ -83,6 +87,8 @@ class Policy:
         "keep-hourly": ("hourly", "then one commit an hour, up to this age"),
         "keep-daily": ("daily", "then one commit a day, up to this age"),
         "keep-reflog": ("reflog", "undo/restore moves (and what they name) are kept this long"),
+        "keep-receipts": ("receipts", "memory revisions a consolidation receipt names are "
+                          "kept this long"),
         "space-floor": ("space_floor", "percent of the disk GC keeps free by dropping history"),
         "gc-auto": ("gc_auto", "on: the daemon collects garbage by itself"),
     }
@@ -129,14 +135,15 @@ class Policy:
             parts.append("no history by age")
         floor = ("no space floor on PostgreSQL" if shared else
                  f"below {self.space_floor:g}% free, older history goes first")
-        return (", ".join(parts) + f"; reflog {duration_text(self.reflog)}; checkpoints and "
+        return (", ".join(parts) + f"; reflog {duration_text(self.reflog)}; receipts' memory "
+                f"revisions {duration_text(self.receipts)}; checkpoints and "
                 f"branch heads until deleted; {floor}; gc "
                 f"{'automatic' if self.gc_auto else 'manual only'}")
 
     # -- stored with the store (meta 'retention') --------------------------------------------
     def to_json(self) -> dict:
         doc = asdict(self)
-        for k in ("keep_all", "hourly", "daily", "reflog"):
+        for k in DURATIONS:
             doc[k] = duration_text(doc[k])
         return doc
 
@@ -147,7 +154,7 @@ class Policy:
         for k, v in doc.items():
             if k not in known:
                 continue
-            values[k] = parse_duration(v) if k in ("keep_all", "hourly", "daily", "reflog") else v
+            values[k] = parse_duration(v) if k in DURATIONS else v
         return cls(**values)
 
     @classmethod

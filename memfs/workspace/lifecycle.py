@@ -172,11 +172,13 @@ class Lifecycle:
             self.running = collector
             try:
                 report = await trio.to_thread.run_sync(collector.run)
+                doc = report.to_json()
+                doc["memory"] = await trio.to_thread.run_sync(
+                    lambda: memory_step(self.store.root, self.store.policy(), dry_run))
             finally:
                 self.running = None
                 if trigger != "manual" and not dry_run:
                     self._last_at = time.monotonic()
-            doc = report.to_json()
             if trigger not in ("manual", "du"):
                 self._low_every = LOW_SPACE_EVERY if doc["returned"] >= 1 << 20 else min(
                     LOW_SPACE_MAX, self._low_every * 2)
@@ -204,6 +206,19 @@ class Lifecycle:
                     "dropped_for_space", "chunk_bytes_freed", "live_bytes", "history_bytes",
                     "reclaimable_bytes", "problems")},
         }
+
+
+def memory_step(root, policy: Policy, dry_run: bool) -> dict:
+    """The memory generations' part of a run (memfs.consolidate.memory_retention); a
+    failure there is the run's problem, not its end (worker thread)."""
+    from memfs.consolidate.memory_retention import collect_memory
+    from memfs.errors import MemfsError
+
+    try:
+        return collect_memory(root, policy, dry_run=dry_run).to_json()
+    except (MemfsError, OSError) as exc:
+        return {"dry_run": dry_run, "generations": 0, "dropped": 0, "named_by_receipts": 0,
+                "problems": [f"memory generations were not pruned: {exc}"]}
 
 
 def _pg_gc():
@@ -241,9 +256,11 @@ def summary(doc: dict) -> str:
     """One line for people and the log. A dry run frees nothing: it says what a run would
     give back (what `memfs du` calls reclaimable)."""
     space = f" ({doc['dropped_for_space']} for space)" if doc.get("dropped_for_space") else ""
+    gens = (doc.get("memory") or {}).get("dropped", 0)
+    mem = f" and {gens} memory generation(s)" if gens else ""
     if doc.get("dry_run"):
-        return (f"would drop {doc['commits_dropped']} commit(s){space} and would give back "
-                f"{size_text(doc['reclaimable_bytes'])}; nothing was changed")
-    return (f"dropped {doc['commits_dropped']} commit(s){space}, freed "
+        return (f"would drop {doc['commits_dropped']} commit(s){space}{mem} and would give "
+                f"back {size_text(doc['reclaimable_bytes'])}; nothing was changed")
+    return (f"dropped {doc['commits_dropped']} commit(s){space}{mem}, freed "
             f"{size_text(doc['chunk_bytes_freed'] + doc['object_bytes_freed'])} of chunks and "
             f"objects, gave back {size_text(doc['returned'])} in {doc['seconds']:.1f} s")

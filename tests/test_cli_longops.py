@@ -9,6 +9,7 @@ small tree's attach outlasts a shortened stall window (MEMFS_CONTROL_STALL)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -162,6 +163,9 @@ def test_status_shows_a_running_attach_and_ctrl_c_says_it_goes_on(mount_factory,
         text = m.cli("status").stdout
         assert f"running  attach p -> {proj} for " in text, text
         assert "pass     p: walking disk (" in text and " entries looked at), " in text, text
+        # The mount's own status file says the same (an agent may read it, not run the CLI).
+        doc = json.loads((m.mnt / ".memfs" / "status").read_text())
+        assert any(r["request"] == f"attach p -> {proj}" for r in doc["requests"]["running"]), doc
         # Counts grow while it walks.
         first = running_attach(m)["listed"]
         assert wait_for(lambda: (running_attach(m) or {"listed": 0})["listed"] > first,

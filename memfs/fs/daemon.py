@@ -267,6 +267,7 @@ async def _control_server(ws: Workspace, backing: Backing, ops: MemfsOperations,
     os.chmod(path, 0o600)
     sock.listen(16)
     requests = Requests(lambda: _doing(ws, backing))
+    ops.virtual.requests_status = requests.status_json  # .memfs/status shows them too
     task_status.started()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(requests.run)

@@ -62,6 +62,9 @@ class VirtualTree:
                              timeouts=STABLE)
         self._extra = extra or {}
         self.history = HistoryViews(self)
+        # The control requests running and the last long ones (memfs.fs.longops), set by the
+        # daemon's control server: `cat .memfs/status` says what `memfs status` says.
+        self.requests_status: Callable[[], dict] | None = None
 
     def _id(self) -> int:
         self._next += 1
@@ -98,7 +101,10 @@ class VirtualTree:
         return self.top.cache[name]
 
     def _status(self) -> bytes:
-        return (json.dumps(self.ws.status(), indent=2, sort_keys=True) + "\n").encode()
+        doc = self.ws.status()
+        if self.requests_status is not None:
+            doc["requests"] = self.requests_status()
+        return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
     def _branches_dir(self) -> VDir:
         """Each branch as its head has it; the heads are read in a worker thread first on a

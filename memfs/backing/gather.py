@@ -61,10 +61,13 @@ def convert_evidence(rows: Mapping[str, str | None],
                      *known: EvidenceMemo | None) -> EvidenceMemo:
     """P as the rule reads it (agreed absence as ABSENT), converted once per journal snapshot:
     a `known` conversion of these very rows (its caller's last, another owner's) is taken as
-    it is, so owners reading one snapshot share one converted map, not a copy per file each."""
+    it is, so owners reading one snapshot share one converted map, not a copy per file each.
+    Rows with no agreed absence need no conversion: they are the map (a dict a file less)."""
     for last in known:
         if last is not None and last.rows is rows:
             return last
+    if None not in rows.values():  # no agreed absence (nearly always): the rows as they are
+        return EvidenceMemo(rows, rows)  # type: ignore[arg-type]
     return EvidenceMemo(rows, {p: (ABSENT if d is None else d) for p, d in rows.items()})
 
 

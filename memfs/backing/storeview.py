@@ -1,8 +1,8 @@
 """The store side of a pass: a mount's files in the live tree and their digests, the rule's S.
 
 Owns four caches, all written on the trio loop only:
-- `digests`: (committed ref, size) -> xxh3-128. A ref is immutable, so an entry never goes
-  stale; it only grows. Refs not cached yet are hashed by a pass's worker thread
+- `digests`: (committed ref, size) -> xxh3-128 (a `RefDigests`: keyed by the ref string, no
+  tuple a file). A ref is immutable, so an entry never goes stale; it only grows. Refs not cached yet are hashed by a pass's worker thread
   (`ref_digest`, reading the store) and handed back; the loop merges them (`learn`).
 - `draft_digests`: node id -> (ver, digest) of a dirty file, hashed from its live bytes. `ver`
   moves on every write and truncate, so a remembered digest is served only for the bytes it
@@ -70,6 +70,50 @@ def hash_refs(store: ChunkReader, refs: Iterator[RefKey] | list[RefKey]) -> dict
     return {key: sys.intern(ref_digest(store, *key)) for key in refs}
 
 
+class RefDigests:
+    """(committed ref, size) -> xxh3-128, kept compactly: nearly every ref is seen at one size,
+    so the digest and that size are kept in two maps keyed by the ref string itself (no key
+    tuple per file, and a table keyed by strings only is the compact kind: 85 bytes an entry
+    became 53 at 10k). A ref seen again at another size (a file extended by a truncate keeps its
+    chunks) goes in a third map keyed by the pair. A ref is immutable, so an entry never
+    goes stale; it only grows. Loop only (StoreView's)."""
+
+    __slots__ = ("_digest", "_size", "_other")
+
+    def __init__(self) -> None:
+        self._digest: dict[str, str] = {}
+        self._size: dict[str, int] = {}  # the size the ref's _digest entry is for
+        self._other: dict[RefKey, str] = {}
+
+    def of(self, ref: str, size: int) -> str | None:
+        """The digest of ref's content at size, if known."""
+        if self._size.get(ref) == size:
+            return self._digest[ref]
+        return self._other.get((ref, size)) if self._other else None
+
+    def get(self, key: RefKey) -> str | None:
+        return self.of(*key)
+
+    def __contains__(self, key: RefKey) -> bool:
+        return self.of(*key) is not None
+
+    def __setitem__(self, key: RefKey, digest: str) -> None:
+        ref, size = key
+        known = self._size.get(ref)
+        if known is None or known == size:
+            self._size[ref] = size
+            self._digest[ref] = digest
+        else:
+            self._other[key] = digest
+
+    def update(self, digests: Mapping[RefKey, str]) -> None:
+        for key, digest in digests.items():
+            self[key] = digest
+
+    def __len__(self) -> int:
+        return len(self._digest) + len(self._other)
+
+
 class Unbuilt:
     """A committed file below a directory whose nodes are not loaded (a take-in's files the
     kernel never looked up: memfs.workspace.unload), as a pass reads it: what its node would
@@ -103,7 +147,7 @@ class StoreView:
     def __init__(self, ws: Workspace) -> None:
         self.ws = ws
         self.epoch = 0  # bumped when the tree is replaced (undo, restore, branch switch)
-        self.digests: dict[RefKey, str] = {}
+        self.digests = RefDigests()
         self.draft_digests: dict[int, tuple[int, str]] = {}
         # [key, nodes, refs still to hash, view or None]
         self._memo: list[Any] | None = None
@@ -122,8 +166,12 @@ class StoreView:
         self._memo = None
 
     def learn(self, digests: Mapping[RefKey, str]) -> None:
-        """Digests a worker thread computed, merged on the loop."""
+        """Digests a worker thread computed, merged on the loop; the walk memo's list of refs
+        to hash drops them now (its keys, a tuple a file, are not kept until the next ask)."""
         self.digests.update(digests)
+        memo = self._memo
+        if memo is not None and memo[2]:
+            memo[2] = {ref: None for ref in memo[2] if ref not in self.digests}
 
     # -- finding nodes ---------------------------------------------------------------
     def mount_node(self, mount: str) -> Node | None:
@@ -289,7 +337,7 @@ class StoreView:
         for p, n in nodes.items():
             # The committed, already-hashed case inline: nearly every file of a quiet tree.
             digest = None if n.dirty or n.ref is None or n.data is None else \
-                digests.get((n.ref, n.data.size))  # (ref, node.size()) for a file
+                digests.of(n.ref, n.data.size)  # (ref, node.size()) for a file
             if digest is None:
                 digest = self.digest_now(n)
             mode = MODES[n.mode & MODE_BITS]
@@ -352,4 +400,4 @@ class StoreView:
                 if kind not in (DIR, FILE)}
 
 
-__all__ = ["EMPTY_DIGEST", "RefKey", "StoreFile", "StoreView", "Unbuilt", "hash_refs", "ref_chunks", "ref_digest"]
+__all__ = ["EMPTY_DIGEST", "RefDigests", "RefKey", "StoreFile", "StoreView", "Unbuilt", "hash_refs", "ref_chunks", "ref_digest"]

@@ -31,7 +31,10 @@ PER_DIR = 100
 # 2.34-2.37 KB measured (3 runs, 2026-12-02) once P is not copied when it holds no agreed
 # absence and the ref digests keep no key tuple (tracemalloc: 1432 -> 1367 B of Python objects
 # a file; 2.35 KB in one run before on the same machine, so the step is under the noise here
-# and its proof is the two tests below that check those objects); 2.38-2.46 KB measured (4 runs, main with patches, PostgreSQL GC and pipelining merged) once a
+# and its proof is the two tests below that check those objects), but 2.43-2.46 KB with
+# another test file running beside it (scripts/test's two workers: 3 runs), so the bound stays
+# above that; 2.38-2.46 KB measured (4 runs, main with patches, PostgreSQL GC and pipelining
+# merged) once a
 # committed take-in keeps no nodes (the passes read the files from the tree rows; what fails
 # without that is tests/test_backing_unbuilt.py, which checks the nodes themselves);
 # 2.51-2.56 KB with a node per file on the same code, 2.44-2.55 KB at the session's start,
@@ -41,7 +44,7 @@ PER_DIR = 100
 # figure moves ~70 B, as much as the last step gained, so the bound is a regression guard
 # above the noise, not the proof of that step. Lower it as the figure drops (the target is
 # well under 1 KB: docs/lifecycle.md says what is left).
-BOUND_PER_FILE = 2440
+BOUND_PER_FILE = 2520
 
 
 def tree(disk: Path, n: int) -> None:

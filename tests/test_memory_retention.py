@@ -6,6 +6,7 @@ kept and leaves memory that passes fsck."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from helpers.memory import run_python
 
+from memfs.consolidate.lock import review_lock
 from memfs.consolidate.memory_retention import collect_memory, memory_fsck
 from memfs.consolidate.receipts import (
     COMMITTED,
@@ -208,3 +210,19 @@ def test_gc_through_the_daemon_prunes_memory_and_refuses_a_dropped_revision(moun
     assert "version 2" in shown, shown
     assert (ws / "notes.md").read_text() == "# Notes\nversion 4\n"
     assert "consistent" in mounted.cli("fsck").stdout
+
+
+def test_du_and_a_dry_run_do_not_wait_out_a_review_that_holds_the_lock(mounted) -> None:
+    """`memfs du` and `memfs gc --dry-run` while a review holds the review lock answer within
+    seconds; the dry run says memory was not counted and why. Both waited out the lock's
+    120 s (the CLI gave up first)."""
+    mounted.require_real()
+    with review_lock(mounted.root):
+        for argv in (("du", "--json"), ("gc", "--dry-run", "--json")):
+            t0 = time.monotonic()
+            res = mounted.cli(*argv, check=False, timeout=150)
+            took = time.monotonic() - t0
+            assert res.returncode == 0, (argv, res.stderr)
+            assert took < 30, f"{argv} waited {took:.0f} s for the review lock"
+        problems = json.loads(res.stdout)["memory"]["problems"]
+        assert any("another review holds" in p for p in problems), problems

@@ -173,8 +173,9 @@ class Lifecycle:
             try:
                 report = await trio.to_thread.run_sync(collector.run)
                 doc = report.to_json()
-                doc["memory"] = await trio.to_thread.run_sync(
-                    lambda: memory_step(self.store.root, self.store.policy(), dry_run))
+                if trigger != "du":  # du shows the store's bytes; memory is not counted there
+                    doc["memory"] = await trio.to_thread.run_sync(
+                        lambda: memory_step(self.store.root, self.store.policy(), dry_run))
             finally:
                 self.running = None
                 if trigger != "manual" and not dry_run:

@@ -102,3 +102,43 @@ def test_git_status_clean_after_remount(mounted) -> None:
     fsck = subprocess.run(["git", "fsck", "--full", "--strict"], cwd=repo, env=GIT_ENV,
                           capture_output=True, text=True, timeout=120)
     assert fsck.returncode == 0, fsck.stderr
+
+
+def test_git_objects_keep_no_inode_table(mounted) -> None:
+    """git writes each object as a temporary file, links it to its name and unlinks the
+    temporary one: down to one name, the object's inode leaves the inode table (which every
+    commit changing any row stored whole: most of a big git add's stored bytes). After an
+    add and a commit of a tree, the last commit has no table, every object is a plain row,
+    and git reads them all back after a remount."""
+    mounted.require_real()
+    from memfs.store.backend import open_store
+    from memfs.store.trees import HARD, decode_dir
+
+    repo = mounted.work / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    populate(repo)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "first")
+    objects = [p for p in (repo / ".git" / "objects").rglob("*") if p.is_file()]
+    assert len(objects) > 40 and all(os.stat(p).st_nlink == 1 for p in objects)
+    mounted.umount()
+    store = open_store(mounted.root, create=False)
+    try:
+        head = store.head()
+        assert store.inode_table(head) is None
+        hard, work = [], [store.commit(head).tree]
+        while work:
+            for e in decode_dir(store.read_object(work.pop())):
+                if e.kind == HARD:
+                    hard.append(e.name)
+                elif e.kind == "d":
+                    work.append(e.ref)
+        assert hard == []
+    finally:
+        store.close()
+    mounted.remount()
+    fsck = subprocess.run(["git", "fsck", "--full", "--strict"], cwd=repo, env=GIT_ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert fsck.returncode == 0, fsck.stderr
+    assert git(repo, "status", "--porcelain") == ""

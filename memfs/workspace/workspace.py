@@ -208,14 +208,8 @@ class Workspace(HistoryOps):
     def _touch(self, node: Node | None) -> None:
         if self.stopped:
             raise fail(errno.EROFS, "memfs has stopped")
-        space = node.space if node is not None else None
-        if node is not None and node.ikey is not None and space is not None and \
-                space.nodes.get(node.ikey) is node:
-            space.changed.add(node)  # its row is in the inode table, not a directory
-            if node.parent is None:
-                node.dirty = True
-                node.ver += 1
-                node = self.root  # the table is committed with the root
+        if node is not None and node.ikey is not None:
+            node = self._touch_linked(node)
         while node is not None:
             node.dirty = True
             node.ver += 1
@@ -226,6 +220,22 @@ class Workspace(HistoryOps):
         if self.dirty_since is None:  # only the first change wakes the commit loop
             self.dirty_since = time.monotonic()
             self._wake.set()
+
+    def _touch_linked(self, node: Node) -> Node:
+        """A linked inode changes: its row is in the inode table (or leaves it, down to one
+        loaded name, for its directory to hold again); one with no loaded name dirties the
+        root, which the table is committed with."""
+        space = node.space
+        if space is None or space.nodes.get(node.ikey or "") is not node:
+            return node
+        if space is self.inodes and space.untable(node):
+            return node
+        space.changed.add(node)
+        if node.parent is not None:
+            return node
+        node.dirty = True
+        node.ver += 1
+        return self.root
 
     def _attribute(self) -> None:
         """The change just made belongs to this task's operation (a failed request never

@@ -37,3 +37,29 @@ def test_a_day_listing_shows_a_commit_made_after_the_first_listing(hosts) -> Non
     wait_for(lambda: any(second[:8] in n for n in _listed(day_dir)),
              f"b's listing of {day} to show the commit made after its first listing "
              f"(it shows {_listed(day_dir)})", timeout=15)
+
+
+def test_a_locked_server_holds_only_the_status_file_that_asked(hosts, pg_url: str) -> None:  # noqa: F811
+    """`cat .memfs/status` on a store in PostgreSQL reads the retention policy
+    (Workspace.retention_status -> PgStore.policy: memfs_meta) on the FUSE loop: while another
+    session holds memfs_meta locked, every request of the mount waits with it."""
+    import subprocess
+
+    import psycopg
+    from test_pg_hosts import _waiting_on
+
+    a, b = hosts
+    write_synced(a.work / "hot.txt", b"read on b first\n")
+    wait_for(lambda: read(b.work / "hot.txt") == b"read on b first\n", "host b to see a's file")
+    with psycopg.connect(pg_url) as locker:
+        locker.execute("LOCK TABLE memfs_meta IN ACCESS EXCLUSIVE MODE")
+        slow = subprocess.Popen(["cat", str(b.mnt / ".memfs" / "status")],
+                                stdout=subprocess.PIPE)
+        try:
+            wait_for(_waiting_on(pg_url, "memfs_meta"), "b's read of memfs_meta to wait")
+            cat = subprocess.run(["cat", str(b.work / "hot.txt")], capture_output=True,
+                                 timeout=20)
+            assert cat.stdout == b"read on b first\n", cat
+        finally:
+            locker.rollback()
+            slow.communicate(timeout=60)

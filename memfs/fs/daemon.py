@@ -342,17 +342,21 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
                 "mountpoint": ws.served_by.mountpoint if ws.served_by else None}
     if op == "status":
         await backing.refresh_status()
+        await ws.refresh_policy()
         return ws.status()
     if op == "requests":
         return dict(ops.requests)
     if op == "sync":
         await ws.sync()
         await backing.refresh_status()
+        await ws.refresh_policy()
         return ws.status()
-    if op == "log":
-        return [c.to_json() for c in store.log(args.get("branch"), int(args.get("n", 20)))]
+    if op == "log":  # store reads in a worker thread: on PostgreSQL each is a round trip
+        log_of = await trio.to_thread.run_sync(store.log, args.get("branch"),
+                                               int(args.get("n", 20)))
+        return [c.to_json() for c in log_of]
     if op == "branch_list":
-        return {"current": ws.branch, "branches": store.branches()}
+        return {"current": ws.branch, "branches": await trio.to_thread.run_sync(store.branches)}
     result: object
     if op == "undo":
         result = await _undo(ws, args)

@@ -21,11 +21,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
+from typing import TypeVar, cast
 
 import trio
 
 from memfs.store import StoreError, history
 
+S = TypeVar("S")
+T = TypeVar("T")
 STABLE = (60.0, 1.0)  # a directory whose name never changes meaning: entry 60 s, attrs 1 s
 
 ID_CHARS = 12
@@ -61,6 +64,7 @@ class Facts:
         self.store = store
         self.remote = bool(getattr(store, "remote", False))
         self._memo: dict[tuple, tuple[int, object]] = {}
+        self._derived: dict[tuple, tuple[object, object]] = {}  # key -> (source, value)
 
     def get(self, key: tuple, compute: Callable[[], object], *, always: bool = False):
         version = self.store.data_version()
@@ -89,6 +93,18 @@ class Facts:
     async def warm(self, read: Callable[[], object]) -> None:
         if self.remote:
             await trio.to_thread.run_sync(read)
+
+    def derived(self, key: tuple, source: S, build: Callable[[S], T]) -> T:
+        """A value built from a remembered one (a listing's names from its rows), rebuilt
+        whenever that one was renewed: it is never staler than its source."""
+        got = self._derived.get(key)
+        if got is not None and got[0] is source:
+            return cast(T, got[1])
+        if len(self._derived) >= self.LIMIT:
+            self._derived.clear()
+        value = build(source)
+        self._derived[key] = (source, value)
+        return value
 
     def _keep(self, key: tuple, version: int, value: object):
         self._memo.pop(key, None)  # to the end: the oldest go first when it is full
@@ -204,8 +220,8 @@ class HistoryViews:
         return self._fresh(("days",), lambda: dict(history.days(self.store)))
 
     def _day_names(self) -> Names:
-        return self._fresh(("day-names",), lambda: Names([d.encode() for d in
-                                                           sorted(self._days())]))
+        return self.facts.derived(("day-names",), self._days(),
+                                  lambda days: Names([d.encode() for d in sorted(days)]))
 
     def _day_lookup(self, name: bytes):
         day = name.decode("ascii", "replace")
@@ -246,7 +262,8 @@ class HistoryViews:
         return self._fresh(("day", day), lambda: self._commits_of(day))
 
     def _commit_names(self, day: str) -> Names:
-        return self._fresh(("names", day), lambda: Names(list(self._day_commits(day))))
+        return self.facts.derived(("names", day), self._day_commits(day),
+                                  lambda commits: Names(list(commits)))
 
     def _commit_lookup(self, day: str, name: bytes):
         cid = self._day_commits(day).get(name)

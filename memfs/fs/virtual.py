@@ -82,8 +82,7 @@ class VirtualTree:
 
     def _top_children(self) -> dict[bytes, Callable[[], object]]:
         items = {
-            b"status": lambda: self._file(
-                self._status, prepare=lambda: self.ws.backing.refresh_status()),
+            b"status": lambda: self._file(self._status, prepare=self._prepare_status),
             b"branches": self._branches_dir,
             b"history": lambda: self.history.history_dir(),
             b"checkpoints": lambda: self.history.checkpoints_dir(),
@@ -99,6 +98,10 @@ class VirtualTree:
         if name not in self.top.cache:
             self.top.cache[name] = make()
         return self.top.cache[name]
+
+    async def _prepare_status(self) -> None:
+        await self.ws.backing.refresh_status()
+        await self.ws.refresh_policy()
 
     def _status(self) -> bytes:
         doc = self.ws.status()

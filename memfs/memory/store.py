@@ -571,11 +571,19 @@ class MemoryStore:
                 for name in sorted(os.listdir(gens)):
                     m = _GEN_RE.match(name)
                     if m and int(m.group(1)) <= int(current[:8]):
-                        self._load_global_gen(name) if ws is None else \
-                            self._load_workspace_gen(ws, name)
+                        self._check_gen(ws, gens, name)
             except (MemoryDamaged, OSError, UnicodeDecodeError) as exc:
                 problems.append(f"{scope} memory: {exc}")
         return problems
+
+    def _check_gen(self, ws: str | None, gens: Path, name: str) -> None:
+        """Read one generation; one a prune took away while it was read (the daemon's GC
+        runs beside fsck, without this lock) is no problem: it is gone, not damaged."""
+        try:
+            self._load_global_gen(name) if ws is None else self._load_workspace_gen(ws, name)
+        except (MemoryDamaged, OSError, UnicodeDecodeError):
+            if (gens / name).exists():
+                raise
 
 
 def check_revision_text(revision: str) -> str:

@@ -565,15 +565,24 @@ class Workspace(HistoryOps):
             self._views.move_to_end(key)
         return node
 
+    async def refresh_policy(self) -> None:
+        """Before a status on a store in PostgreSQL (the control request, `.memfs/status`):
+        the retention policy read in a worker thread, so status reads no server on the loop.
+        Out of reach, the last one read stands."""
+        if self.store.remote:
+            try:
+                self._policy_seen = await trio.to_thread.run_sync(self.store.policy)
+            except MemfsError:
+                pass
+
     def retention_status(self) -> dict:
         shared = not isinstance(self.store, EmbeddedStore)  # in PostgreSQL: no space floor
-        try:
+        if not self.store.remote:  # a short local read, as every status made it
             self._policy_seen = self.store.policy()
-        except MemfsError:  # a server out of reach: status says so elsewhere, and goes on
-            if self._policy_seen is None:
-                return {"policy": None, "summary": "the policy could not be read (the store "
-                        "is out of reach)"}
         policy = self._policy_seen
+        if policy is None:  # a server out of reach since the start
+            return {"policy": None, "summary": "the policy could not be read (the store "
+                    "is out of reach)"}
         return {**policy.to_json(), "summary": policy.summary(shared=shared)}
 
     def status(self) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -65,9 +66,18 @@ def _run_as() -> tuple[list[str], int, int]:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, below Linux's ephemeral range (32768-60999): no client connection's
+    own port takes it while a test has the server stopped (the suite runs two workers, each
+    with its own server and clients)."""
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port for a PostgreSQL server in 20000-32000")
 
 
 class PgCluster:
@@ -84,9 +94,19 @@ class PgCluster:
         self._cmd([str(BIN / "initdb"), "-D", str(self.data), "-U", ADMIN, "--auth=trust",
                    "-E", "UTF8", "--no-sync", "--locale=C.UTF-8"])
         with open(self.data / "postgresql.conf", "a") as f:
-            f.write(f"listen_addresses = '127.0.0.1'\nport = {self.port}\n"
+            f.write("listen_addresses = '127.0.0.1'\n"
                     "unix_socket_directories = ''\nmax_connections = 300\n"
                     "fsync = on\nsynchronous_commit = on\nshared_buffers = 32MB\n")
+        self._set_port()
+        self._started = False
+
+    def _set_port(self) -> None:
+        """The port, in a file of its own that postgresql.conf includes last."""
+        (self.data / "port.conf").write_text(f"port = {self.port}\n")
+        conf = self.data / "postgresql.conf"
+        if "include_if_exists = 'port.conf'" not in conf.read_text():
+            with open(conf, "a") as f:
+                f.write("include_if_exists = 'port.conf'\n")
 
     def _cmd(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
         res = subprocess.run(self.prefix + args, capture_output=True, text=True, cwd=self.dir,
@@ -96,8 +116,19 @@ class PgCluster:
         return res
 
     def start(self) -> None:
-        self._cmd([str(BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.logfile), "-w",
-                   "-t", "60", "start"])
+        """Start the server; its first start moves to another port if another process took
+        this one meanwhile (a restart keeps it: the databases' URLs name it)."""
+        for attempt in range(3):
+            res = self._cmd([str(BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.logfile),
+                             "-w", "-t", "60", "start"], check=False)
+            if res.returncode == 0:
+                self._started = True
+                return
+            log = self.logfile.read_text(errors="replace") if self.logfile.exists() else ""
+            if self._started or "could not bind" not in log or attempt == 2:
+                raise RuntimeError(f"pg_ctl start: {res.stdout}{res.stderr}{log[-2000:]}")
+            self.port = _free_port()
+            self._set_port()
 
     def url(self, db: str = "postgres") -> str:
         return f"postgresql://{ADMIN}@127.0.0.1:{self.port}/{db}"

@@ -15,7 +15,8 @@ every PUBLISH_EVERY seconds, so a view shown less than that before another host'
 not be seen by it; a sweep batch re-reads the table under the sweep lock, so only a pin
 published after the batch that deletes it is missed.
 
-Threads: every function runs in the caller's thread on a connection it is given or the
+Imports nothing of psycopg at load (the embedded store's daemon imports this module's
+publisher, and the `pg` extra is optional). Threads: every function runs in the caller's thread on a connection it is given or the
 store's own reader (a worker thread of the daemon, or the GC thread).
 """
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from memfs.store.pg.lease import lease_ttl
 from memfs.store.refs import TREE, Ref
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ PUBLISH_EVERY = 2.0  # seconds between two looks at this host's pins (memfs.work
 def ttl() -> float:
     """Seconds a published set keeps without being renewed: four lease lives (60 s by
     default), so a host paused long enough to lose its lease loses its pins too."""
+    from memfs.store.pg.lease import lease_ttl  # psycopg's side: not on the embedded store
+
     return 4 * lease_ttl()
 
 _NOW = "extract(epoch FROM clock_timestamp())"

@@ -153,8 +153,11 @@ def test_releasing_browsed_views_spares_a_shell_standing_in_one(mounted) -> None
     (mounted.work / "old").write_bytes(old)
     fsync_path(mounted.work)
     days = mounted.mnt / ".memfs" / "history" / "by-time"
-    stamps = sorted(p for day in days.iterdir() for p in day.iterdir())
-    view = stamps[-1]  # the view's root: the name a release would take from the kernel
+    # The view's root (the name a release would take from the kernel) of the commit that has
+    # `old`: found by its id, not as the last name listed (two commits of one second sort
+    # by id, so the last name was an earlier commit once in a CI run).
+    cid = mounted.cli_json("log", "-n", "1")[0]["id"]
+    (view,) = [p for day in days.iterdir() for p in day.iterdir() if p.name.endswith(cid[:12])]
     assert (view / "work" / "old").exists()
     shell = subprocess.Popen(["sh", "-c", "read line; /bin/pwd -P; cat work/old"], cwd=view,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,

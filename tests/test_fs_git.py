@@ -87,15 +87,20 @@ def test_git_session_in_mount_matches_native(mounted, native_dir: Path) -> None:
     assert g == w, "\n".join(diff_snapshots(g, w))
 
 
-def test_git_status_clean_after_remount(mounted) -> None:
-    """git's index stat cache stays valid across a daemon restart (stable mtimes, sizes)."""
-    mounted.require_real()
-    repo = mounted.work / "repo"
+def committed_repo(repo: Path) -> Path:
+    """A new repository at `repo` with the populated tree added and committed."""
     repo.mkdir()
     git(repo, "init", "-q")
     populate(repo)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "first")
+    return repo
+
+
+def test_git_status_clean_after_remount(mounted) -> None:
+    """git's index stat cache stays valid across a daemon restart (stable mtimes, sizes)."""
+    mounted.require_real()
+    repo = committed_repo(mounted.work / "repo")
     mounted.umount()
     mounted.remount()
     assert git(repo, "status", "--porcelain") == ""
@@ -114,12 +119,7 @@ def test_git_objects_keep_no_inode_table(mounted) -> None:
     from memfs.store.backend import open_store
     from memfs.store.trees import HARD, decode_dir
 
-    repo = mounted.work / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    populate(repo)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "first")
+    repo = committed_repo(mounted.work / "repo")
     objects = [p for p in (repo / ".git" / "objects").rglob("*") if p.is_file()]
     assert len(objects) > 40 and all(os.stat(p).st_nlink == 1 for p in objects)
     mounted.umount()

@@ -302,13 +302,33 @@ def _waiting_on(pg_url: str, table: str) -> Callable[[], bool]:
     return waiting
 
 
+def _only_it_waits(pg_url: str, table: str, argv: list[str],
+                   hot_is_served: Callable[[], None]) -> str:
+    """Run `argv` while another session holds `table` locked: it waits for the lock, the
+    mount serves another read meanwhile (`hot_is_served`), and it succeeds once the lock
+    goes; its output."""
+    import psycopg
+
+    with psycopg.connect(pg_url) as locker:
+        locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        slow = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        try:
+            wait_for(_waiting_on(pg_url, table), f"b's read of {table} to wait")
+            hot_is_served()
+            assert slow.poll() is None, f"{argv} did not wait for the locked {table}"
+        finally:
+            locker.rollback()
+            out, _ = slow.communicate(timeout=60)
+    assert slow.returncode == 0, argv
+    return out
+
+
 def test_a_locked_server_holds_only_the_reads_that_miss_this_hosts_caches(
         hosts, pg_url: str) -> None:
     """Host b's first listing of a directory and first read of a file ask the server in a
     worker thread: while another session holds the table locked, only that `ls` or `cat`
     waits, and a file b has read before is served meanwhile (the loaders ran on the FUSE loop,
     so every request of b's mount hung with the one that missed)."""
-    import psycopg
 
     a, b = hosts
     cold = os.urandom(2 << 20)
@@ -323,17 +343,7 @@ def test_a_locked_server_holds_only_the_reads_that_miss_this_hosts_caches(
 
     for table, argv in (("objects", ["ls", str(b.work / "cold")]),
                         ("chunks", ["sha256sum", str(b.work / "cold" / "f.bin")])):
-        with psycopg.connect(pg_url) as locker:
-            locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-            slow = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-            try:
-                wait_for(_waiting_on(pg_url, table), f"b's read of {table} to wait")
-                hot_is_served()
-                assert slow.poll() is None, f"{argv} did not wait for the locked {table}"
-            finally:
-                locker.rollback()
-                out, _ = slow.communicate(timeout=60)
-        assert slow.returncode == 0, argv
+        out = _only_it_waits(pg_url, table, argv, hot_is_served)
         if table == "objects":
             assert out.split() == ["f.bin"]
         else:
@@ -374,7 +384,6 @@ def test_a_locked_server_holds_only_the_memfs_listing_that_asked(hosts, pg_url: 
     `.memfs/checkpoints` read the database in a worker thread: while another session holds
     the table they read locked, only that `ls` waits, and a file b has read before is served
     meanwhile (the reads ran on the FUSE loop, so the whole mount hung with them)."""
-    import psycopg
 
     a, b = hosts
     write_synced(a.work / "hot.txt", b"read on b first\n")
@@ -391,14 +400,5 @@ def test_a_locked_server_holds_only_the_memfs_listing_that_asked(hosts, pg_url: 
              ("commits", ["ls", str(memfs / "history" / cid[:10])], "work"),  # a prefix
              ("checkpoints", ["ls", str(memfs / "checkpoints")], "before-lock"))
     for table, argv, expect in cases:
-        with psycopg.connect(pg_url) as locker:
-            locker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-            slow = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-            try:
-                wait_for(_waiting_on(pg_url, table), f"b's read of {table} to wait")
-                hot_is_served()
-                assert slow.poll() is None, f"{argv} did not wait for the locked {table}"
-            finally:
-                locker.rollback()
-                out, _ = slow.communicate(timeout=60)
-        assert slow.returncode == 0 and expect in out.split(), (argv, out)
+        out = _only_it_waits(pg_url, table, argv, hot_is_served)
+        assert expect in out.split(), (argv, out)

@@ -62,6 +62,14 @@ def _shown_on_b(a, b) -> tuple[bytes, bytes, str]:
     return old, gone, cid
 
 
+def _deleted_on_a(a, b) -> None:
+    """a deletes both files (and writes `new`); b has followed."""
+    (a.work / "old").unlink()
+    (a.work / "gone").unlink()
+    write_synced(a.work / "new", b"new")
+    wait_for(lambda: read(b.work / "new") == b"new", "host b to follow the deletions")
+
+
 def test_a_view_and_an_open_file_on_another_host_survive_a_gc_here(ab, pg_url: str) -> None:
     a, b = ab
     old, gone, cid = _shown_on_b(a, b)
@@ -69,10 +77,7 @@ def test_a_view_and_an_open_file_on_another_host_survive_a_gc_here(ab, pg_url: s
     view = b.mnt / ".memfs" / "history" / cid / "work" / "gone"
     shown = open(view, "rb")
     try:
-        (a.work / "old").unlink()
-        (a.work / "gone").unlink()
-        write_synced(a.work / "new", b"new")
-        wait_for(lambda: read(b.work / "new") == b"new", "host b to follow the deletions")
+        _deleted_on_a(a, b)
         wait_for(lambda: pinned_refs(pg_url, "host-b") >= 2, "host b to publish its pins")
         res = a.cli_json("gc")
         assert res["commits_dropped"] >= 1, res
@@ -94,10 +99,7 @@ def test_a_dead_hosts_pins_expire(ab, pg_url: str) -> None:
     _, _, cid = _shown_on_b(a, b)
     shown = open(b.mnt / ".memfs" / "history" / cid / "work" / "gone", "rb")
     try:
-        (a.work / "old").unlink()
-        (a.work / "gone").unlink()
-        write_synced(a.work / "new", b"new")
-        wait_for(lambda: read(b.work / "new") == b"new", "host b to follow the deletions")
+        _deleted_on_a(a, b)
         wait_for(lambda: pinned_refs(pg_url, "host-b") >= 1, "host b to publish its pins")
     finally:
         shown.close()

@@ -27,7 +27,6 @@ import psycopg
 from memfs.store import history, retention, revisions
 from memfs.store.backend import Location, redact
 from memfs.store.chunks import chunk_digest
-from memfs.store.delta import assemble, split_over
 from memfs.store.pg import chunkrows, schema
 from memfs.store.pg.cache import ChunkCache, ObjectCache
 from memfs.store.pg.chunkrows import ChunkForm
@@ -442,8 +441,9 @@ class PgStore(PgRecords):
         """memfs.store.fsck over the database's rows (chunks read from the database, not
         the cache, so a row the database lost is found), then branch heads and checkpoints."""
         from memfs.store.fsck import check_store
+        from memfs.store.pg.fsck_rows import DatabaseChunks
 
-        problems = check_store(_DatabaseChunks(self))
+        problems = check_store(DatabaseChunks(self))
         for name, head in self.branches().items():
             if not self.has_commit(head):
                 problems.append(f"branch {name} points at missing commit {head}")
@@ -554,55 +554,6 @@ class PgStore(PgRecords):
         self._heads[branch] = head
         for fn in self._listeners:
             fn(branch, head)
-
-
-class _DatabaseChunks:
-    """The store as fsck sees it: chunks from the database itself, never the cache.
-
-    A patch is rebuilt from its row and the rows it is read through, each fetched once per
-    fsck and kept (up to ROWS_KEPT bytes, oldest out first): the patches over one base share
-    it, which one statement per chunk fetched again each time (64 patches over a 512 KiB log
-    pulled 32.6 MiB)."""
-
-    ROWS_KEPT = 64 << 20
-
-    def __init__(self, store: PgStore) -> None:
-        self._store = store
-        self._rows: dict[str, tuple[str | None, bytes]] = {}  # id -> (over, stored bytes)
-        self._kept = 0
-
-    def read_chunk(self, chunk_id: str) -> bytes:
-        got = self._fetch([chunk_id]).get(chunk_id)
-        if got is None:
-            raise KeyError(f"chunk {chunk_id} is missing from the store")
-        over, own = got
-        deps = split_over(over)
-        stored = {dep: row[1] for dep, row in self._fetch(list(deps)).items()}
-        data = assemble(chunk_id, own, deps, stored)
-        if chunk_digest(data) != chunk_id.split(".")[0]:
-            raise OSError(f"chunk {chunk_id} in the database does not match its digest")
-        return data
-
-    def _fetch(self, ids: list[str]) -> dict[str, tuple[str | None, bytes]]:
-        """The stored rows of `ids` that exist: kept ones, the rest in one statement."""
-        missing = [i for i in ids if i not in self._rows]
-        if missing:
-            whole = self._store._chunk_sql is chunkrows.WHOLE_SQL  # a store before patches
-            sql = ("SELECT id, NULL, data FROM chunks WHERE id = ANY(%s)" if whole else
-                   "SELECT id, over, data FROM chunks WHERE id = ANY(%s)")
-            for cid, over, data in self._store._query(sql, (missing,)):
-                self._keep(cid, over, bytes(data))
-        return {i: self._rows[i] for i in ids if i in self._rows}
-
-    def _keep(self, cid: str, over: str | None, data: bytes) -> None:
-        while self._rows and self._kept + len(data) > self.ROWS_KEPT:
-            old = next(iter(self._rows))
-            self._kept -= len(self._rows.pop(old)[1])
-        self._rows[cid] = (over, data)
-        self._kept += len(data)
-
-    def __getattr__(self, name: str):
-        return getattr(self._store, name)
 
 
 __all__ = ["PgStore", "ServerError"]

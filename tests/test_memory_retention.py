@@ -27,7 +27,7 @@ from memfs.consolidate.receipts import (
 )
 from memfs.memory.retention import NoSuchRevision, RevisionDropped, iso_ns, now_iso
 from memfs.memory.shared import open_memory_store
-from memfs.memory.store import PRUNE_CRASH_POINTS
+from memfs.memory.prune import PRUNE_CRASH_POINTS
 from memfs.rootdir import memory_dir
 from memfs.store.retention import DAY, HOUR, Policy
 

@@ -14,10 +14,8 @@ the old generation or the new one, never a mix. Generations newer than the curre
 leftovers of a commit that died before its swap; the next commit removes them.
 
 A commit prunes nothing: which generations stay is the store's retention policy, applied by
-`prune` (memfs gc, through memfs.consolidate.memory_retention, which knows the receipts). A
-pruned generation's tombstone goes to `generations/<scope>/.dropped/` (synced) before its
-directory is renamed to `.rm-<gen>` (synced) and removed, so a prune killed at any point
-leaves every kept generation whole and every dropped one either whole or hidden.
+`prune` (memfs gc, through memfs.consolidate.memory_retention, which knows the receipts;
+the crash-safe steps are memfs.memory.prune's).
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
+from memfs.memory import prune
 from memfs.memory.durable import FsOps, crash_point, flocked, shared_if_free
 from memfs.memory.errors import InvalidRecord, MemoryDamaged, NoSuchRecord, StaleRevision
 from memfs.memory.generation import (
@@ -56,6 +55,7 @@ from memfs.memory.preview import (
     preview_global_change,
     preview_workspace_changes,
 )
+from memfs.memory.prune import DROPPED_DIR, HIDDEN
 from memfs.memory.records import (
     INDEX_NAME,
     RECORD_SUFFIX,
@@ -68,14 +68,11 @@ from memfs.memory.retention import (
     GenRow,
     NoSuchRevision,
     dropped_refusal,
-    now_iso,
 )
 
 MANIFEST = ".manifest.json"
 INDEX_FILE = INDEX_NAME + RECORD_SUFFIX
 GLOBAL_FILE = "global.md"
-DROPPED_DIR = ".dropped"  # a scope's tombstones (memfs.memory.retention.Dropped)
-HIDDEN = ".rm-"  # a pruned generation on its way out: never read, removed by the next writer
 UNLOCKED_TRIES = 3  # reads without the lock (a commit holds it) start again this often
 _GEN_RE = re.compile(r"^(\d{8})-([0-9a-f]{16})$")
 T = TypeVar("T")
@@ -83,7 +80,6 @@ T = TypeVar("T")
 # Named points of a commit, in order, for SIGKILL tests (MEMFS_CRASH_AT).
 COMMIT_CRASH_POINTS = ("files-written", "generation-synced", "generation-named",
                        "link-created", "swapped", "swap-synced")
-PRUNE_CRASH_POINTS = ("prune-tombstoned", "prune-hidden", "pruned")
 
 
 @dataclass(frozen=True)
@@ -466,50 +462,9 @@ class MemoryStore:
     def prune(self, workspace: str | None, keep: Callable[[Sequence[GenRow], int],
                                                           dict[int, str]],
               why: str, now_ns: int, dry_run: bool = False) -> list[Dropped]:
-        """Drop the scope's generations `keep(rows, current_seq)` does not name (never the
-        current one); returns their tombstones. Under the exclusive lock, so no commit
-        moves the link meanwhile."""
+        """Drop the generations `keep` does not name (memfs.memory.prune)."""
         ws = None if workspace is None else validate_workspace(workspace)
-        link, gens, is_global = self._scope(ws)
-        if not self.root.is_dir():
-            return []
-        with self._writing():
-            current = self._current_gen_name(link, is_global)
-            if current is None:
-                return []
-            cur_seq = int(current[:8])
-            if not dry_run:  # what a prune killed after hiding them left behind
-                for entry in os.listdir(gens):
-                    if entry.startswith(HIDDEN):
-                        self.ops.remove_tree(gens / entry)
-            rows = self._rows(gens, cur_seq)
-            kept = keep([r for _, r in rows], cur_seq)
-            at = now_iso(now_ns)
-            drop = [(name, Dropped(r.seq, r.revision, r.created, at, why))
-                    for name, r in rows if r.seq not in kept and r.seq != cur_seq]
-            if dry_run or not drop:
-                return [d for _, d in drop]
-            self._write_tombstones(gens, cur_seq, [d for _, d in drop])
-            crash_point("prune-tombstoned")
-            for name, _ in drop:
-                self.ops.rename(gens / name, gens / f"{HIDDEN}{name}")
-            self.ops.fsync_dir(gens)
-            crash_point("prune-hidden")
-            for name, _ in drop:
-                self.ops.remove_tree(gens / f"{HIDDEN}{name}")
-            crash_point("pruned")
-            return [d for _, d in drop]
-
-    def _write_tombstones(self, gens: Path, cur_seq: int, dropped: list[Dropped]) -> None:
-        """One synced file per prune, named in a synced directory, before anything goes."""
-        d = gens / DROPPED_DIR
-        if not d.is_dir():
-            self.ops.mkdir(d)
-            self.ops.fsync_dir(gens)
-        tmp = d / f".tmp-{secrets.token_hex(6)}"
-        self.ops.write_file(tmp, canonical_json([x.to_json() for x in dropped]))
-        self.ops.rename(tmp, d / f"{cur_seq:08d}-{secrets.token_hex(6)}.json")
-        self.ops.fsync_dir(d)
+        return prune.prune(self, ws, keep, why, now_ns, dry_run)
 
     def dropped(self, workspace: str | None) -> list[Dropped]:
         """The scope's tombstones, oldest drop first (a file a crash cut short is skipped:

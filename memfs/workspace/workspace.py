@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from memfs.errors import MemfsError
 from memfs.liveness import DaemonRecord
 from memfs.store import StoreBackend as Store
 from memfs.store import open_store
@@ -32,7 +31,6 @@ from memfs.store.history import OpRecord, ProcRef
 from memfs.store.retention import Policy
 from memfs.store.space import Space
 from memfs.store.store import Commit
-from memfs.store.store import Store as EmbeddedStore
 from memfs.store.trees import (
     BLK,
     CHR,
@@ -40,9 +38,9 @@ from memfs.store.trees import (
     FILE,
     LINK,
     decode_manifest,
-    name_to_str,
 )
 from memfs.workspace import groupcommit, loading, namespace, snapshot, unload, warm
+from memfs.workspace import status as ws_status
 from memfs.workspace.attribution import CURRENT, Attribution
 from memfs.workspace.health import CommitHealth
 from memfs.workspace.history_ops import HistoryOps
@@ -566,49 +564,12 @@ class Workspace(HistoryOps):
         return node
 
     async def refresh_policy(self) -> None:
-        """Before a status on a store in PostgreSQL (the control request, `.memfs/status`):
-        the retention policy read in a worker thread, so status reads no server on the loop.
-        Out of reach, the last one read stands."""
-        if self.store.remote:
-            try:
-                self._policy_seen = await trio.to_thread.run_sync(self.store.policy)
-            except MemfsError:
-                pass
-
-    def retention_status(self) -> dict:
-        shared = not isinstance(self.store, EmbeddedStore)  # in PostgreSQL: no space floor
-        if not self.store.remote:  # a short local read, as every status made it
-            self._policy_seen = self.store.policy()
-        policy = self._policy_seen
-        if policy is None:  # a server out of reach since the start
-            return {"policy": None, "summary": "the policy could not be read (the store "
-                    "is out of reach)"}
-        return {**policy.to_json(), "summary": policy.summary(shared=shared)}
+        """Read the retention policy for a status (memfs.workspace.status)."""
+        await ws_status.refresh_policy(self)
 
     def status(self) -> dict:
-        mounts = sorted(name_to_str(n) for n in self.children(self.root))
-        return {
-            "root": str(self.store.root),
-            "branch": self.branch,
-            "head": self.head,
-            "pending": self.mutation_seq - self.durable_seq,
-            "pending_bytes": self._dirty_bytes,
-            "nodes": len(self.nodes),
-            "durable": self.mutation_seq == self.durable_seq,
-            "commit_interval_ms": int(self.commit_interval * 1000),
-            "last_commit_error": self.last_error,
-            "commit_failure": self.health.failure.to_json() if self.health.failure else None,
-            "changes_held": self.hold.status(),  # a history operation finishing: writes wait
-            "space": self.room.status(),
-            "retention": self.retention_status(),
-            **({"gc": self.lifecycle.status()} if self.lifecycle is not None else {}),
-            "mounts": mounts,
-            "daemon": self.served_by.identity() if self.served_by else None,
-            "read_only": self.read_only,
-            **({"backing": backing} if (backing := self.backing.status_json()) is not None
-               else {}),
-        }
-
+        """The mount's status document (memfs.workspace.status)."""
+        return ws_status.status(self)
 
 __all__ = ["Workspace", "WorkspaceError", "Node", "ROOT_ID", "DIR", "FILE", "LINK", "CHR", "BLK",
            "RENAME_NOREPLACE", "RENAME_EXCHANGE", "decode_manifest"]

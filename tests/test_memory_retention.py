@@ -25,9 +25,9 @@ from memfs.consolidate.receipts import (
     SourceSnapshot,
     write_receipt,
 )
+from memfs.memory.prune import PRUNE_CRASH_POINTS
 from memfs.memory.retention import NoSuchRevision, RevisionDropped, iso_ns, now_iso
 from memfs.memory.shared import open_memory_store
-from memfs.memory.prune import PRUNE_CRASH_POINTS
 from memfs.rootdir import memory_dir
 from memfs.store.retention import DAY, HOUR, Policy
 

@@ -62,7 +62,7 @@ from memfs.reconcile.contained import RootId, RootUnavailable, read_contained
 from memfs.reconcile.observe import Observation, WalkMemo
 from memfs.reconcile.plan import PassPlan, SyncPlan, pending_from_journal
 from memfs.reconcile.rule import ABSENT, Content, State
-from memfs.store.journal import Journal
+from memfs.store.journal import Journal, NewIntent
 from memfs.testing import crash_point, pass_fault, plan_spin, walk_delay
 from memfs.workspace import unload
 from memfs.workspace.attribution import labelled
@@ -499,7 +499,7 @@ class Passes:
                 data = read_contained(b.dir, root, path, t.digest)
                 if data is not None:
                     contents[path] = data
-        ids: dict[str, int] = {}
+        ahead: list[NewIntent] = []
         for path in batch:
             if path not in evidence:
                 continue  # first sight: no evidence a crash could leave stale
@@ -507,14 +507,18 @@ class Passes:
             if isinstance(t, Content) and path not in contents:
                 continue
             old = s_view.get(path, ABSENT)
-            new = t.digest if isinstance(t, Content) else None
             prior = evidence[path]  # what the decision resolved: a not-done redo starts there
-            ids[path] = self.journal.begin_intent(
-                b.mount, path, "adopt", old=old.digest if isinstance(old, Content) else None,
-                new=new, branch=branch, root=(root.dev, root.ino),
-                prior=None if prior is ABSENT else prior,  # type: ignore[arg-type]
-                mode=record_modes.get(path))  # P's mode on completion: disk's, agreed
-            crash_point("backing:after-adopt-intent")  # intent durable, tree not yet changed
+            ahead.append(NewIntent(
+                path, old.digest if isinstance(old, Content) else None,
+                t.digest if isinstance(t, Content) else None,
+                None if prior is ABSENT else prior,  # type: ignore[arg-type]
+                record_modes.get(path)))  # P's mode on completion: disk's, agreed
+        ids: dict[str, int] = {}
+        if ahead:  # one transaction for the batch
+            ids = dict(zip((i.path for i in ahead), self.journal.begin_intents(
+                b.mount, "adopt", ahead, branch=branch, root=(root.dev, root.ino)),
+                strict=True))
+            crash_point("backing:after-adopt-intent")  # intents durable, tree not yet changed
         return contents, ids
 
     def _record_thread(self, mount: str, obs: Observation, sp: SyncPlan,
@@ -523,8 +527,8 @@ class Passes:
         for path, iid in intent_ids.items():
             if path in skipped:
                 self.journal.abandon_intent(iid)
-            else:
-                self.journal.complete_intent(iid)
+        self.journal.complete_intents(  # one transaction; what the loop settled stands
+            (iid for path, iid in intent_ids.items() if path not in skipped), settled_ok=True)
         items = [(p, None if v is ABSENT else v, sp.record_modes.get(p))
                  for p, v in sp.record.items() if p not in skipped and p not in intent_ids]
         if items or self.journal.root(mount) is None:  # the root goes with the first evidence

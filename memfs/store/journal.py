@@ -105,6 +105,17 @@ class FingerprintRow(NamedTuple):
     mime: str | None = None  # None: not recorded (a row older than the column)
 
 
+class NewIntent(NamedTuple):
+    """One intent to record (Journal.begin_intents): `old`/`new` None mean absent; `prior`
+    the evidence an adoption's decision resolved (None: agreed absence; False: not given)."""
+
+    path: str
+    old: str | None
+    new: str | None
+    prior: str | None | bool = False
+    mode: int | None = None
+
+
 @dataclass(frozen=True)
 class PassInputs:
     """What a reconcile pass reads from the journal, from one snapshot.
@@ -472,41 +483,78 @@ class Journal:
         """Durably record an intent before its effect; `old`/`new` None mean absent. `prior`
         (adoptions): the evidence the decision resolved, None for agreed absence (False: not
         given). `mode`: the permission bits the step sets, recorded in P on completion."""
+        (iid,) = self.begin_intents(mount, op, [NewIntent(path, old, new, prior, mode)],
+                                    branch=branch, root=root)
+        return iid
+
+    def begin_intents(self, mount: str, op: Literal["write", "unlink", "adopt"],
+                      intents: Iterable[NewIntent], *, branch: str | None = None,
+                      root: tuple[int, int] | None = None) -> list[int]:
+        """begin_intent for many, in one transaction (a pass's batch of adoptions syncs once,
+        not once a file): every one is durable before any effect of them starts."""
+        now = time.time()
         with self._write() as c:
             self._ensure_root(c, mount, root)
-            cur = c.execute(
+            return [int(c.execute(
                 "INSERT INTO journal_intents (mount, path, op, branch, old, new, prior, "
                 "created_at, mode) VALUES (?, CAST(? AS TEXT), ?, ?, ?, ?, ?, ?, ?)",
-                (mount, _db(path), op, branch, _ABSENT_COL if old is None else old,
-                 _ABSENT_COL if new is None else new,
-                 None if prior is False else _ABSENT_COL if prior is None else prior,
-                 time.time(), mode))
-            return int(cur.lastrowid or 0)
+                (mount, _db(i.path), op, branch, _ABSENT_COL if i.old is None else i.old,
+                 _ABSENT_COL if i.new is None else i.new,
+                 None if i.prior is False else _ABSENT_COL if i.prior is None else i.prior,
+                 now, i.mode)).lastrowid or 0) for i in intents]
 
     def complete_intent(self, intent_id: int) -> None:
         """Mark an intent done and record its new value as P, in one transaction. Call only once
         the effect is durable (data and every directory up to the root fsynced)."""
+        self.complete_intents([intent_id])
+
+    def complete_intents(self, intent_ids: Iterable[int], *, settled_ok: bool = False) -> None:
+        """complete_intent for many, in one transaction: a pass that adopted 20k files
+        patches each remembered snapshot once (a copy of its maps), not once a file, and
+        syncs once. All of them or none: a crash before the commit leaves every one pending,
+        to be observed again as an interrupted intent is. `settled_ok`: one no longer
+        pending (the loop settled it meanwhile, from the same tree) is left as it was
+        settled, instead of failing them all."""
         with self._write() as c:
-            row = c.execute("SELECT mount, path, new, state, branch, mode FROM journal_intents "
-                            "WHERE id=?", (intent_id,)).fetchone()
-            if row is None or row[3] != "pending":
-                raise MemfsError(f"intent {intent_id} is not pending", "observe the path again")
-            mount, path, new = row[0], row[1], row[2]
-            c.execute("UPDATE journal_intents SET state='done', settled_at=? WHERE id=?",
-                      (time.time(), intent_id))
-            # A redo supersedes the interrupted intents of the same path it completes, on its
-            # own branch: another branch's pending push or adoption stays for that branch to
-            # resolve (its tree is the only side that can tell whether it happened).
-            c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? WHERE mount=? "
-                      "AND path=CAST(? AS TEXT) AND state='pending' AND id<? AND branch IS ?",
-                      (time.time(), mount, _db(path), intent_id, row[4]))
-            digest = None if new == _ABSENT_COL else new
-            mode = None if digest is None else row[5]
-            c.execute(
-                "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at, mode)"
-                " VALUES (?, CAST(? AS TEXT), ?, ?, ?)",
-                (mount, _db(path), digest, time.time(), mode))
-            self._patch_memo(c, mount, evidence={path: digest}, modes={path: mode})
+            done: dict[str, tuple[dict[str, str | None], dict[str, int | None]]] = {}
+            for intent_id in intent_ids:
+                if settled_ok and not self._pending_id(c, intent_id):
+                    continue
+                mount, path, digest, mode = self._complete(c, intent_id)
+                evidence, modes = done.setdefault(mount, ({}, {}))
+                evidence[path], modes[path] = digest, mode
+            for mount, (evidence, modes) in done.items():  # once a mount: see _patch_memo
+                self._patch_memo(c, mount, evidence=evidence, modes=modes)
+
+    @staticmethod
+    def _pending_id(c: sqlite3.Connection, intent_id: int) -> bool:
+        return c.execute("SELECT 1 FROM journal_intents WHERE id=? AND state='pending'",
+                         (intent_id,)).fetchone() is not None
+
+    @staticmethod
+    def _complete(c: sqlite3.Connection, intent_id: int
+                  ) -> tuple[str, str, str | None, int | None]:
+        """One intent marked done and its P written; (mount, path, digest, mode) recorded."""
+        row = c.execute("SELECT mount, path, new, state, branch, mode FROM journal_intents "
+                        "WHERE id=?", (intent_id,)).fetchone()
+        if row is None or row[3] != "pending":
+            raise MemfsError(f"intent {intent_id} is not pending", "observe the path again")
+        mount, path, new = row[0], row[1], row[2]
+        c.execute("UPDATE journal_intents SET state='done', settled_at=? WHERE id=?",
+                  (time.time(), intent_id))
+        # A redo supersedes the interrupted intents of the same path it completes, on its
+        # own branch: another branch's pending push or adoption stays for that branch to
+        # resolve (its tree is the only side that can tell whether it happened).
+        c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? WHERE mount=? "
+                  "AND path=CAST(? AS TEXT) AND state='pending' AND id<? AND branch IS ?",
+                  (time.time(), mount, _db(path), intent_id, row[4]))
+        digest = None if new == _ABSENT_COL else new
+        mode = None if digest is None else row[5]
+        c.execute(
+            "INSERT OR REPLACE INTO journal_evidence (mount, path, digest, recorded_at, mode)"
+            " VALUES (?, CAST(? AS TEXT), ?, ?, ?)",
+            (mount, _db(path), digest, time.time(), mode))
+        return mount, path, digest, mode
 
     def abandon_intent(self, intent_id: int) -> None:
         """The effect did not happen (refused untouched, or observed not done); P is unchanged."""

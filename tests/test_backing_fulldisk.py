@@ -160,3 +160,25 @@ def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs, sm
     kept = [p for p in conflicts.iterdir() if not p.name.startswith(".")]
     assert [p.read_bytes() for p in kept] == [TEXT]  # disk's side, kept in full
     assert m.proc.poll() is None
+
+
+def test_an_attach_that_cannot_take_everything_in_exits_1(small_fs, mount_factory,
+                                                          tmp_path: Path, store_backend) -> None:
+    """`memfs attach` on a full store printed the pass's `error: ... full` and exited 0, where
+    `memfs sync` with the same error exits 1: a script's `memfs attach ... && make` went on
+    with files not taken in. The binding is made either way; the sync after the remedy takes
+    the rest."""
+    disk = tmp_path / "proj"
+    disk.mkdir()
+    (disk / "big.txt").write_bytes(TEXT)
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    if store_backend == "sqlite":
+        m.cli("config", "gc-auto", "off")
+    fillers = fill_the_store(m, small_fs, store_backend)
+    full_message(m.cli("attach", "work", str(disk), "--watch", "off", check=False),
+                 store_backend)
+    assert m.status()["backing"]["work"]["dir"] == str(disk)
+    assert not (m.work / "big.txt").exists()
+    make_room(m, fillers, store_backend)
+    m.cli("sync")
+    assert (m.work / "big.txt").read_bytes() == TEXT

@@ -12,6 +12,8 @@ Both backends (tests/conftest.py BOTH_BACKENDS): on a store in PostgreSQL what f
 host's root (its caches, spill files, conflict copies and host.db), filled by another program;
 the refusal names that root and its caches, never `memfs gc` (refused there), and the way back
 is freeing that filesystem.
+
+And the other disk: a backing directory on the small tmpfs, whose materialize has no room.
 """
 
 from __future__ import annotations
@@ -182,3 +184,27 @@ def test_an_attach_that_cannot_take_everything_in_exits_1(small_fs, mount_factor
     make_room(m, fillers, store_backend)
     m.cli("sync")
     assert (m.work / "big.txt").read_bytes() == TEXT
+
+
+@pytest.mark.embedded_only  # the backing directory's disk is full, not the store's
+def test_a_materialize_the_backing_disk_has_no_room_for_exits_1(small_fs, mount_factory,
+                                                               tmp_path: Path) -> None:
+    """The other disk full: the backing directory's. The write is refused (ENOSPC, no scratch
+    left behind, disk's files as they were) and the path stays owed, but `memfs materialize`
+    exited 0 with `skipped ... (refused): No space left on device — check the backing
+    directory`: a script's `memfs materialize && git commit` went on without the file."""
+    disk = small_fs / "proj"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m = mount_factory(root=tmp_path / "root", name="mnt")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    (m.work / "big.txt").write_bytes(TEXT * 10)  # 40 MiB of text on a 32 MiB disk
+    res = m.cli("materialize", check=False)
+    text = res.stdout + res.stderr
+    assert res.returncode == 1, text
+    assert "big.txt" in text and "full" in text and "free space" in text, text
+    assert sorted(os.listdir(disk)) == ["a.txt"]  # no scratch file left
+    assert states(m)["work/big.txt"][0] == "workspace-draft"  # still owed
+    (m.work / "big.txt").write_bytes(TEXT)  # 4 MiB: fits
+    m.cli("materialize")
+    assert (disk / "big.txt").read_bytes() == TEXT

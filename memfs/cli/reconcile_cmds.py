@@ -252,6 +252,7 @@ def cmd_materialize(args) -> int:
                   for f in r["failed"]]
     emit(args, res, "\n".join(lines) or "nothing owed")
     bad = any(r.get("failed") or r.get("refused") or r.get("unavailable")
+              or any(s["state"] == "disk-error" for s in r.get("skipped", []))
               for r in res["mounts"].values())
     return 1 if bad else 0
 

@@ -208,3 +208,36 @@ def test_a_materialize_the_backing_disk_has_no_room_for_exits_1(small_fs, mount_
     (m.work / "big.txt").write_bytes(TEXT)  # 4 MiB: fits
     m.cli("materialize")
     assert (disk / "big.txt").read_bytes() == TEXT
+
+
+@pytest.mark.embedded_only
+def test_an_auto_materialize_the_backing_disk_has_no_room_for_shows_in_status(
+        small_fs, mount_factory, tmp_path: Path) -> None:
+    """With --auto-materialize nobody reads materialize's output: a write the backing disk
+    refused left `memfs status` saying only `disk owes 1 change(s)`. It says which file, why
+    and what to do, until a round writes it."""
+    disk = small_fs / "proj"
+    disk.mkdir()
+    m = mount_factory(root=tmp_path / "root", name="mnt")
+    m.cli("attach", "work", str(disk), "--watch", "off", "--auto-materialize")
+    (m.work / "big.txt").write_bytes(TEXT * 10)  # 40 MiB of text on a 32 MiB disk
+
+    def last() -> dict:
+        return m.status()["backing"]["work"]["auto_materialize"]["last"] or {}
+
+    deadline = time.monotonic() + 30
+    while not last().get("disk_errors"):
+        assert time.monotonic() < deadline, f"no round met the full disk: {last()}"
+        time.sleep(0.1)
+    assert [e["path"] for e in last()["disk_errors"]] == ["big.txt"]
+    text = m.cli("status").stdout
+    assert "auto-materialize" in text and "big.txt" in text and "full" in text, text
+    assert "memfs materialize" in text, text
+    assert sorted(os.listdir(disk)) == []  # no scratch left behind
+    (m.work / "big.txt").write_bytes(TEXT)  # fits: the next round writes it
+    deadline = time.monotonic() + 30
+    while not (disk / "big.txt").exists() or last().get("disk_errors"):
+        assert time.monotonic() < deadline, f"not written: {last()}"
+        time.sleep(0.1)
+    assert (disk / "big.txt").read_bytes() == TEXT
+    assert "could not write" not in m.cli("status").stdout

@@ -12,6 +12,8 @@ Both backends (tests/conftest.py BOTH_BACKENDS): on a store in PostgreSQL what f
 host's root (its caches, spill files, conflict copies and host.db), filled by another program;
 the refusal names that root and its caches, never `memfs gc` (refused there), and the way back
 is freeing that filesystem.
+
+And the other disk: a backing directory on the small tmpfs, whose materialize has no room.
 """
 
 from __future__ import annotations
@@ -160,3 +162,82 @@ def test_a_conflict_found_on_a_full_store_leaves_the_daemon_serving(small_fs, sm
     kept = [p for p in conflicts.iterdir() if not p.name.startswith(".")]
     assert [p.read_bytes() for p in kept] == [TEXT]  # disk's side, kept in full
     assert m.proc.poll() is None
+
+
+def test_an_attach_that_cannot_take_everything_in_exits_1(small_fs, mount_factory,
+                                                          tmp_path: Path, store_backend) -> None:
+    """`memfs attach` on a full store printed the pass's `error: ... full` and exited 0, where
+    `memfs sync` with the same error exits 1: a script's `memfs attach ... && make` went on
+    with files not taken in. The binding is made either way; the sync after the remedy takes
+    the rest."""
+    disk = tmp_path / "proj"
+    disk.mkdir()
+    (disk / "big.txt").write_bytes(TEXT)
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    if store_backend == "sqlite":
+        m.cli("config", "gc-auto", "off")
+    fillers = fill_the_store(m, small_fs, store_backend)
+    full_message(m.cli("attach", "work", str(disk), "--watch", "off", check=False),
+                 store_backend)
+    assert m.status()["backing"]["work"]["dir"] == str(disk)
+    assert not (m.work / "big.txt").exists()
+    make_room(m, fillers, store_backend)
+    m.cli("sync")
+    assert (m.work / "big.txt").read_bytes() == TEXT
+
+
+@pytest.mark.embedded_only  # the backing directory's disk is full, not the store's
+def test_a_materialize_the_backing_disk_has_no_room_for_exits_1(small_fs, mount_factory,
+                                                               tmp_path: Path) -> None:
+    """The other disk full: the backing directory's. The write is refused (ENOSPC, no scratch
+    left behind, disk's files as they were) and the path stays owed, but `memfs materialize`
+    exited 0 with `skipped ... (refused): No space left on device — check the backing
+    directory`: a script's `memfs materialize && git commit` went on without the file."""
+    disk = small_fs / "proj"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m = mount_factory(root=tmp_path / "root", name="mnt")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    (m.work / "big.txt").write_bytes(TEXT * 10)  # 40 MiB of text on a 32 MiB disk
+    res = m.cli("materialize", check=False)
+    text = res.stdout + res.stderr
+    assert res.returncode == 1, text
+    assert "big.txt" in text and "full" in text and "free space" in text, text
+    assert sorted(os.listdir(disk)) == ["a.txt"]  # no scratch file left
+    assert states(m)["work/big.txt"][0] == "workspace-draft"  # still owed
+    (m.work / "big.txt").write_bytes(TEXT)  # 4 MiB: fits
+    m.cli("materialize")
+    assert (disk / "big.txt").read_bytes() == TEXT
+
+
+@pytest.mark.embedded_only
+def test_an_auto_materialize_the_backing_disk_has_no_room_for_shows_in_status(
+        small_fs, mount_factory, tmp_path: Path) -> None:
+    """With --auto-materialize nobody reads materialize's output: a write the backing disk
+    refused left `memfs status` saying only `disk owes 1 change(s)`. It says which file, why
+    and what to do, until a round writes it."""
+    disk = small_fs / "proj"
+    disk.mkdir()
+    m = mount_factory(root=tmp_path / "root", name="mnt")
+    m.cli("attach", "work", str(disk), "--watch", "off", "--auto-materialize")
+    (m.work / "big.txt").write_bytes(TEXT * 10)  # 40 MiB of text on a 32 MiB disk
+
+    def last() -> dict:
+        return m.status()["backing"]["work"]["auto_materialize"]["last"] or {}
+
+    deadline = time.monotonic() + 30
+    while not last().get("disk_errors"):
+        assert time.monotonic() < deadline, f"no round met the full disk: {last()}"
+        time.sleep(0.1)
+    assert [e["path"] for e in last()["disk_errors"]] == ["big.txt"]
+    text = m.cli("status").stdout
+    assert "auto-materialize" in text and "big.txt" in text and "full" in text, text
+    assert "memfs materialize" in text, text
+    assert sorted(os.listdir(disk)) == []  # no scratch left behind
+    (m.work / "big.txt").write_bytes(TEXT)  # fits: the next round writes it
+    deadline = time.monotonic() + 30
+    while not (disk / "big.txt").exists() or last().get("disk_errors"):
+        assert time.monotonic() < deadline, f"not written: {last()}"
+        time.sleep(0.1)
+    assert (disk / "big.txt").read_bytes() == TEXT
+    assert "could not write" not in m.cli("status").stdout

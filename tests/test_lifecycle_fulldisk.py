@@ -195,6 +195,33 @@ def test_deleting_files_and_memfs_gc_make_room_again(small_fs, mount_factory) ->
     assert not (m.work / "big").exists()
 
 
+def test_status_says_writes_are_refused_and_what_to_do(small_fs, mount_factory) -> None:
+    """A user's `dd` into the mount fails with ENOSPC at write() while every commit goes
+    through: `memfs status` must still say plainly that writes are refused, why and what to
+    do (it showed only `space 812.0 KiB writable`), and stop saying so once rm + `memfs gc`
+    made room."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("config", "gc-auto", "off")  # `memfs gc` is the remedy this test takes
+    m.cli("config", "space-floor", "40%")
+    res = subprocess.run(["dd", "if=/dev/urandom", f"of={m.work / 'big'}", "bs=1M",
+                          "count=64", "conv=fsync"], capture_output=True, text=True)
+    assert res.returncode != 0 and "No space left" in res.stderr, res.stderr
+    st = m.cli_json("status")
+    assert st["commit_failure"] is None  # nothing failed to commit: only writes are refused
+    refused = st["space"]["refused"]
+    assert refused is not None and refused["bytes"] > st["space"]["writable"], st["space"]
+    text = m.cli("status").stdout
+    assert "writes   REFUSED" in text and "full" in text, text
+    assert "delete files in the mount" in text and "memfs gc" in text, text
+    os.unlink(m.work / "big")
+    m.cli("gc")
+    assert m.cli_json("status")["space"]["refused"] is None
+    assert "REFUSED" not in m.cli("status").stdout
+    (m.work / "again").write_bytes(os.urandom(4 * MiB))
+    fsync_path(m.work)
+    assert m.cli_json("status")["space"]["refused"] is None
+
+
 def test_the_automatic_run_makes_room_without_being_asked(small_fs, mount_factory) -> None:
     m = mount_factory(root=small_fs / "root", name="small-mnt")
     m.cli("config", "space-floor", "40%")

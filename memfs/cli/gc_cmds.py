@@ -106,6 +106,13 @@ def status_lines(st: dict) -> list[str]:
                      f"{failure['reason']}")
         lines.append(f"         what to do: {failure['remedy']}")
     sp = st.get("space")
+    if sp and sp.get("refused"):
+        r = sp["refused"]
+        since = datetime.fromtimestamp(r["since"]).strftime("%H:%M:%S")
+        lines.append(f"writes   REFUSED since {since} (No space left on device): a write of "
+                     f"{size_text(r['bytes'])} does not fit in the {size_text(sp['writable'])} "
+                     f"writable; {r['reason']}")
+        lines.append(f"         what to do: {r['remedy']}")
     if sp:
         used = sp["size"] - sp["free"]
         lines.append(f"space    {size_text(sp['writable'])} writable; the store's filesystem: "

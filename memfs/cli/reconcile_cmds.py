@@ -202,7 +202,7 @@ def cmd_attach(args) -> int:
                ignore=args.ignore, scan_deadline=args.scan_deadline,
                auto_materialize=args.auto_materialize)
     emit(args, res, f"{args.name} is bound to {d} (watch {args.watch})\n" + _summary(res["pass"]))
-    return 0
+    return 1 if _pass_failed(res["pass"]) else 0  # bound, but not all taken in: as sync
 
 
 def cmd_detach(args) -> int:
@@ -221,8 +221,13 @@ def cmd_sync(args) -> int:
         was = res["reopened"]["was_refusing"]
         lines.insert(0, "journal reopened" + (f" (it was refusing: {was})" if was else ""))
     emit(args, res, "\n".join(lines) or "no mount is bound to a backing directory")
-    bad = any("unavailable" in r or "refused" in r or "error" in r for r in res["mounts"].values())
-    return 1 if bad else 0
+    return 1 if any(_pass_failed(r) for r in res["mounts"].values()) else 0
+
+
+def _pass_failed(r: dict) -> bool:
+    """A pass that could not look at disk, was refused, or could not take disk in (a full
+    store): the command says so and exits 1."""
+    return "unavailable" in r or "refused" in r or "error" in r
 
 
 def cmd_materialize(args) -> int:
@@ -247,6 +252,7 @@ def cmd_materialize(args) -> int:
                   for f in r["failed"]]
     emit(args, res, "\n".join(lines) or "nothing owed")
     bad = any(r.get("failed") or r.get("refused") or r.get("unavailable")
+              or any(s["state"] == "disk-error" for s in r.get("skipped", []))
               for r in res["mounts"].values())
     return 1 if bad else 0
 

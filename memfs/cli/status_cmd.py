@@ -149,4 +149,16 @@ def _backing_lines(st: dict) -> list[str]:
         lines.append(f"backed   {mount} -> {where} (watch {b.get('watch')}; {states or 'no files'}"
                      f"{'; ' + str(len(b['conflicts'])) + ' conflict(s)' if b.get('conflicts') else ''}"
                      f"{owes}{scans})")
+        lines += _auto_lines((b.get("auto_materialize") or {}).get("last") or {})
     return lines
+
+
+def _auto_lines(last: dict) -> list[str]:
+    """The writes the last auto-materialize round could not make, with why and what to do."""
+    errors = last.get("disk_errors") or []
+    if not errors:
+        return []
+    first, more = errors[0], len(errors) - 1
+    return [f"         auto-materialize at {clock(last['time'])} could not write "
+            f"{first['path']}{f' and {more} more' if more else ''}: {first['reason']} — "
+            f"{first['remedy']}"]

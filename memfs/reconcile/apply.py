@@ -193,8 +193,11 @@ def _record(out: MaterializeResult, path: str, done: list[str],
         out.failed.append({"path": path, "reason": exc.reason, "message": exc.message,
                            "remedy": exc.remedy})
     except Refused as exc:
-        out.skipped.append({"path": path, "state": "refused", "reason": exc.message,
-                            "remedy": exc.remedy})
+        # The disk failing the effect (full, read-only, an I/O error) is an error of the
+        # command; memfs declining to write (a changed file, a hard link) is a refusal.
+        disk = exc.reason.startswith("os-") or exc.reason == "write-failed"
+        out.skipped.append({"path": path, "state": "disk-error" if disk else "refused",
+                            "reason": exc.message, "remedy": exc.remedy})
 
 
 def _still(still_selected: Callable[[], bool], out: MaterializeResult, path: str) -> bool:

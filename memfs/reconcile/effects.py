@@ -65,6 +65,17 @@ class EffectFailed(Refused):
     """The effect may have happened but is not known durable: the path stays owed."""
 
 
+def _os_refusal(rel: str, exc: OSError, *, touched: bool = False) -> Refused:
+    """The backing disk refused an effect (reason `os-error-<ERRNO>`); a full disk says so
+    and what frees it, where a bare 'check the backing directory' left the user guessing."""
+    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    remedy = ("the backing directory's filesystem is full: free space there, then "
+              "`memfs materialize` again" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+              else "check the backing directory, then retry")
+    return Refused(f"{rel}: {exc.strerror or exc}", remedy, reason=f"os-error-{code}",
+                   touched=touched)
+
+
 @dataclass(frozen=True)
 class Written:
     path: str
@@ -259,9 +270,7 @@ def write_file(
         return Written(rel, h.hexdigest(), written.st_size, written.st_mtime_ns,
                        written.st_ctime_ns, written.st_ino, written.st_dev)
     except OSError as exc:
-        raise Refused(f"{rel}: {exc.strerror or exc}", "check the backing directory, then retry",
-                      reason=f"os-error-{errno.errorcode.get(exc.errno or 0, exc.errno)}",
-                      touched=not tmp and tmp_fd >= 0) from None
+        raise _os_refusal(rel, exc, touched=not tmp and tmp_fd >= 0) from None
     finally:
         if tmp and chain:
             try:
@@ -326,8 +335,7 @@ def unlink_file(
         _fsync_chain(chain, rel)
         return True
     except OSError as exc:
-        raise Refused(f"{rel}: {exc.strerror or exc}", "check the backing directory, then retry",
-                      reason=f"os-error-{errno.errorcode.get(exc.errno or 0, exc.errno)}") from None
+        raise _os_refusal(rel, exc) from None
     finally:
         if fd >= 0:
             os.close(fd)

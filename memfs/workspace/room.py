@@ -3,7 +3,8 @@ it, and the space reserve a full disk's GC gets (memfs.store.space, docs/guarant
 
 Owns the briefly cached statvfs figures (stale 0.5 s after they were read, and at once after a
 commit or a GC, which move bytes between memory and disk), whether the last write that needed
-space was refused (the lifecycle's GC reads it), and the reserve. Loop thread, except
+space was refused (the lifecycle's GC reads it; status says so, with the remedy, while it still
+would not fit), and the reserve. Loop thread, except
 `take_reserve`, which creates or checks a file and so runs in a worker thread; it writes only
 `reserve_checked` (when it last ran, a float the loop reads to decide when to run it again).
 """
@@ -16,6 +17,7 @@ import time
 from typing import TYPE_CHECKING
 
 from memfs.store.space import Reserve, Space, headroom
+from memfs.workspace.health import full_words
 from memfs.workspace.nodes import fail
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ class Room:
         # store in PostgreSQL keeps nothing of its own on this disk but caches.
         self.reserve = Reserve(ws.store.root) if ws.store.kind == "sqlite" else None
         self.refused = False  # the last write that needed space was refused
+        # (since when, bytes it needed) while writes are refused: status names it
+        self.refusal: tuple[float, int] | None = None
         self.reserve_checked = 0.0
 
     def space(self) -> Space:
@@ -61,15 +65,29 @@ class Room:
         if not self._ws.health.full and nbytes > self.free_bytes():
             self._space = None  # a refusal is decided on fresh figures (space freed just now)
         if self._ws.health.full or nbytes > self.free_bytes():
-            self._refuse()
+            self._refuse(nbytes)
         self.refused = False
+        self.refusal = None
 
-    def _refuse(self) -> None:
+    def _refuse(self, nbytes: int) -> None:
         lifecycle = self._ws.lifecycle
         if not self.refused and lifecycle is not None:
             lifecycle.poke()  # a GC may make room
         self.refused = True
+        self.refusal = (self.refusal[0] if self.refusal else time.time(), nbytes)
         raise fail(errno.ENOSPC)
+
+    def refusal_status(self) -> dict | None:
+        """Writes refused for lack of space, in words, while the last one still would not
+        fit: a `dd` that met ENOSPC at write() leaves no failed commit for status to show."""
+        if self.refusal is None or self._ws.health.full:
+            return None  # none, or commits fail: their failure says it (health)
+        since, nbytes = self.refusal
+        if nbytes <= self.free_bytes():
+            return None  # room came back (an rm, a GC): the next write fits
+        store = self._ws.store
+        reason, remedy = full_words(self.space(), str(store.root), store.kind != "sqlite")
+        return {"since": since, "bytes": nbytes, "reason": reason, "remedy": remedy}
 
     def short(self) -> bool:
         """Does the space free right now (read again) fall short of what waits in memory?
@@ -94,4 +112,5 @@ class Room:
         sp = self.space()
         return {**sp.to_json(), "pending_bytes": self._ws.pending_bytes,
                 "writable": self.free_bytes(), "headroom": headroom(sp.size),
+                "refused": self.refusal_status(),
                 "reserve": self.reserve.held() if self.reserve is not None else 0}

@@ -136,7 +136,19 @@ class AutoMaterialize:
             "written": done.written if done else [],
             "skipped": len(done.skipped) if done else 0,
             "failed": len(done.failed) if done else 0,
-            "refused": refused or error}
+            "refused": refused or error,
+            "disk_errors": _disk_errors(done)}
+
+
+def _disk_errors(done: MaterializeDone | None) -> list[dict[str, str]]:
+    """The writes the backing disk failed (full, read-only, an I/O error) and those not known
+    durable: nobody reads an automatic round's output, so status names them."""
+    if done is None:
+        return []
+    return ([{"path": s["path"], "reason": s["reason"], "remedy": s["remedy"]}
+             for s in done.skipped if s["state"] == "disk-error"]
+            + [{"path": f["path"], "reason": f["message"], "remedy": f["remedy"]}
+               for f in done.failed])
 
 
 __all__ = ["AUTO_RETRY", "AutoMaterialize"]

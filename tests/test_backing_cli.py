@@ -3,6 +3,7 @@ case, what a pass left and why, a path sync after an undone attach. Real mounts.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -228,3 +229,23 @@ def test_attach_inside_or_around_a_bound_directory_is_refused(backed, tmp_path: 
         assert f"which mount '{mount}' is bound to" in out.stderr, out.stderr
         assert f"memfs detach {mount}" in out.stderr, out.stderr
     assert sorted(m.cli_json("status")["backing"]) == ["inner", "work"]
+
+
+def test_umount_says_which_backing_directory_is_behind(backed):
+    """`memfs umount` said "everything was committed" while a draft written in a bound mount
+    was in the store only: its backing directory did not have it, and once unmounted
+    `memfs status` listed no binding at all, so nothing said disk was behind.
+
+    Found trying memfs as a user: a new file in the mount, `memfs umount`, then looking for it
+    in the project directory. The unmount now names each directory that is behind, what it
+    owes and the remedy; status without a daemon lists each binding as not reconciled."""
+    m, disk = backed
+    (m.work / "draft.txt").write_text("only in the mount\n")
+    out = m.umount()
+    assert "everything was committed" in out.stdout, out.stdout
+    assert f"{disk} is behind work: disk owes 1 change(s)" in out.stdout, out.stdout
+    assert "memfs materialize work" in out.stdout, out.stdout
+    assert not (disk / "draft.txt").exists()
+    st = m.cli("status")
+    assert f"backed   work -> {disk} (not mounted: not reconciled" in st.stdout, st.stdout
+    assert json.loads(m.cli("status", "--json").stdout)["backing"]["work"]["unmounted"]

@@ -410,9 +410,10 @@ def _umount_dead(args, owner: Path, mnt: Path) -> int:
 
 def _umount_live(args, owner: Path, mnt: Path) -> int:
     pid = _serving_pid(owner, mnt)
+    behind: dict[str, dict] = {}
     if pid is not None:
         try:
-            call(owner, "sync")
+            behind = _disk_behind(call(owner, "sync"))
         except MemfsError as exc:  # nothing was unmounted: the mount stays usable
             raise MemfsError(f"{mnt} stays mounted: could not commit what is pending: "
                              f"{exc.message}",
@@ -441,9 +442,31 @@ def _umount_live(args, owner: Path, mnt: Path) -> int:
                          f"it could not commit{why}",
                          "they are lost; everything fsynced before is in the store "
                          f"(see {owner / 'daemon.log'})")
-    emit(args, {"unmounted": str(mnt), "committed": True, "pid": pid},
-         f"unmounted {mnt}; everything was committed (daemon pid {pid} exited)")
+    emit(args, {"unmounted": str(mnt), "committed": True, "pid": pid, "disk_owed": behind},
+         f"unmounted {mnt}; everything was committed (daemon pid {pid} exited)"
+         + _behind_text(behind))
     return 0
+
+
+def _disk_behind(status: object) -> dict[str, dict]:
+    """mount -> what its backing directory still owes, from the last status before the
+    unmount: a draft in a bound mount is committed to the store, not yet written to disk."""
+    backing = status.get("backing") if isinstance(status, dict) else None
+    out = {}
+    for mount, b in sorted((backing or {}).items()):
+        o = b.get("owed") or {}
+        if o.get("changes") or o.get("workspace_deletions") or o.get("conflicts"):
+            out[mount] = {"dir": b.get("dir"), **o}
+    return out
+
+
+def _behind_text(behind: dict[str, dict]) -> str:
+    """The lines that say which backing directories are behind the store, and the remedy."""
+    return "".join(
+        f"\nnote: {b['dir']} is behind {mount}: disk owes {b.get('changes', 0)} change(s), "
+        f"{b.get('workspace_deletions', 0)} deletion(s), {b.get('conflicts', 0)} conflict(s); "
+        f"they are kept in the store (`memfs mount`, then `memfs materialize {mount}`, "
+        "writes them out)" for mount, b in behind.items())
 
 
 def _serving_pid(owner: Path, mnt: Path) -> int | None:

@@ -93,6 +93,9 @@ def _direct_status(root: Path) -> dict:
         mounts = sorted(e.name for e in decode_dir(store.read_object(tree)))
         st = {"root": str(store.root), "branch": store.current_branch(), "head": head,
               "pending": 0, "durable": True, "mounts": mounts, "daemon": None}
+        if bound := store.bindings():  # nothing reconciles them until a daemon runs
+            st["backing"] = {m: {"dir": b.get("dir"), "unmounted": True}
+                             for m, b in sorted(bound.items())}
         policy = store.policy()
         shared = store.kind != "sqlite"
         st["retention"] = {**policy.to_json(), "summary": policy.summary(shared=shared)}
@@ -136,6 +139,10 @@ def _backing_lines(st: dict) -> list[str]:
     if refusing:  # one journal serves every mount: said once
         lines.append(f"journal  REFUSING: {refusing[0]['error']} — {refusing[0]['remedy']}")
     for mount, b in sorted((st.get("backing") or {}).items()):
+        if b.get("unmounted"):
+            lines.append(f"backed   {mount} -> {b.get('dir', '?')} (not mounted: not "
+                         "reconciled, drafts not written to disk, until `memfs mount`)")
+            continue
         states = ", ".join(f"{n} {k}" for k, n in sorted(b.get("states", {}).items()))
         u = b.get("unavailable") or {}
         where = b.get("dir", "?") if b.get("available", True) else (

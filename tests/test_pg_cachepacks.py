@@ -3,6 +3,7 @@ few files, bounded pack by pack, never read wrong after a kill or damage."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal
@@ -17,6 +18,7 @@ from test_pg_store import packed_at, pg_root
 from memfs.store.backend import open_store
 from memfs.store.pg import cache as cache_mod
 from memfs.store.pg.cache import ChunkCache, chunk_digest
+from memfs.store.pg.cachepacks import CachePacks
 
 PIECE = 256 << 10
 
@@ -88,6 +90,7 @@ WRITER = """
 import random, sys
 from pathlib import Path
 from memfs.store.pg.cache import ChunkCache, chunk_digest
+from memfs.store.pg.cachepacks import CachePacks
 cache = ChunkCache(Path(sys.argv[1]), limit=1 << 30)
 i = 0
 while True:
@@ -167,3 +170,25 @@ def test_a_damaged_or_deleted_pack_is_read_from_the_database(tmp_path: Path,
         assert store.fsck() == []
     finally:
         store.close()
+
+
+def test_a_copy_a_full_disk_cut_short_is_counted_and_not_named(small_fs: Path) -> None:
+    """An append the disk could not hold whole is no copy (never indexed), its bytes are
+    counted in the bound until its pack goes, and the next copy starts a new pack."""
+    packs = CachePacks(small_fs / "packs", pack_max=64 << 20)
+    try:
+        first = packs.append(piece(0))
+        assert first is not None and first.off == 0
+        with open(small_fs / "filler", "wb") as f:  # all but ~100 KiB of the filesystem
+            free = os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize
+            f.write(b"\0" * (free - (100 << 10)))
+        cut = packs.append(piece(1, 1 << 20))
+        assert cut is not None and cut.off == -1 and cut.pack == first.pack
+        assert cut.size == (small_fs / "packs" / first.pack).stat().st_size > PIECE
+        (small_fs / "filler").unlink()
+        after = packs.append(piece(2))
+        assert after is not None and after.pack != first.pack and after.off == 0
+        assert packs.read(first.pack, 0, PIECE) == piece(0)
+        assert packs.read(after.pack, 0, PIECE) == piece(2)
+    finally:
+        packs.close()

@@ -60,22 +60,22 @@ class CachePacks:
         now; None if no pack could be opened. The next copy then goes to a new pack."""
         with self._write_lock:
             try:
-                name, fd, _ = self._current(len(data))
+                name, fd, size = self._current(len(data))
             except OSError:
                 return None
             try:
                 written = os.write(fd, data)
             except OSError:
                 written = -1
+            if written == len(data):  # only this process appends: the size is its own count
+                self._out = (name, fd, size + written)
+                return Appended(name, size, size + written)
             try:
-                end = os.fstat(fd).st_size
+                size = os.fstat(fd).st_size  # what a short write left
             except OSError:
-                end = 0
-            if written != len(data):
-                self._give_up_current()
-                return Appended(name, -1, end)
-            self._out = (name, fd, end)
-            return Appended(name, end - written, end)
+                pass
+            self._give_up_current()
+            return Appended(name, -1, size)
 
     def _current(self, n: int) -> tuple[str, int, int]:
         if self._out is not None:
@@ -95,13 +95,6 @@ class CachePacks:
         if self._out is not None:
             os.close(self._out[1])
             self._out = None
-
-    def size(self, pack: str) -> int | None:
-        """The pack's size on disk now (None: gone)."""
-        try:
-            return os.stat(self.dir / pack).st_size
-        except OSError:
-            return None
 
     def read(self, pack: str, off: int, n: int) -> bytes | None:
         """n bytes at `off`; None if the pack is gone or shorter (cut short behind the

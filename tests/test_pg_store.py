@@ -43,6 +43,28 @@ def cached_row(root: Path, cid: str) -> bytes | None:
     return bytes(row[0]) if row else None
 
 
+def packed_at(root: Path, cid: str) -> tuple[str, int, int] | None:
+    """Where a big chunk's copy lies in the host's cache: (pack, offset, length), from the
+    packs' index in cache/small-chunks.db."""
+    conn = sqlite3.connect(root / "cache" / "small-chunks.db")
+    try:
+        row = conn.execute("SELECT pack, off, len FROM packed WHERE id = ?", (cid,)).fetchone()
+    finally:
+        conn.close()
+    return (row[0], row[1], row[2]) if row else None
+
+
+def packed_copy(root: Path, cid: str) -> bytes | None:
+    """A big chunk's copy in the host's cache, read from its pack under cache/packs/."""
+    at = packed_at(root, cid)
+    if at is None:
+        return None
+    pack, off, n = at
+    with open(root / "cache" / "packs" / pack, "rb") as f:
+        f.seek(off)
+        return f.read(n)
+
+
 def damage_row(root: Path, cid: str, data: bytes) -> None:
     conn = sqlite3.connect(root / "cache" / "small-chunks.db")
     with conn:
@@ -95,7 +117,7 @@ def test_the_cache_may_be_deleted_or_damaged_under_a_running_store(tmp_path: Pat
         with store.transaction() as tx:
             ids = tx.put_chunks(pieces)
         store.cache.flush()  # the copies are written by the cache's thread
-        assert (root / "cache/chunks" / ids[0]).exists()
+        assert packed_copy(root, ids[0]) == pieces[0]
         damage_row(root, ids[1], b"other bytes")  # a small piece's copy damaged: a miss
         assert store.read_chunk(ids[1]) == pieces[1]
         assert store.read_chunk_range(ids[1], 2, 3) == pieces[1][2:5]
@@ -206,7 +228,9 @@ def test_a_cached_chunk_cut_short_under_a_running_store_is_a_miss(tmp_path: Path
             (cid,) = tx.put_chunks([piece])
         store.cache.flush()
         assert store.read_chunk_range(cid, 0, 10) == piece[:10]  # the copy, checked whole
-        os.truncate(root / "cache/chunks" / cid, 1000)
+        at = packed_at(root, cid)
+        assert at is not None
+        os.truncate(root / "cache/packs" / at[0], at[1] + 1000)
         assert store.read_chunk_range(cid, 500, 4096) == piece[500:4596]
         assert store.read_chunk_range(cid, (1 << 20) - 100, 4096) == piece[-100:]
         assert store.read_chunk(cid) == piece
@@ -241,15 +265,15 @@ def test_a_commit_does_not_wait_for_its_cache_copies(tmp_path: Path, pg_url: str
         t.join(10)
         assert done, "the commit waited for its cache copies"
         ids = done[0]
-        assert not (root / "cache/chunks" / ids[0]).exists()
+        assert packed_copy(root, ids[0]) is None
         assert store.read_chunk(ids[1]) == pieces[1]
         assert store.read_chunk_range(ids[0], 5, 10) == pieces[0][5:15]
         store.cache.keep({"x" * 32: b"read after a miss"}, wait=False)  # over the bound
         release.set()
         store.close()
         closed = True
-        assert [(root / "cache/chunks" / i).read_bytes() for i in ids] == pieces
-        assert not (root / "cache/chunks" / ("x" * 32)).exists()
+        assert [packed_copy(root, i) for i in ids] == pieces
+        assert packed_copy(root, "x" * 32) is None and cached_row(root, "x" * 32) is None
     finally:
         release.set()
         if not closed:
@@ -290,10 +314,10 @@ def test_the_cache_thread_goes_on_after_a_copy_fails(tmp_path: Path, pg_url: str
         store.close()
 
 
-def test_small_chunks_are_cached_as_rows_and_bounded_with_the_files(tmp_path: Path) -> None:
+def test_small_chunks_are_cached_as_rows_and_bounded_with_the_packs(tmp_path: Path) -> None:
     """A git commit stores thousands of pieces of a few KiB: their copies are rows of one
     database written in one transaction, not a file each (the kernel's work creating those
-    files was more than the server's storing them). Rows and files share one bound, oldest
+    files was more than the server's storing them). Rows and packs share one bound, oldest
     first, and a reopened cache knows both."""
     root = tmp_path / "root"
     pieces = [os.urandom(3000) for _ in range(50)]
@@ -305,10 +329,10 @@ def test_small_chunks_are_cached_as_rows_and_bounded_with_the_files(tmp_path: Pa
     cache.keep(small)
     cache.keep({big_id: big})
     cache.flush()
-    assert [p.name for p in (root / "cache/chunks").iterdir()] == [big_id]
+    assert packed_copy(root, big_id) == big and cached_row(root, big_id) is None
     assert all(cached_row(root, c) == d for c, d in small.items())
     cache.close()
-    cache = cache_mod.ChunkCache(root, limit=bound)  # reopened: rows and files known
+    cache = cache_mod.ChunkCache(root, limit=bound)  # reopened: rows and packs known
     try:
         assert cache.total == bound
         assert all(cache.get(c) == d for c, d in small.items())

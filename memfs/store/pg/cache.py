@@ -1,16 +1,20 @@
 """This host's copies of what it read from or wrote to the shared store: `<root>/cache/`.
 
 Objects and chunks never change once named, so a copy is never stale; each is checked
-against its name when read (xxh3-128 for a chunk, BLAKE2b for an object), so a torn or
-damaged copy is a miss, never wrong bytes. Only committed rows are copied in, so a copy
-also says the database has the row. Chunks are files under `cache/chunks/`, those of at most
-SMALL_MAX bytes rows of `cache/small-chunks.db` (a git commit stores thousands of pieces of a
-few KiB, and a file each cost more of the kernel's time than the server spent storing them).
-All are bounded together: the least recently used go first past `limit` bytes, and before a
-copy would take what writes need of the filesystem, `keep_free`: the host's writes are
-measured against what is free there, so a cache that filled it would have every write
-refused with the server far from full. Objects are rows of `cache/objects.db`.
-Deleting the folder, even under a running daemon, costs only reads from the database.
+against its name when read (xxh3-128 for a chunk, BLAKE2b for an object; a chunk in a pack
+once per process, at its first read), so a torn or damaged copy is a miss, never wrong
+bytes. Only committed rows are copied in, so a copy also says the database has the row.
+Chunks of at most SMALL_MAX bytes are rows of `cache/small-chunks.db` (a git commit stores
+thousands of pieces of a few KiB, and a file each cost more of the kernel's time than the
+server spent storing them); the others are appended to packs under `cache/packs/`
+(memfs.store.pg.cachepacks: a file per 1 MiB chunk cost the kernel a file to create at each
+write and an open at each read), indexed by rows of the same database written after the
+bytes. All are bounded together: the least recently used rows and packs (a pack goes whole)
+go first past `limit` bytes, and before a copy would take what writes need of the
+filesystem, `keep_free`: the host's writes are measured against what is free there, so a
+cache that filled it would have every write refused with the server far from full.
+Objects are rows of `cache/objects.db`. Deleting the folder, even under a running daemon,
+costs only reads from the database.
 
 Thread-safe: one lock around the bookkeeping; file reads and writes run outside it, and the
 small chunks' database has a lock of its own. Copies of committed chunks are written by the
@@ -22,13 +26,16 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import NamedTuple
 
 from memfs.durable import mkdir_durable
 from memfs.store.chunks import chunk_digest
+from memfs.store.pg.cachepacks import CachePacks
 from memfs.store.space import headroom
 from memfs.store.trees import object_id
 
@@ -41,6 +48,12 @@ WRITE_ROOM = 64 << 20  # what writes may still take beside the commits' headroom
 PENDING_MAX = 64 << 20  # copies handed to the writer thread, not yet written: `keep` waits past it
 SMALL_MAX = 64 << 10  # a chunk up to this size is a row of the small chunks' database
 BATCH_MAX = 8 << 20  # pending bytes the writer thread takes at once (one database transaction)
+PACK_MAX = 64 << 20  # a pack of copies grows to this, then the next one starts
+
+
+def pack_max(limit: int) -> int:
+    """A pack's size: PACK_MAX, or a sixteenth of a small bound (a pack goes whole)."""
+    return max(SMALL_MAX, min(PACK_MAX, limit // 16))
 
 
 def keep_free(size: int) -> int:
@@ -54,14 +67,24 @@ def cache_limit() -> int:
     return int(text) if text and text.isdigit() else DEFAULT_LIMIT
 
 
+class Loc(NamedTuple):
+    """Where a packed copy lies."""
+
+    pack: str
+    off: int
+    len: int
+
+
 class ChunkCache:
     def __init__(self, root: Path, limit: int | None = None) -> None:
-        self.dir = root / "cache" / "chunks"
-        mkdir_durable(self.dir)
         self.limit = cache_limit() if limit is None else limit
+        shutil.rmtree(root / "cache" / "chunks", ignore_errors=True)  # a file each, before packs
+        self._packs = CachePacks(root / "cache" / "packs", pack_max(self.limit))
+        self.dir = self._packs.dir
         self._lock = threading.Lock()
-        self._sizes: OrderedDict[str, int] = OrderedDict()  # least recently used first
-        self._verified: dict[str, int] = {}  # checked whole in this process: its size
+        self._sizes: OrderedDict[str, int] = OrderedDict()  # rows and packs, least recently
+        # used first: a pack goes whole, so a read of one of its copies keeps it all
+        self._verified: set[str] = set()  # packed copies checked whole in this process
         self._pending: dict[str, bytes] = {}  # kept, not yet written (the writer thread's)
         self._pending_bytes = 0
         self._moved = threading.Condition(self._lock)  # pending taken or added; closing
@@ -69,30 +92,43 @@ class ChunkCache:
         self._closing = False
         self.total = 0
         self._small: set[str] = set()  # kept as rows of the small chunks' database
+        self._packed: dict[str, Loc] = {}  # kept in a pack
+        self._members: dict[str, set[str]] = {}  # pack -> the copies indexed in it
         self._db_lock = threading.Lock()
         self._db: sqlite3.Connection | None = _small_db(root / "cache" / "small-chunks.db")
         for cid, size in self._db.execute("SELECT id, length(data) FROM chunks ORDER BY rowid"):
             self._sizes[cid] = size  # oldest first: rows are numbered as they are written
             self._small.add(cid)
             self.total += size
-        found = []
-        for entry in os.scandir(self.dir):
-            if entry.name.endswith(".tmp"):
-                continue
-            st = entry.stat()
-            found.append((st.st_mtime_ns, entry.name, st.st_size))
-        for _, name, size in sorted(found):
-            self._sizes[name] = size
-            self.total += size
+        self._load_packs()
 
-    def _path(self, cid: str) -> Path:
-        return self.dir / cid
+    def _load_packs(self) -> None:
+        """The packs on disk and the copies indexed in them; index rows past a pack's end
+        or of a pack gone are deleted (a pack deleted behind the cache's back)."""
+        assert self._db is not None
+        for name, size in self._packs.found():
+            self._sizes[name] = size
+            self._members[name] = set()
+            self.total += size
+        stale = []
+        for cid, pack, off, n in self._db.execute("SELECT id, pack, off, len FROM packed"):
+            if pack in self._members and off + n <= self._sizes[pack]:
+                self._packed[cid] = Loc(pack, off, n)
+                self._members[pack].add(cid)
+            else:
+                stale.append((cid,))
+        if stale:
+            _in_one_transaction(self._db, "DELETE FROM packed WHERE id = ?", stale)
+
+    def _known(self, cid: str) -> bool:
+        """Under the lock: kept on disk."""
+        return cid in self._small or cid in self._packed
 
     def has(self, cid: str) -> bool:
         """Kept here (a copy on disk, or one waiting for the writer)? A copy deleted behind
         the cache's back is a miss at `get`, as before."""
         with self._lock:
-            return cid in self._pending or cid in self._sizes
+            return cid in self._pending or self._known(cid)
 
     def get(self, cid: str) -> bytes | None:
         """The copy, checked; None if there is none (a chunk this cache never kept costs no
@@ -100,66 +136,51 @@ class ChunkCache:
         with self._lock:
             data = self._pending.get(cid)
             small = cid in self._small
-            known = cid in self._sizes
+            loc = self._packed.get(cid)
         if data is not None:
             return data
-        if not known:
-            return None
         if small:
             data = self._read_small(cid)
-            if data is None:
-                self._forget(cid)
-                return None
+        elif loc is not None:
+            data = self._packs.read(loc.pack, loc.off, loc.len)
         else:
-            try:
-                data = self._path(cid).read_bytes()
-            except OSError:
-                self._forget(cid)
-                return None
-        if chunk_digest(data) != cid.split(".")[0]:
+            return None
+        if data is None or chunk_digest(data) != cid.split(".")[0]:
             self._drop(cid)
             return None
         with self._lock:
-            if not small:
-                self._verified[cid] = len(data)
-            if cid in self._sizes:
-                self._sizes.move_to_end(cid)
+            if loc is not None and self._packed.get(cid) == loc:
+                self._verified.add(cid)
+            self._touch(loc.pack if loc is not None else cid)
         return data
 
+    def _touch(self, key: str) -> None:
+        """Under the lock: a row or pack just used."""
+        if key in self._sizes:
+            self._sizes.move_to_end(key)
+
     def get_range(self, cid: str, start: int, length: int) -> bytes | None:
-        """Bytes [start, start+length) of a cached chunk (checked whole once per process). A
-        copy whose size changed since (cut short under a running daemon) is a miss: a range
+        """Bytes [start, start+length) of a cached chunk (checked whole once per process, at
+        its first read). A copy cut short since (under a running daemon) is a miss: a range
         read short of the chunk would be taken for the end of the file."""
         with self._lock:
             pending = self._pending.get(cid)
-            small = cid in self._small
-        if pending is None and small:
-            pending = self.get(cid)  # a few KiB, checked whole at each read
+            loc = self._packed.get(cid)
+            checked = cid in self._verified
+            if checked and loc is not None:
+                self._touch(loc.pack)
+        if pending is None and not checked:
+            pending = self.get(cid)  # a row (a few KiB, checked at each read) or a first read
             if pending is None:
                 return None
         if pending is not None:
             return pending[start:start + max(0, length)]
-        if cid not in self._verified and self.get(cid) is None:
-            return None
-        want = self._verified.get(cid)
-        try:
-            fd = os.open(self._path(cid), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            self._forget(cid)
-            return None
-        try:
-            size = os.fstat(fd).st_size
-            if size != want:
-                self._drop(cid)
-                return None
-            length = max(0, min(length, size - start))
-            data = os.pread(fd, length, start) if length else b""
-            if len(data) != length:  # cut short between the fstat and the read
-                self._drop(cid)
-                return None
-            return data
-        finally:
-            os.close(fd)
+        assert loc is not None
+        length = max(0, min(length, loc.len - start))
+        data = self._packs.read(loc.pack, loc.off + start, length)
+        if data is None:
+            self._drop(cid)
+        return data
 
     def keep(self, chunks: dict[str, bytes], *, wait: bool = True) -> None:
         """Copy committed chunks in from the cache's writer thread, so the caller (the commit
@@ -169,7 +190,7 @@ class ChunkCache:
         `wait=False` (a reader that missed) that copy is not kept."""
         with self._moved:
             for cid, data in chunks.items():
-                if len(data) > self.limit or cid in self._sizes or cid in self._pending:
+                if len(data) > self.limit or self._known(cid) or cid in self._pending:
                     continue
                 while self._pending_bytes >= PENDING_MAX and not self._closing and wait:
                     self._moved.wait()
@@ -230,6 +251,8 @@ class ChunkCache:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+        self._packs.close()
+
 
     def put(self, cid: str, data: bytes) -> None:
         """Keep one committed chunk, now."""
@@ -237,40 +260,67 @@ class ChunkCache:
 
     def put_many(self, chunks: dict[str, bytes]) -> None:
         """Keep committed chunks, now (no fsync: a lost copy is a miss): the small ones as rows
-        in one transaction, the others as files."""
+        in one transaction, the others appended to this process's pack and indexed after."""
         with self._lock:
             todo = {c: d for c, d in chunks.items()
-                    if len(d) <= self.limit and c not in self._sizes}
+                    if len(d) <= self.limit and not self._known(c)}
         if not todo or not self._room_for(sum(len(d) for d in todo.values())):
             return
         small = {c: d for c, d in todo.items() if len(d) <= SMALL_MAX}
-        kept = dict.fromkeys(small, True) if small and self._insert_small(small) else {}
-        for cid, data in todo.items():
-            if cid not in small and self._write_file(cid, data):
-                kept[cid] = False
-        with self._lock:
-            for cid, is_small in kept.items():
-                size = len(todo[cid])
-                self._sizes[cid] = size
-                if is_small:
+        if small and self._insert_small(small):
+            with self._lock:
+                for cid, data in small.items():
+                    self._sizes[cid] = len(data)
                     self._small.add(cid)
-                else:
-                    self._verified[cid] = size
-                self.total += size
+                    self.total += len(data)
+        self._put_packed({c: d for c, d in todo.items() if c not in small})
+        with self._lock:
             victims = []
             while self.total > self.limit and self._sizes:
                 victims.append(self._pop_oldest())
         self._remove(victims)
 
-    def _write_file(self, cid: str, data: bytes) -> bool:
-        tmp = self._path(f"{cid}.{threading.get_ident()}.tmp")
-        try:
-            tmp.write_bytes(data)
-            os.replace(tmp, self._path(cid))
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            return False
-        return True
+    def _put_packed(self, chunks: dict[str, bytes]) -> None:
+        """Append each copy to the pack, then index them all (one transaction): a copy a kill
+        cut off is never indexed."""
+        placed: dict[str, Loc] = {}
+        for cid, data in chunks.items():
+            got = self._packs.append(data)
+            if got is None:
+                continue
+            with self._lock:
+                self._grown(got.pack, got.size)
+            if got.off >= 0:
+                placed[cid] = Loc(got.pack, got.off, len(data))
+        if not placed:
+            return
+        self._index(placed)
+        with self._lock:
+            for cid, loc in placed.items():
+                members = self._members.get(loc.pack)
+                if members is None:  # the pack went (the bound) before it was indexed
+                    continue
+                members.add(cid)
+                self._packed[cid] = loc
+                self._verified.add(cid)  # the bytes just written
+
+    def _grown(self, pack: str, size: int) -> None:
+        """Under the lock: a pack's size after an append (most recently used)."""
+        self.total += size - self._sizes.get(pack, 0)
+        self._sizes[pack] = size
+        self._sizes.move_to_end(pack)
+        self._members.setdefault(pack, set())
+
+    def _index(self, placed: dict[str, Loc]) -> None:
+        rows = [(cid, *loc) for cid, loc in placed.items()]
+        with self._db_lock:
+            if self._db is None:
+                return
+            try:
+                _in_one_transaction(self._db, "INSERT OR REPLACE INTO packed VALUES (?, ?, ?, ?)",
+                                    rows)
+            except sqlite3.Error as exc:  # known to this process only: a miss after a restart
+                log.warning("chunk cache: %d packed copies not indexed: %s", len(rows), exc)
 
     def _insert_small(self, chunks: dict[str, bytes]) -> bool:
         with self._db_lock:
@@ -295,28 +345,35 @@ class ChunkCache:
         return bytes(row[0]) if row else None
 
     def _pop_oldest(self) -> tuple[str, bool]:
-        """Under the lock: the least recently used copy, forgotten; (its id, a row?)."""
+        """Under the lock: the least recently used row or pack, forgotten with its copies;
+        (its name, a pack?)."""
         old, size = self._sizes.popitem(last=False)
         self.total -= size
-        self._verified.pop(old, None)
-        small = old in self._small
-        self._small.discard(old)
-        return old, small
+        members = self._members.pop(old, None)
+        if members is None:
+            self._small.discard(old)
+            return old, False
+        for cid in members:
+            self._packed.pop(cid, None)
+            self._verified.discard(cid)
+        return old, True
 
     def _remove(self, victims: list[tuple[str, bool]]) -> None:
-        """Delete forgotten copies: rows in one transaction, files one by one."""
-        rows = [(cid,) for cid, small in victims if small]
-        if rows:
-            with self._db_lock:
-                if self._db is not None:
-                    try:
+        """Delete forgotten rows and packs, with the packs' index rows (one transaction)."""
+        rows = [(cid,) for cid, pack in victims if not pack]
+        packs = [(name,) for name, pack in victims if pack]
+        with self._db_lock:
+            if self._db is not None:
+                try:
+                    if rows:
                         _in_one_transaction(self._db, "DELETE FROM chunks WHERE id = ?", rows)
-                    except sqlite3.Error as exc:  # a row left over is read, checked, dropped
-                        log.warning("chunk cache: %d small copies not deleted: %s",
-                                    len(rows), exc)
-        for cid, small in victims:
-            if not small:
-                self._path(cid).unlink(missing_ok=True)
+                    if packs:
+                        _in_one_transaction(self._db, "DELETE FROM packed WHERE pack = ?",
+                                            packs)
+                except sqlite3.Error as exc:  # a row left over is read, checked, dropped
+                    log.warning("chunk cache: %d copies not deleted: %s", len(victims), exc)
+        for (name,) in packs:
+            self._packs.delete(name)
 
     def _room_for(self, n: int) -> bool:
         """Room for n more bytes that leaves the filesystem's `keep_free`: the least recently
@@ -336,19 +393,27 @@ class ChunkCache:
         self._remove(victims)
         return short <= 0
 
-    def _forget(self, cid: str) -> bool:
-        """Forget a copy; was it a row?"""
-        with self._lock:
-            size = self._sizes.pop(cid, None)
-            if size is not None:
-                self.total -= size
-            self._verified.pop(cid, None)
-            small = cid in self._small
-            self._small.discard(cid)
-        return small
-
     def _drop(self, cid: str) -> None:
-        self._remove([(cid, self._forget(cid))])
+        """Forget a copy found damaged or gone, and delete its row (a packed copy's bytes
+        stay in its pack, counted, until the pack goes)."""
+        with self._lock:
+            self._verified.discard(cid)
+            loc = self._packed.pop(cid, None)
+            if loc is not None:
+                self._members.get(loc.pack, set()).discard(cid)
+            small = cid in self._small
+            if small:
+                self._small.discard(cid)
+                self.total -= self._sizes.pop(cid, 0)
+        if small:
+            self._remove([(cid, False)])
+        elif loc is not None:
+            with self._db_lock:
+                if self._db is not None:
+                    try:
+                        self._db.execute("DELETE FROM packed WHERE id = ?", (cid,))
+                    except sqlite3.Error:
+                        pass
 
 
 def _in_one_transaction(conn: sqlite3.Connection, sql: str, rows: list[tuple]) -> None:
@@ -368,6 +433,9 @@ def _small_db(path: Path) -> sqlite3.Connection:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = OFF")
     conn.execute("CREATE TABLE IF NOT EXISTS chunks (id TEXT PRIMARY KEY, data BLOB NOT NULL)")
+    conn.execute("CREATE TABLE IF NOT EXISTS packed (id TEXT PRIMARY KEY, pack TEXT NOT NULL, "
+                 "off INTEGER NOT NULL, len INTEGER NOT NULL)")
+    conn.execute("CREATE INDEX IF NOT EXISTS packed_pack ON packed (pack)")
     return conn
 
 

@@ -515,9 +515,12 @@ class Journal:
         to be observed again as an interrupted intent is. `settled_ok`: one no longer
         pending (the loop settled it meanwhile, from the same tree) is left as it was
         settled, instead of failing them all."""
+        ids = list(intent_ids)
+        if not ids:
+            return  # no transaction (a pass that adopted nothing writes nothing here)
         with self._write() as c:
             done: dict[str, tuple[dict[str, str | None], dict[str, int | None]]] = {}
-            for intent_id in intent_ids:
+            for intent_id in ids:
                 if settled_ok and not self._pending_id(c, intent_id):
                     continue
                 mount, path, digest, mode = self._complete(c, intent_id)

@@ -20,7 +20,7 @@ Owns four caches, all written on the trio loop only:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -212,6 +212,21 @@ class StoreView:
         if node is None or node.kind != FILE or node.id in self.ws.disk_only:
             return None
         return node
+
+    def dir_modes(self, mount: str, paths: Iterable[str]) -> dict[str, int]:
+        """The permission bits of the store's directories above `paths` (by rel): what a
+        materialize gives the ones disk lacks. Loop (it may load a directory's nodes)."""
+        out: dict[str, int] = {}
+        top = self.mount_node(mount)
+        for path in paths:
+            node, at = top, ""
+            for part in components(path)[:-1]:
+                at = f"{at}/{part}" if at else part
+                node = None if node is None else self.ws.children(node).get(name_to_bytes(part))
+                if node is None or node.kind != DIR:
+                    break
+                out[at] = node.mode & MODE_BITS
+        return out
 
     def nodes(self, mount: str, scope: str = "") -> tuple[Mapping[str, Node], list[RefKey]]:
         """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),

@@ -290,3 +290,19 @@ def test_a_private_directory_made_in_the_mount_stays_private_on_disk(backed):
     (m.work / "sub" / "new.txt").write_text("new\n")
     m.cli("materialize")
     assert mode(disk / "sub") == 0o711
+
+
+def test_a_private_disk_only_file_is_not_readable_by_others_in_the_mount(backed):
+    """A disk-only file (binary: shown from disk, never taken in) was shown 0444 whatever
+    disk's mode: a 0600 keystore was readable by every user of an allow_other mount, memfs
+    reading disk for them. It shows disk's read bits; a chmod on disk shows at the next pass."""
+    m, disk = backed
+    (disk / "store.p12").write_bytes(b"\x00\x01binary secret\x00")
+    (disk / "store.p12").chmod(0o600)
+    m.cli("sync")
+    assert states(m)["work/store.p12"] == ("disk-only", None)
+    assert mode(m.work / "store.p12") == 0o400
+    assert (m.work / "store.p12").read_bytes() == b"\x00\x01binary secret\x00"
+    (disk / "store.p12").chmod(0o644)
+    m.cli("sync")
+    assert mode(m.work / "store.p12") == 0o444

@@ -216,7 +216,8 @@ class TreeEdit:
 
     def apply_overlay(self, scope: str, obs: Observation, want: Iterable[str],
                       skipped: set[str]) -> None:
-        """Disk-only files as read-only nodes with their real size; gone ones removed."""
+        """Disk-only files as read-only nodes with their real size and disk's read bits;
+        gone ones removed, changed ones made again."""
         # Special files (FIFO, socket, device) are listed disk-only but get no node: reading
         # one through the mount would open it (a FIFO blocks).
         want = {p for p in want if p in obs.files and p not in skipped
@@ -226,7 +227,8 @@ class TreeEdit:
                 continue
             fact = obs.files.get(rel)
             stale = fact is None or node.size() != fact.size or \
-                node.mtime_ns != fact.fingerprint.mtime_ns
+                node.mtime_ns != fact.fingerprint.mtime_ns or \
+                node.mode & MODE_BITS != _shown_mode(fact.mode)
             if rel not in want and isinstance(obs.disk(rel), Content | type(ABSENT)) or (
                     rel in want and stale):
                 self.drop_overlay(rel, obs)
@@ -241,7 +243,8 @@ class TreeEdit:
             if old is not None and (old.kind != DIR or not self._clear(parent, name, rel)):
                 continue  # the store holds a file there (a draft): it shows instead
             fact = obs.files[rel]
-            node = self.ws.create(parent, name, FILE, 0o444, os.getuid(), os.getgid())
+            node = self.ws.create(parent, name, FILE, _shown_mode(fact.mode), os.getuid(),
+                                  os.getgid())
             node.data = FileData(fact.size)
             node.readonly = True
             node.mtime_ns = node.atime_ns = fact.fingerprint.mtime_ns
@@ -249,6 +252,12 @@ class TreeEdit:
             self.overlay[(self.mount, rel)] = node
             self.entries.append((parent.id, name))
             self.inodes.append(parent.id)
+
+
+def _shown_mode(disk_mode: int | None) -> int:
+    """A disk-only node's bits: disk's read bits, no others (it is read-only). A 0600 file
+    shown 0444 let other users of an allow_other mount read it (memfs reads disk for them)."""
+    return 0o400 if disk_mode is None else disk_mode & 0o444
 
 
 def batches(take: Mapping[str, Content | object], obs: Observation) -> list[list[str]]:

@@ -306,3 +306,44 @@ def test_a_private_disk_only_file_is_not_readable_by_others_in_the_mount(backed)
     (disk / "store.p12").chmod(0o644)
     m.cli("sync")
     assert mode(m.work / "store.p12") == 0o444
+
+
+def test_a_hard_linked_draft_is_not_carried_not_owed(repo):
+    """A hard link made in a bound mount (`cp -a`, `tar -x` there) is a draft no materialize
+    writes (it refuses hard links, forced or not), yet status counted it in "disk owes" for
+    good: `memfs materialize` ran, and disk still owed it. Status says it apart, not carried,
+    and an edit of the linked file is not owed either; the listing keeps the rule's state."""
+    m, disk = repo
+    sh(f"cd {m.work} && mkdir tree && echo t > tree/a && ln tree/a tree/b && "
+       f"cp -a tree copied")
+    m.cli("materialize")
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["changes"] == 0, st["owed"]
+    assert st["not_carried"] == 4, st  # tree/a, tree/b, copied/a, copied/b
+    text = m.cli("status").stdout
+    assert "disk owes 0 change(s)" in text and "not carried: 4 hard-linked file(s)" in text, text
+    rows = {e["path"]: e for e in m.cli_json("ls", "--states", "work")["mounts"][0]["entries"]}
+    assert rows["tree/b"]["state"] == "workspace-draft" and "hard link" in rows["tree/b"]["note"]
+    assert not (disk / "tree").exists()
+    # A plain file is still owed, and a file that gets a second name leaves "owed".
+    (m.work / "notes.txt").write_text("edited\n")
+    assert m.status()["backing"]["work"]["owed"]["changes"] == 1
+    os.link(m.work / "notes.txt", m.work / "notes-twin.txt")
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["changes"] == 0 and st["not_carried"] == 6, st
+
+
+def test_attach_makes_the_mount_directory_with_the_backing_roots_bits(mounted, tmp_path: Path):
+    """`memfs attach p D` with no `p` in the mount makes it with D's bits: a 0750 project
+    directory is not 0755 in the mount."""
+    if mounted.native:
+        pytest.skip("needs a real memfs daemon")
+    disk = tmp_path / "proj"
+    (disk / "private").mkdir(parents=True)
+    (disk / "private" / "k.txt").write_text("k\n")
+    (disk / "private").chmod(0o700)
+    disk.chmod(0o750)
+    mounted.cli("attach", "proj", str(disk), "--watch", "off")
+    assert mode(mounted.mnt / "proj") == 0o750
+    assert mode(mounted.mnt / "proj" / "private") == 0o700
+    assert (mounted.mnt / "proj" / "private" / "k.txt").read_text() == "k\n"

@@ -285,11 +285,16 @@ def test_a_private_directory_made_in_the_mount_stays_private_on_disk(backed):
     assert mode(disk / "keys" / "deep") == 0o750
     assert mode(disk / "team") == 0o775
     assert mode(disk / "keys" / "deep" / "id.txt") == 0o644
-    # A directory disk already has keeps its mode (a later chmod is not carried: a limit).
-    (disk / "sub").chmod(0o711)
+    # A directory disk already has keeps its mode (a later chmod is not carried: a limit),
+    # and one made in a set-gid directory of disk's keeps the bit the kernel gives it (a
+    # group-shared tree stays shared).
+    (disk / "sub").chmod(0o2711)
     (m.work / "sub" / "new.txt").write_text("new\n")
+    (m.work / "sub" / "grp").mkdir(mode=0o750)
+    (m.work / "sub" / "grp" / "g.txt").write_text("g\n")
     m.cli("materialize")
-    assert mode(disk / "sub") == 0o711
+    assert mode(disk / "sub") == 0o2711
+    assert mode(disk / "sub" / "grp") == 0o2750
 
 
 def test_a_private_disk_only_file_is_not_readable_by_others_in_the_mount(backed):

@@ -43,6 +43,7 @@ from memfs.reconcile.contained import (
     DirLink,
     Refused,
     RootId,
+    chmod_keeping_setgid,
     close_chain,
     components,
     hash_fd,
@@ -297,11 +298,12 @@ NEW_DIR_MODE = 0o700  # a directory a write makes, until its file is in: no one 
 def _give_modes(chain: list[DirLink], parts: list[str], made: list[int],
                 dir_modes: Mapping[str, int]) -> None:
     """The directories this write made get the workspace's permission bits (set-id and sticky
-    bits not carried), now that the file is in them: a 0500 one could not have taken it."""
+    bits not carried; a set-gid bit inherited from disk's parent kept), now that the file is
+    in them: a 0500 one could not have taken it."""
     for i in made:
         want = dir_modes.get("/".join(parts[:i]), NEW_DIR_MODE) & MODE_BITS
         if want != NEW_DIR_MODE:
-            os.fchmod(chain[i].fd, want)
+            chmod_keeping_setgid(chain[i].fd, want)
 
 
 def unlink_file(

@@ -5,7 +5,8 @@ three-way rule as content, with the mode disk last agreed on kept in the evidenc
 keeps disk's mode, materialize writes the store's, a chmod on disk is a disk change, a chmod
 in the mount a draft, and a mode changed on both sides a conflict. Hard links, FIFOs and
 sockets found on disk stay disk-only; a hard link made in the mount is listed by materialize
-as not writable, with the reason.
+as not writable, with the reason. A directory either side makes gets the other side's bits
+(a 0700 directory stays private); a later chmod of a directory is not carried (a limit).
 """
 
 from __future__ import annotations
@@ -227,9 +228,6 @@ def test_a_symlink_made_in_a_bound_mount_is_written_or_named(backed):
     assert on_disk or "nothing owed" not in text, text
 
 
-@pytest.mark.xfail(strict=True, reason="directories' modes are not carried (the observation "
-                   "records files and complete listings, not directories' modes): a design "
-                   "gap, docs/reconciliation.md, 'Permission bits'")
 def test_a_private_directory_on_disk_stays_private_in_the_mount(backed):
     """A 0700 directory on disk (keys, a private checkout) is made 0755 in the mount, whose
     files keep their 0644: on a mount with allow_other (every mount made by root) other users
@@ -241,3 +239,116 @@ def test_a_private_directory_on_disk_stays_private_in_the_mount(backed):
     m.cli("sync")
     assert (m.work / "private" / "key.txt").read_text() == "secret\n"
     assert mode(m.work / "private") == 0o700
+
+
+def test_nested_private_directories_on_disk_keep_their_modes_in_the_mount(backed):
+    """Each directory a take-in makes gets disk's bits, at every depth, whether a whole pass
+    or a path sync (which opens the parents without walking them) takes the file in."""
+    m, disk = backed
+    (disk / "outer" / "inner").mkdir(parents=True)
+    (disk / "outer").chmod(0o750)
+    (disk / "outer" / "inner").chmod(0o700)
+    (disk / "outer" / "inner" / "key.txt").write_text("secret\n")
+    (disk / "shared").mkdir()
+    (disk / "shared").chmod(0o775)  # wider than the daemon's umask makes: disk's, exactly
+    (disk / "shared" / "f.txt").write_text("f\n")
+    m.cli("sync")
+    assert (m.work / "outer" / "inner" / "key.txt").read_text() == "secret\n"
+    assert mode(m.work / "outer") == 0o750
+    assert mode(m.work / "outer" / "inner") == 0o700
+    assert mode(m.work / "shared") == 0o775
+    (disk / "p1" / "p2").mkdir(parents=True)
+    (disk / "p1").chmod(0o700)
+    (disk / "p1" / "p2").chmod(0o710)
+    (disk / "p1" / "p2" / "k.txt").write_text("k\n")
+    m.cli("sync", "work/p1/p2/k.txt")
+    assert (m.work / "p1" / "p2" / "k.txt").read_text() == "k\n"
+    assert mode(m.work / "p1") == 0o700 and mode(m.work / "p1" / "p2") == 0o710
+
+
+def test_a_private_directory_made_in_the_mount_stays_private_on_disk(backed):
+    """The reverse: directories materialize makes on disk get the workspace's bits (exactly,
+    whatever the daemon's umask; no set-id bit), never the umask's 0755."""
+    m, disk = backed
+    (m.work / "keys" / "deep").mkdir(parents=True)
+    (m.work / "keys").chmod(0o700)
+    (m.work / "keys" / "deep").chmod(0o750)
+    (m.work / "keys" / "deep" / "id.txt").write_text("secret\n")
+    (m.work / "keys" / "deep" / "id.txt").chmod(0o644)
+    (m.work / "team").mkdir()
+    (m.work / "team").chmod(0o2775)  # group-shared: the bits travel, the set-gid bit not
+    (m.work / "team" / "notes.txt").write_text("n\n")
+    res = m.cli_json("materialize")["mounts"]["work"]
+    assert sorted(res["written"]) == ["keys/deep/id.txt", "team/notes.txt"], res
+    assert (disk / "keys" / "deep" / "id.txt").read_text() == "secret\n"
+    assert mode(disk / "keys") == 0o700
+    assert mode(disk / "keys" / "deep") == 0o750
+    assert mode(disk / "team") == 0o775
+    assert mode(disk / "keys" / "deep" / "id.txt") == 0o644
+    # A directory disk already has keeps its mode (a later chmod is not carried: a limit),
+    # and one made in a set-gid directory of disk's keeps the bit the kernel gives it (a
+    # group-shared tree stays shared).
+    (disk / "sub").chmod(0o2711)
+    (m.work / "sub" / "new.txt").write_text("new\n")
+    (m.work / "sub" / "grp").mkdir(mode=0o750)
+    (m.work / "sub" / "grp" / "g.txt").write_text("g\n")
+    m.cli("materialize")
+    assert mode(disk / "sub") == 0o2711
+    assert mode(disk / "sub" / "grp") == 0o2750
+
+
+def test_a_private_disk_only_file_is_not_readable_by_others_in_the_mount(backed):
+    """A disk-only file (binary: shown from disk, never taken in) was shown 0444 whatever
+    disk's mode: a 0600 keystore was readable by every user of an allow_other mount, memfs
+    reading disk for them. It shows disk's read bits; a chmod on disk shows at the next pass."""
+    m, disk = backed
+    (disk / "store.p12").write_bytes(b"\x00\x01binary secret\x00")
+    (disk / "store.p12").chmod(0o600)
+    m.cli("sync")
+    assert states(m)["work/store.p12"] == ("disk-only", None)
+    assert mode(m.work / "store.p12") == 0o400
+    assert (m.work / "store.p12").read_bytes() == b"\x00\x01binary secret\x00"
+    (disk / "store.p12").chmod(0o644)
+    m.cli("sync")
+    assert mode(m.work / "store.p12") == 0o444
+
+
+def test_a_hard_linked_draft_is_not_carried_not_owed(repo):
+    """A hard link made in a bound mount (`cp -a`, `tar -x` there) is a draft no materialize
+    writes (it refuses hard links, forced or not), yet status counted it in "disk owes" for
+    good: `memfs materialize` ran, and disk still owed it. Status says it apart, not carried,
+    and an edit of the linked file is not owed either; the listing keeps the rule's state."""
+    m, disk = repo
+    sh(f"cd {m.work} && mkdir tree && echo t > tree/a && ln tree/a tree/b && "
+       f"cp -a tree copied")
+    m.cli("materialize")
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["changes"] == 0, st["owed"]
+    assert st["not_carried"] == 4, st  # tree/a, tree/b, copied/a, copied/b
+    text = m.cli("status").stdout
+    assert "disk owes 0 change(s)" in text and "not carried: 4 hard-linked file(s)" in text, text
+    rows = {e["path"]: e for e in m.cli_json("ls", "--states", "work")["mounts"][0]["entries"]}
+    assert rows["tree/b"]["state"] == "workspace-draft" and "hard link" in rows["tree/b"]["note"]
+    assert not (disk / "tree").exists()
+    # A plain file is still owed, and a file that gets a second name leaves "owed".
+    (m.work / "notes.txt").write_text("edited\n")
+    assert m.status()["backing"]["work"]["owed"]["changes"] == 1
+    os.link(m.work / "notes.txt", m.work / "notes-twin.txt")
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["changes"] == 0 and st["not_carried"] == 6, st
+
+
+def test_attach_makes_the_mount_directory_with_the_backing_roots_bits(mounted, tmp_path: Path):
+    """`memfs attach p D` with no `p` in the mount makes it with D's bits: a 0750 project
+    directory is not 0755 in the mount."""
+    if mounted.native:
+        pytest.skip("needs a real memfs daemon")
+    disk = tmp_path / "proj"
+    (disk / "private").mkdir(parents=True)
+    (disk / "private" / "k.txt").write_text("k\n")
+    (disk / "private").chmod(0o700)
+    disk.chmod(0o750)
+    mounted.cli("attach", "proj", str(disk), "--watch", "off")
+    assert mode(mounted.mnt / "proj") == 0o750
+    assert mode(mounted.mnt / "proj" / "private") == 0o700
+    assert (mounted.mnt / "proj" / "private" / "k.txt").read_text() == "k\n"

@@ -213,6 +213,19 @@ def test_status_counts_what_disk_owes_by_evidence():
                                                                                               1)
 
 
+def test_a_change_no_materialize_writes_is_not_owed():
+    """A hard-linked path's change (materialize skips it, forced or not) is not_carried, not
+    owed; the same change at a plain path is owed; an agreed linked path counts nowhere."""
+    store = {"linked.txt": text(b"l2"), "plain.txt": text(b"p2"), "agreed.txt": text(b"a"),
+             "made.txt": text(b"m")}
+    evidence = {"linked.txt": h(b"l1"), "plain.txt": h(b"p1"), "agreed.txt": h(b"a")}
+    table = intent_mod.IntentTable({"made.txt": PathIntent(origin_store=True)})
+    counts = count_owed(store, evidence, table,
+                        unwritable=frozenset({"linked.txt", "agreed.txt", "made.txt"}))
+    assert (counts.pending_changes, counts.not_carried) == (1, 2)
+    assert count_owed(store, evidence, table).pending_changes == 3
+
+
 def test_accept_root_sets_evidence_aside_and_nothing_reads_deleted(tmp_path: Path):
     """After accept_root the old evidence is aside: a file the new root lacks stays in the
     workspace, a new one is taken in, nothing is taken as deleted; a second sync is a no-op."""

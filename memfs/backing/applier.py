@@ -20,6 +20,11 @@ empty directories and disk-only nodes, cleared before the file goes in. Removals
 puts (Backing's batches), so a file disk made where a directory was agreed replaces it in the
 same pass. A directory a removal of disk's leaves empty, which disk no longer has, goes too:
 `rm -r sub` on disk leaves no empty `sub/` in the mount.
+
+A directory a take-in makes in the mount gets disk's permission bits (the observation's
+`dirs`): a 0700 directory on disk made 0755 in the mount let other users of an allow_other
+mount into what disk kept from them. Where disk's bits are unknown it is made 0700 (never
+wider than disk could be). Directories already in the mount keep their mode.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ if TYPE_CHECKING:
 
 BATCH_BYTES = 32 << 20  # a pass takes disk into the tree in batches of at most this much
 BATCH_FILES = 4096
+UNKNOWN_DIR_MODE = 0o700  # a directory made where disk's bits are unknown: never wider
+NO_DIRS: Mapping[str, int] = {}
 
 
 @dataclass
@@ -59,33 +66,39 @@ class TreeEdit:
     inodes: list[int] = field(default_factory=list)
 
     # -- finding and clearing ------------------------------------------------------------
-    def parent(self, rel: str, create: bool) -> Node | None:
-        """The directory holding rel, made on the way if `create`; None if something other
-        than a directory of the store's stands in the way."""
+    def parent(self, rel: str, create: bool, dirs: Mapping[str, int] = NO_DIRS,
+               ) -> Node | None:
+        """The directory holding rel, made on the way if `create` with disk's permission
+        bits (`dirs`: Observation.dirs); None if something other than a directory of the
+        store's stands in the way."""
         d = self.mnode
+        at = ""
         for part in rel.split("/")[:-1]:
             if d is None:
                 return None
+            at = f"{at}/{part}" if at else part
             name = name_to_bytes(part)
             child = self.ws.children(d).get(name)
             if child is None:
                 if not create:
                     return None
-                child = self.ws.create(d, name, DIR, 0o755, os.getuid(), os.getgid())
+                child = self.ws.create(d, name, DIR, dirs.get(at, UNKNOWN_DIR_MODE),
+                                       os.getuid(), os.getgid())
                 self.entries.append((d.id, name))
             elif child.kind != DIR or child.id in self.ws.disk_only:
                 return None
             d = child
         return d
 
-    def _mount_dir(self) -> None:
-        """A take-in makes the mount's own directory when the branch has none: an undo of
-        the attach (or a restore before it) leaves a binding without one, and a path sync
-        there takes disk's file in. (Disk-only files never make it: they are shown, not
-        kept.)"""
+    def _mount_dir(self, dirs: Mapping[str, int]) -> None:
+        """A take-in makes the mount's own directory when the branch has none (with the
+        backing root's bits): an undo of the attach (or a restore before it) leaves a binding
+        without one, and a path sync there takes disk's file in. (Disk-only files never make
+        it: they are shown, not kept.)"""
         root, name = self.ws.root, name_to_bytes(self.mount)
         if self.mnode is None and name not in self.ws.children(root):
-            self.mnode = self.ws.create(root, name, DIR, 0o755, os.getuid(), os.getgid())
+            self.mnode = self.ws.create(root, name, DIR, dirs.get("", UNKNOWN_DIR_MODE),
+                                        os.getuid(), os.getgid())
             self.entries.append((root.id, name))
             self.inodes.append(root.id)
 
@@ -138,14 +151,16 @@ class TreeEdit:
             d, rel_dir = parent, rel_dir.rpartition("/")[0]
 
     # -- taking disk in ----------------------------------------------------------------------
-    def put_file(self, rel: str, data: bytes, mtime_ns: int, mode: int | None = None) -> bool:
+    def put_file(self, rel: str, data: bytes, mtime_ns: int, mode: int | None = None,
+                 dirs: Mapping[str, int] = NO_DIRS) -> bool:
         """Put disk's bytes at rel as a new node (a new inode: no cache shows the old), with
-        `mode`'s permission bits (None: the old node's, or 0o644). A directory in the way that
-        keeps nothing is cleared first; False if anything is kept. Bytes that do not fit in
-        the store are refused (ENOSPC) before anything changes."""
+        `mode`'s permission bits (None: the old node's, or 0o644); directories it makes get
+        `dirs`' bits. A directory in the way that keeps nothing is cleared first; False if
+        anything is kept. Bytes that do not fit in the store are refused (ENOSPC) before
+        anything changes."""
         self.ws.require_room(len(data))
-        self._mount_dir()
-        parent = self.parent(rel, True)
+        self._mount_dir(dirs)
+        parent = self.parent(rel, True, dirs)
         if parent is None:
             return False
         name = name_to_bytes(rel.rsplit("/", 1)[-1])
@@ -201,7 +216,8 @@ class TreeEdit:
 
     def apply_overlay(self, scope: str, obs: Observation, want: Iterable[str],
                       skipped: set[str]) -> None:
-        """Disk-only files as read-only nodes with their real size; gone ones removed."""
+        """Disk-only files as read-only nodes with their real size and disk's read bits;
+        gone ones removed, changed ones made again."""
         # Special files (FIFO, socket, device) are listed disk-only but get no node: reading
         # one through the mount would open it (a FIFO blocks).
         want = {p for p in want if p in obs.files and p not in skipped
@@ -211,14 +227,15 @@ class TreeEdit:
                 continue
             fact = obs.files.get(rel)
             stale = fact is None or node.size() != fact.size or \
-                node.mtime_ns != fact.fingerprint.mtime_ns
+                node.mtime_ns != fact.fingerprint.mtime_ns or \
+                node.mode & MODE_BITS != _shown_mode(fact.mode)
             if rel not in want and isinstance(obs.disk(rel), Content | type(ABSENT)) or (
                     rel in want and stale):
                 self.drop_overlay(rel, obs)
         for rel in sorted(want):
             if (self.mount, rel) in self.overlay:
                 continue
-            parent = self.parent(rel, True)
+            parent = self.parent(rel, True, obs.dirs)
             if parent is None:
                 continue
             name = name_to_bytes(rel.rsplit("/", 1)[-1])
@@ -226,7 +243,8 @@ class TreeEdit:
             if old is not None and (old.kind != DIR or not self._clear(parent, name, rel)):
                 continue  # the store holds a file there (a draft): it shows instead
             fact = obs.files[rel]
-            node = self.ws.create(parent, name, FILE, 0o444, os.getuid(), os.getgid())
+            node = self.ws.create(parent, name, FILE, _shown_mode(fact.mode), os.getuid(),
+                                  os.getgid())
             node.data = FileData(fact.size)
             node.readonly = True
             node.mtime_ns = node.atime_ns = fact.fingerprint.mtime_ns
@@ -234,6 +252,12 @@ class TreeEdit:
             self.overlay[(self.mount, rel)] = node
             self.entries.append((parent.id, name))
             self.inodes.append(parent.id)
+
+
+def _shown_mode(disk_mode: int | None) -> int:
+    """A disk-only node's bits: disk's read bits, no others (it is read-only). A 0600 file
+    shown 0444 let other users of an allow_other mount read it (memfs reads disk for them)."""
+    return 0o400 if disk_mode is None else disk_mode & 0o444
 
 
 def batches(take: Mapping[str, Content | object], obs: Observation) -> list[list[str]]:
@@ -301,7 +325,7 @@ class TreeApplier:
                 if data is not None:
                     try:
                         put = edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
-                                            t.mode)
+                                            t.mode, obs.dirs)
                     except WorkspaceError as exc:
                         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                             raise
@@ -330,14 +354,15 @@ class TreeApplier:
                 edit.inodes.append(node.id)
         return skipped
 
-    def ensure_mount_dir(self, mount: str) -> None:
-        """Attach: the store mount's top-level directory, made if missing."""
+    def ensure_mount_dir(self, mount: str, mode: int = UNKNOWN_DIR_MODE) -> None:
+        """Attach: the store mount's top-level directory, made if missing with `mode` (the
+        backing root's permission bits)."""
         from memfs.errors import MemfsError
 
         kids = self.ws.children(self.ws.root)
         name = name_to_bytes(mount)
         if name not in kids:
-            self.ws.create(self.ws.root, name, DIR, 0o755, os.getuid(), os.getgid())
+            self.ws.create(self.ws.root, name, DIR, mode & MODE_BITS, os.getuid(), os.getgid())
             self.ws.invalidate([(self.ws.root.id, name)], [self.ws.root.id])
         elif kids[name].kind != DIR:
             raise MemfsError(f"{mount!r} is not a directory", "pick another mount name")

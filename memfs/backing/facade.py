@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import os
 import sqlite3
+import stat
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -285,7 +286,7 @@ class Backing:
             await trio.to_thread.run_sync(self.journal.accept_root, mount, st.st_dev, st.st_ino)
             self.passes.root_accepted(mount)
         await self.ws.before_change()  # what attach changes is an operation of its own
-        self.applier.ensure_mount_dir(mount)
+        self.applier.ensure_mount_dir(mount, stat.S_IMODE(st.st_mode))
         # The store's writer lock is held across a group commit's fdatasync: not on the loop.
         await trio.to_thread.run_sync(self.store.set_binding, mount, binding.to_json())
         await self.ws.changes_open()  # the intent's change below waits for a history operation

@@ -110,6 +110,7 @@ class Materializer:
                                  apply_deletions=apply_deletions, pinned_branch=pinned,
                                  mount=mount, unwritable=self.view.unwritable(nodes, mount))
         sources = self._sources(mount, mplan, nodes, s_view, held)
+        dir_modes = self.view.dir_modes(mount, [w.path for w in mplan.writes])
         store = self.ws.store
 
         def content(path: str) -> tuple[bytes | Iterator[bytes], str]:
@@ -129,7 +130,8 @@ class Materializer:
             settle(self.journal, mount, plan.decisions, plan.pending)
             result = run_materialize(self.journal, mount, b.dir,
                                      RootId(obs.root.dev, obs.root.ino), mplan, content,
-                                     branch=branch, still_selected=still_selected)
+                                     branch=branch, still_selected=still_selected,
+                                     dir_modes=dir_modes)
             if not result.refused and not result.interrupted and pinned != branch:
                 # Disk now holds this branch (nothing owed counts too: it already did). A push
                 # cut short by a branch change leaves the pin as it was.

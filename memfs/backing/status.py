@@ -62,6 +62,8 @@ def render(bindings: Bindings, states: States, journal: Journal,
             "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
             # The last count (memfs.backing.owed, refreshed before status is answered).
             "owed": None if refusing or (o := owed(mount)) is None else o.to_json(),
+            # Changes no materialize writes (hard links), apart from what disk owes.
+            "not_carried": None if refusing or o is None else o.not_carried,
             "scans": scans(b),
             "auto_materialize": auto(mount) if b.auto_materialize else None,
             "running": None if st.running is None else st.running.to_json(),

@@ -20,7 +20,7 @@ Owns four caches, all written on the trio loop only:
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -152,6 +152,7 @@ class StoreView:
         # [key, nodes, refs still to hash, view or None]
         self._memo: list[Any] | None = None
         self._last_views: dict[str, Mapping[str, Content]] = {}  # mount -> its last whole S
+        self._linked: tuple[Mapping[str, Node], frozenset[str]] | None = None  # hard_linked's
 
     def tree_replaced(self) -> None:
         self.epoch += 1
@@ -212,6 +213,21 @@ class StoreView:
         if node is None or node.kind != FILE or node.id in self.ws.disk_only:
             return None
         return node
+
+    def dir_modes(self, mount: str, paths: Iterable[str]) -> dict[str, int]:
+        """The permission bits of the store's directories above `paths` (by rel): what a
+        materialize gives the ones disk lacks. Loop (it may load a directory's nodes)."""
+        out: dict[str, int] = {}
+        top = self.mount_node(mount)
+        for path in paths:
+            node, at = top, ""
+            for part in components(path)[:-1]:
+                at = f"{at}/{part}" if at else part
+                node = None if node is None else self.ws.children(node).get(name_to_bytes(part))
+                if node is None or node.kind != DIR:
+                    break
+                out[at] = node.mode & MODE_BITS
+        return out
 
     def nodes(self, mount: str, scope: str = "") -> tuple[Mapping[str, Node], list[RefKey]]:
         """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),
@@ -375,11 +391,10 @@ class StoreView:
         them, forced or not): a file with other hard links (disk would get separate copies,
         never the link), a FIFO, socket or device (no effect makes special files on disk)."""
         out = {}
-        for path, node in nodes.items():
-            links = getattr(node, "nlink", 1) or 1
-            if links > 1:
-                out[path] = (f"a hard link ({links} names share this file in the workspace): "
-                             "written to disk it would be separate copies, so it is not written")
+        for path in sorted(self.hard_linked(nodes)):
+            links = nodes[path].nlink
+            out[path] = (f"a hard link ({links} names share this file in the workspace): "
+                         "written to disk it would be separate copies, so it is not written")
         for path, kind in self._specials(mount).items():
             if kind == LINK:
                 # Links are carried neither way (a disk link is an incomplete region, never
@@ -390,6 +405,17 @@ class StoreView:
             out[path] = (f"a {_KIND_NAMES.get(kind, 'special file')} in the workspace: no "
                          "materialize makes special files on disk")
         return out
+
+    def hard_linked(self, nodes: Mapping[str, Node]) -> frozenset[str]:
+        """The paths of `nodes` (a `nodes()` answer) whose file has other names. Remembered
+        for the same answer: status counts with it at every request (memfs.backing.owed), and
+        any link or unlink makes `nodes()` answer anew."""
+        got = self._linked
+        if got is not None and got[0] is nodes:
+            return got[1]
+        linked = frozenset(p for p, n in nodes.items() if (getattr(n, "nlink", 1) or 1) > 1)
+        self._linked = (nodes, linked)
+        return linked
 
     def _specials(self, mount: str) -> dict[str, str]:
         """path -> kind of the mount's entries that are neither file nor directory."""

@@ -150,6 +150,9 @@ def _backing_lines(st: dict) -> list[str]:
         o = b.get("owed") or {}
         owes = (f"; disk owes {o.get('changes', 0)} change(s), {o.get('workspace_deletions', 0)}"
                 f" deletion(s), {o.get('conflicts', 0)} conflict(s)") if o else ""
+        if b.get("not_carried"):
+            owes += (f"; not carried: {b['not_carried']} hard-linked file(s) no materialize "
+                     f"writes (`memfs ls --states {mount}` names them)")
         sc = b.get("scans") or {}
         scans = (f"; {sc.get('count', 0)} after-batch scan(s)"
                  f"{', running late' if sc.get('running_late') else ''}") if sc else ""

@@ -46,14 +46,17 @@ def push_write(
     journal: JournalLike, mount: str, root_path: str | os.PathLike[str], root: RootId, rel: str,
     data: bytes | Iterable[bytes], *, new_digest: str, expected: str | _Absent,
     force: bool = False, branch: str | None = None, mode: int | None = None,
+    dir_modes: Mapping[str, int] | None = None,
 ) -> Written:
     """Intent, effect, completion. A refusal that touched nothing abandons the intent (P stays as
     it was); a failure after the rename leaves it pending, so the path stays owed. `mode`: the
-    permission bits written, recorded in P with the digest on completion."""
+    permission bits written, recorded in P with the digest on completion; `dir_modes`: those
+    of the directories the write makes (write_file)."""
     iid = journal.begin_intent(mount, rel, "write", old=_col(expected), new=new_digest,
                                branch=branch, root=(root.dev, root.ino), mode=mode)
     written = _effect(journal, iid, partial(write_file, root_path, rel, data, root=root,
-                                            expected=expected, force=force, mode=mode))
+                                            expected=expected, force=force, mode=mode,
+                                            dir_modes=dir_modes))
     if written.digest != new_digest:
         journal.abandon_intent(iid)
         raise Refused(f"{rel}: the bytes written are not the ones the intent named",
@@ -143,9 +146,11 @@ def run_materialize(
     journal: JournalLike, mount: str, root_path: str | os.PathLike[str], root: RootId,
     mplan: MaterializePlan, content: Callable[[str], tuple[bytes | Iterable[bytes], str]], *,
     branch: str | None = None, still_selected: Callable[[], bool] = lambda: True,
+    dir_modes: Mapping[str, int] | None = None,
 ) -> MaterializeResult:
     """Carry out a materialize plan through the write-ahead steps. `content(path)` gives the
-    workspace's bytes and their digest. A refusal that touched nothing leaves the path owed (its
+    workspace's bytes and their digest; `dir_modes` the permission bits of the workspace's
+    directories above the writes, for those disk lacks. A refusal that touched nothing leaves the path owed (its
     P unchanged) and is listed with its remedy; a failure after the rename stays pending.
 
     `still_selected()` is asked before each effect: once the branch (or tree) the plan was
@@ -163,7 +168,8 @@ def run_materialize(
         data, digest = content(w.path)
         _record(out, w.path, out.written, partial(
             push_write, journal, mount, root_path, root, w.path, data, new_digest=digest,
-            expected=w.expected, force=w.force, branch=branch, mode=w.mode))
+            expected=w.expected, force=w.force, branch=branch, mode=w.mode,
+            dir_modes=dir_modes))
 
     # Writes before unlinks (a move in the workspace: the new name is on disk before the old
     # goes), except a write below a file this plan unlinks, which can only go after it.

@@ -136,11 +136,14 @@ def still_linked(chain: list[DirLink]) -> bool:
 
 
 def open_chain(root_fd: int, parts: list[str], *, create: bool = False,
-               mode: int = 0o777) -> list[DirLink]:
+               mode: int = 0o777, made: list[int] | None = None) -> list[DirLink]:
     """Open directories component by component from the root fd (O_NOFOLLOW at each step).
 
     With create, missing directories are made with mkdirat in the held parent, so they can
-    only ever appear inside it. The caller closes every fd but the root's (close_chain).
+    only ever appear inside it. `made`: told the chain index of each directory this call
+    made, which then gets exactly `mode` (fchmod: the umask could take the owner's own write
+    bit; an inherited set-gid bit is kept), for the caller to give its final bits once filled. The caller closes every fd but
+    the root's (close_chain).
     Raises FileNotFoundError for a missing component (without create) and Refused for a
     component that is a symlink or not a directory.
     """
@@ -156,9 +159,13 @@ def open_chain(root_fd: int, parts: list[str], *, create: bool = False,
                     raise
                 try:
                     os.mkdir(name, mode, dir_fd=parent)
+                    fresh = True
                 except FileExistsError:
-                    pass
+                    fresh = False
                 fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+                if fresh and made is not None:
+                    made.append(len(chain))
+                    chmod_keeping_setgid(fd, mode)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                     raise Refused(f"{name!r} is a symlink or not a directory",
@@ -170,6 +177,13 @@ def open_chain(root_fd: int, parts: list[str], *, create: bool = False,
         close_chain(chain)
         raise
     return chain
+
+
+def chmod_keeping_setgid(fd: int, mode: int) -> None:
+    """fchmod a directory memfs made to `mode`, keeping the set-group-ID bit the kernel gave it
+    in a set-gid parent (a group-shared tree's new directories must stay in the group); a
+    plain fchmod would clear it."""
+    os.fchmod(fd, mode | (os.fstat(fd).st_mode & stat.S_ISGID))
 
 
 def close_chain(chain: list[DirLink]) -> None:

@@ -31,7 +31,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import xxhash
@@ -43,6 +43,7 @@ from memfs.reconcile.contained import (
     DirLink,
     Refused,
     RootId,
+    chmod_keeping_setgid,
     close_chain,
     components,
     hash_fd,
@@ -160,12 +161,16 @@ def write_file(
     expected: str | _Absent,
     force: bool = False,
     mode: int | None = None,
+    dir_modes: Mapping[str, int] | None = None,
 ) -> Written:
     """Write `data` at `rel` under the backing root, contained and checked (module docstring).
 
     expected: the digest the decision saw on disk, or ABSENT if it saw no file. force skips the
     freshness check only. `mode`: the permission bits the file gets (rule.MODE_BITS; None:
     the existing file's, or 0o644 for a new one); set-id and sticky bits are never written.
+    `dir_modes`: the bits each parent directory this write makes gets (by rel; the
+    workspace's), made 0700 and given them once the file is in (missing: 0700, never wider;
+    a directory disk already has keeps its mode).
     Returns once data and every directory up to the root are fsynced.
     Raises Refused (touched=False: disk unchanged at the path), EffectFailed (touched=True:
     written but not known durable) or RootUnavailable.
@@ -176,6 +181,7 @@ def write_file(
         raise Refused("cannot write the root itself", reason="bad-path")
     root_fd, rid = open_root(root_s, root)
     chain: list[DirLink] = []
+    made: list[int] = []
     fd = tmp_fd = -1
     tmp = ""
     try:
@@ -186,7 +192,8 @@ def write_file(
                 raise Refused(f"{rel}: deleted on disk since the decision was made",
                               "sync it to take the deletion, or materialize it with --force",
                               reason="deleted") from None
-            chain = open_chain(root_fd, parts[:-1], create=True)
+            chain = open_chain(root_fd, parts[:-1], create=True, mode=NEW_DIR_MODE,
+                               made=made)
         parent, name = chain[-1].fd, parts[-1]
         existing = _open_existing(parent, name, rel)
         first = None
@@ -265,6 +272,7 @@ def write_file(
                 pass
             raise EffectFailed(f"{rel}: a parent directory moved during the write",
                                "observe again, then materialize", reason="moved", touched=True)
+        _give_modes(chain, parts, made, dir_modes or {})
         _fsync_chain(chain, rel)
         crash_point("effect:durable")
         return Written(rel, h.hexdigest(), written.st_size, written.st_mtime_ns,
@@ -282,6 +290,20 @@ def write_file(
                 os.close(f)
         close_chain(chain)
         os.close(root_fd)
+
+
+NEW_DIR_MODE = 0o700  # a directory a write makes, until its file is in: no one else's yet
+
+
+def _give_modes(chain: list[DirLink], parts: list[str], made: list[int],
+                dir_modes: Mapping[str, int]) -> None:
+    """The directories this write made get the workspace's permission bits (set-id and sticky
+    bits not carried; a set-gid bit inherited from disk's parent kept), now that the file is
+    in them: a 0500 one could not have taken it."""
+    for i in made:
+        want = dir_modes.get("/".join(parts[:i]), NEW_DIR_MODE) & MODE_BITS
+        if want != NEW_DIR_MODE:
+            chmod_keeping_setgid(chain[i].fd, want)
 
 
 def unlink_file(

@@ -189,6 +189,10 @@ class Observation:
     scope: str
     files: dict[str, FileFact] = field(default_factory=dict)
     listed: set[str] = field(default_factory=set)  # directories listed completely
+    # Directories' permission bits (rule.MODE_BITS) as the walk found them: the root (''),
+    # a scope's parents and every directory walked into. What a take-in makes in the mount
+    # gets these (a 0700 directory must not become 0755 there).
+    dirs: dict[str, int] = field(default_factory=dict)
     regions: list[Region] = field(default_factory=list)
     hashed: dict[str, HashRecord] = field(default_factory=dict)  # cache entries to store
     bytes_read: int = 0
@@ -222,6 +226,7 @@ class Observation:
         """Does `other` show the rule the same disk (root, scope, facts, listings, regions)?"""
         return (self.root == other.root and self.scope == other.scope
                 and self.regions == other.regions and self.listed == other.listed
+                and self.dirs == other.dirs
                 and (self.files is other.files or self.files == other.files))
 
 

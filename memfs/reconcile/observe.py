@@ -60,6 +60,7 @@ from memfs.reconcile.facts import (  # noqa: F401 - the observation's vocabulary
     Region,
     sniff,
 )
+from memfs.reconcile.rule import MODE_BITS, MODES
 from memfs.reconcile.walk import DirMemo, WalkMemo, _Walk  # noqa: F401 - named here too
 
 
@@ -116,6 +117,7 @@ def observe(
             w.memo_out = {} if scope == "" else memo.dirs
             w.hits = [] if scope == "" else None
         parts = components(scope)
+        _record_dir(w.obs, "", root_fd)
         try:
             chain = open_chain(root_fd, parts[:-1])
         except FileNotFoundError:
@@ -129,6 +131,8 @@ def observe(
         if chain is None:
             _prove_parent_missing(w, root_fd, parts)
         else:
+            for depth, link in enumerate(chain[1:], 1):
+                _record_dir(w.obs, "/".join(parts[:depth]), link.fd)
             try:
                 _observe_scope(w, chain, parts)
             finally:
@@ -150,6 +154,12 @@ def observe(
         return w.obs
     finally:
         os.close(root_fd)
+
+
+def _record_dir(obs: Observation, rel: str, fd: int) -> None:
+    """A directory's permission bits, from its held fd: a scoped observation's parents are
+    opened, never walked, and a take-in below them makes them in the mount."""
+    obs.dirs[rel] = MODES[os.fstat(fd).st_mode & MODE_BITS]
 
 
 def _observe_scope(w: _Walk, chain: list[DirLink], parts: list[str]) -> None:

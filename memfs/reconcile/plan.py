@@ -10,7 +10,7 @@ branch moved under it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal, Protocol
@@ -559,6 +559,7 @@ class OwedCounts:
     pending_changes: int
     pending_workspace_deletions: int
     conflicts: int
+    not_carried: int = 0  # changes no materialize writes (hard links): not owed, said apart
 
 
 def count_owed(
@@ -567,13 +568,16 @@ def count_owed(
     intent: IntentTable,
     pending: Mapping[str, Pending] | None = None,
     modes: Mapping[str, int] | None = None,
+    unwritable: Collection[str] = (),
 ) -> OwedCounts:
     """What disk owes by the evidence alone (no disk read): drafts (store differs from P, P
     known; or a workspace-created file), pending writes, workspace deletions disk has not
     confirmed, conflicts. An entry never checked against disk (no P, no origin) is left out
-    until a listing or a materialize checks it."""
+    until a listing or a materialize checks it. A change at an `unwritable` path (a hard
+    link: plan_materialize skips it, forced or not) is counted `not_carried`, not owed: no
+    materialize pays it, so "disk owes" would never reach 0."""
     pending = pending or {}
-    changes = deletions = conflicts = 0
+    changes = deletions = conflicts = not_carried = 0
     marked = None if intent.damaged else intent.entries
     paths = set(store_view)
     paths.update(evidence)
@@ -589,15 +593,21 @@ def count_owed(
         p = evidence.get(path, NO_EVIDENCE)
         if pend is not None and pend.op == "unlink":
             deletions += 1
-        elif pend is not None and pend.op == "write":
-            changes += 1
+            continue
+        if pend is not None and pend.op == "write":
+            change = True
         elif s is ABSENT:
             if pi.tombstone and p is not NO_EVIDENCE and p is not ABSENT:
                 deletions += 1
+            continue
         elif p is NO_EVIDENCE:
-            changes += int(pi.origin_store)
-        elif p != s.digest:
+            change = pi.origin_store
+        else:
+            # content, or the workspace changed its mode only
+            change = p != s.digest or bool(modes and s.mode is not None
+                                            and modes.get(path, s.mode) != s.mode)
+        if change and path in unwritable:
+            not_carried += 1
+        elif change:
             changes += 1
-        elif modes and s.mode is not None and modes.get(path, s.mode) != s.mode:
-            changes += 1  # the workspace changed its mode only
-    return OwedCounts(changes, deletions, conflicts)
+    return OwedCounts(changes, deletions, conflicts, not_carried)

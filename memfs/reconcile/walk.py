@@ -203,11 +203,13 @@ class _Walk:
     def descend(self, chain: list[DirLink], sub: int, name: str, rel: str,
                 st: os.stat_result | LStat) -> None:
         """Walk the directory `sub` (an fd just opened on chain[-1]/name; closed here) if it
-        is still the entry `st` was taken from, else report it swapped."""
+        is still the entry `st` was taken from, else report it swapped. Its permission bits
+        go into the observation's `dirs`."""
         try:
             if ident(os.fstat(sub)) != ident(st):  # type: ignore[arg-type]
                 self.region(rel, "swapped")
                 return
+            self.obs.dirs[rel] = MODES[st.st_mode & MODE_BITS]
             chain.append(DirLink(sub, name, ident(st)))  # type: ignore[arg-type]
             try:
                 self.walk_dir(chain, rel)

@@ -19,6 +19,7 @@ from memfs.reconcile.contained import RootId, ctime_trusted
 from memfs.reconcile.observe import FileFact, Observation, WalkMemo, observe
 from memfs.reconcile.rule import ABSENT, _Absent
 from memfs.store.journal import Intent, Journal
+from memfs.store.journal_snapshot import same_values
 
 Evidence = dict[str, "str | _Absent"]
 
@@ -57,15 +58,25 @@ class Gathered:
         return self.obs.files
 
 
-def convert_evidence(rows: Mapping[str, str | None],
-                     *known: EvidenceMemo | None) -> EvidenceMemo:
+def convert_evidence(rows: Mapping[str, str | None], *known: EvidenceMemo | None,
+                     share_alike: bool = False) -> EvidenceMemo:
     """P as the rule reads it (agreed absence as ABSENT), converted once per journal snapshot:
     a `known` conversion of these very rows (its caller's last, another owner's) is taken as
     it is, so owners reading one snapshot share one converted map, not a copy per file each.
-    Rows with no agreed absence need no conversion: they are the map (a dict a file less)."""
+    Rows with no agreed absence need no conversion: they are the map (a dict a file less).
+
+    Rows made to hold the same values as a known conversion's (P over new fingerprint rows:
+    memfs.store.journal_snapshot) reuse its converted map, over these rows, so the older rows
+    go; with `share_alike` (a reader beside the passes, status) the known conversion itself."""
     for last in known:
         if last is not None and last.rows is rows:
             return last
+    for last in known:
+        if last is not None and same_values(last.rows, rows):
+            if share_alike:
+                return last
+            return EvidenceMemo(rows, rows if last.evidence is last.rows  # type: ignore[arg-type]
+                                else last.evidence)
     if None not in rows.values():  # no agreed absence (nearly always): the rows as they are
         return EvidenceMemo(rows, rows)  # type: ignore[arg-type]
     return EvidenceMemo(rows, {p: (ABSENT if d is None else d) for p, d in rows.items()})

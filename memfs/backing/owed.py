@@ -51,7 +51,7 @@ def _count(journal: Journal, mount: str, s_view: Mapping[str, Content], table: I
     converted as this counter or the last whole pass last converted it, if the same rows.
     `linked`: the hard-linked paths, whose changes no materialize writes (not owed)."""
     got = journal.pass_inputs(mount)
-    ev = convert_evidence(got.evidence, last, passes)
+    ev = convert_evidence(got.evidence, passes, last, share_alike=True)
     c = count_owed(s_view, ev.evidence, table, pending_from_journal(got.pending, branch),
                    got.modes, linked)
     return Owed(c.pending_changes, c.pending_workspace_deletions, c.conflicts,

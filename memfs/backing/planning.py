@@ -60,6 +60,9 @@ class Planner:
         plans = self.last.setdefault(mount, {})
         last = plans.get(given.scope)
         if last is not None and last[0].same(given):
+            # The newer inputs are kept (equal, so the same plans): the older ones' journal
+            # snapshot goes (P over rows rewritten since: memfs.store.journal_snapshot).
+            plans[given.scope] = (given, last[1], last[2])
             return last[1], last[2]
         plan = plan_pass(given.obs, given.view, given.evidence, given.table, given.pending,
                          branch=given.branch, modes=given.modes)

@@ -35,6 +35,7 @@ from typing import Literal, NamedTuple, TypeVar
 
 from memfs.errors import MemfsError
 from memfs.shared import shared_int
+from memfs.store import journal_snapshot as snapshot
 from memfs.store import schema
 from memfs.testing import journal_fault
 
@@ -135,6 +136,10 @@ class PassInputs:
     modes: Mapping[str, int] = field(default_factory=lambda: _NO_MODES)
 
 
+# (change count, evidence, fingerprints, modes): P and its modes over the rows (see
+# memfs.store.journal_snapshot: each path once).
+_Snapshot = tuple[int, snapshot.EvidenceOverlay, Mapping[str, FingerprintRow],
+                  snapshot.ModeOverlay]
 _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
 _NO_MODES: Mapping[str, int] = MappingProxyType({})
 _new = tuple.__new__
@@ -214,8 +219,8 @@ class Journal:
         self._lock = threading.RLock()
         self._failure: BaseException | None = None
         # (mount, prefix) -> (change count, evidence, fingerprints, modes): see pass_inputs.
-        self._memo: dict[tuple[str, str], tuple[int, Mapping, Mapping, Mapping]] = {}
-        self._stale: dict[tuple[str, str], tuple[int, Mapping, Mapping, Mapping]] = {}
+        self._memo: dict[tuple[str, str], _Snapshot] = {}
+        self._stale: dict[tuple[str, str], _Snapshot] = {}
         self._count_before = -1  # the change count when this write began
         self._conn = self._connect()
 
@@ -316,6 +321,8 @@ class Journal:
                     self._failure = exc
                     self._check()
                 raise
+            finally:
+                self._stale = {}  # the snapshots before the write: kept no longer than it
 
     def _patch_memo(self, c: sqlite3.Connection, mount: str,
                     evidence: Mapping[str, str | None] | None = None,
@@ -331,22 +338,12 @@ class Journal:
             if key[0] != mount or count != self._count_before:
                 continue
             prefix = key[1]
-            new_ev, new_fps, new_mds = ev, fps, mds
-            md_items = [(p, v) for p, v in (modes or {}).items() if _under(p, prefix)]
-            if md_items:
-                d = dict(mds)
-                for p, v in md_items:
-                    if v is None:
-                        d.pop(p, None)
-                    else:
-                        d[intern(p)] = _MODES[v] if 0 <= v < len(_MODES) else v
-                new_mds = MappingProxyType(d)
-            ev_items = [(p, v) for p, v in (evidence or {}).items() if _under(p, prefix)]
             fp_items = [(p, v) for p, v in (fingerprints or {}).items() if _under(p, prefix)]
-            if ev_items:
-                d = dict(ev)
-                d.update((intern(p), v if v is None else intern(v)) for p, v in ev_items)
-                new_ev = MappingProxyType(d)
+            ev_items = {intern(p): v if v is None else intern(v)
+                        for p, v in (evidence or {}).items() if _under(p, prefix)}
+            md_items = {intern(p): v if v is None or not 0 <= v < len(_MODES) else _MODES[v]
+                        for p, v in (modes or {}).items() if _under(p, prefix)}
+            new_ev, new_fps, new_mds = ev, fps, mds
             if fp_items:
                 d = dict(fps)
                 for p, row in fp_items:
@@ -355,6 +352,11 @@ class Journal:
                     else:
                         d[intern(p)] = _kept(row)
                 new_fps = MappingProxyType(d)
+                new_ev = snapshot.with_rows(ev, new_fps, (intern(p) for p, _ in fp_items))
+            if ev_items:
+                new_ev = snapshot.with_evidence(new_ev, ev_items)
+            if new_ev is not ev or md_items:
+                new_mds = snapshot.with_modes(mds, new_ev, md_items, ev_items)
             self._memo[key] = (after, new_ev, new_fps, new_mds)
 
     # -- root identity -----------------------------------------------------------------------
@@ -627,15 +629,11 @@ class Journal:
                     _, evidence, fps, modes = hit
                 else:
                     # Read after the version: a commit in between only makes the memo miss.
-                    ev: dict[str, str | None] = {}
-                    md: dict[str, int] = {}
-                    for p, d, m in self._evidence_rows(c, mount, prefix):
-                        p = intern(p)
-                        ev[p] = d if d is None else intern(d)
-                        if m is not None:
-                            md[p] = _MODES[m] if 0 <= m < len(_MODES) else m
-                    evidence, modes = MappingProxyType(ev), MappingProxyType(md)
                     fps = MappingProxyType(self._fingerprint_rows(c, mount, prefix))
+                    evidence, modes = snapshot.build(fps, (
+                        (intern(p), d if d is None else intern(d),
+                         m if m is None or not 0 <= m < len(_MODES) else _MODES[m])
+                        for p, d, m in self._evidence_rows(c, mount, prefix)))
                     if len(self._memo) >= _MEMO_KEYS:
                         self._memo.clear()
                     self._memo[(mount, prefix)] = (version, evidence, fps, modes)

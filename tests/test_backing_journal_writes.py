@@ -14,10 +14,15 @@ hook on its connection.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
-from helpers.backing import attached, close
+import xxhash
+from helpers.backing import attached, close, open_backing
 
 FILES = 300
 
@@ -43,5 +48,53 @@ async def test_adopting_many_edits_takes_a_few_journal_transactions(tmp_path: Pa
         assert not b.journal.pending_intents("work")
         ev = b.journal.evidence("work", "f007.txt")
         assert ev is not None and ev.digest is not None
+    finally:
+        close(ws, b)
+
+
+CHILD = textwrap.dedent("""
+    import pathlib, sys, trio
+    from memfs.store import Store
+    from memfs.backing import Backing
+    from memfs.workspace.workspace import Workspace
+    ws = Workspace(Store.open(pathlib.Path(sys.argv[1])), 0.0)
+    b = Backing(ws)
+    trio.run(b.run_pass, "work")
+""")
+
+
+@pytest.mark.parametrize("point", ["backing:after-adopt-intent", "backing:after-commit"])
+@pytest.mark.trio
+async def test_a_kill_around_a_batch_of_adoptions_leaves_every_one_to_resolve(
+        tmp_path: Path, point: str):
+    """A batch's intents are begun in one transaction and the pass's completed in one: a
+    SIGKILL after the batch's begin (tree unchanged) or after the tree's commit (completions
+    not written) leaves every adoption of the batch pending, and the next pass resolves each
+    (not done: taken again; done: completed) with no conflict, P the disk's bytes."""
+    ws, b, disk = await attached(tmp_path, {f"f{i:03d}.txt": f"v1 {i}\n"
+                                            for i in range(FILES)}, watch="off")
+    await ws.commit()
+    close(ws, b)
+    for i in range(FILES):
+        (disk / f"f{i:03d}.txt").write_text(f"v2 {i}, edited on disk\n")
+    child = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "root")],
+                           capture_output=True, env=dict(os.environ, MEMFS_CRASH_AT=point),
+                           timeout=120)
+    assert child.returncode == -9, child.stderr.decode()
+    ws, b = open_backing(tmp_path / "root")
+    try:
+        pending = b.journal.pending_intents("work")
+        assert sorted(i.path for i in pending) == [f"f{i:03d}.txt" for i in range(FILES)]
+        assert {i.op for i in pending} == {"adopt"}
+        res = await b.run_pass("work")
+        assert res.conflicts == [], res.conflicts
+        assert not b.journal.pending_intents("work")
+        work = ws.children(ws.root)[b"work"]
+        for i in (0, 7, FILES - 1):
+            name = f"f{i:03d}.txt"
+            data = f"v2 {i}, edited on disk\n".encode()
+            assert ws.read(ws.children(work)[name.encode()], 0, 100) == data
+            ev = b.journal.evidence("work", name)
+            assert ev is not None and ev.digest == xxhash.xxh3_128_hexdigest(data)
     finally:
         close(ws, b)

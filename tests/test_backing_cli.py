@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,23 @@ def test_the_umount_note_does_not_tell_a_bare_materialize_to_write_a_conflict(ba
     note = [ln for ln in m.umount().stdout.splitlines() if ln.startswith("note:")]
     assert len(note) == 1 and "1 conflict(s)" in note[0], note
     assert "--force" in note[0] and "memfs sync" in note[0], note
+
+
+def test_status_does_not_call_a_starting_daemons_bindings_not_mounted(backed):
+    """Without an answer on the control socket, status lists the bindings from the store. A
+    process that holds the daemon lock and has no socket yet is a daemon starting (the lock
+    is taken before the store is opened and the socket made): its mount may be up, so
+    "not mounted ... until `memfs mount`" was untrue and its remedy refused (a second mount
+    of the root). A real process holding the real lock stands in for that window."""
+    m, disk = backed
+    m.umount()
+    holder = subprocess.Popen(["flock", "-x", str(m.root / "daemon.lock"), "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while "holds the store" not in (st := m.cli("status").stdout):
+            assert time.monotonic() < deadline, st
+            time.sleep(0.05)
+        assert "not mounted" not in st and "does not answer" in st, st
+    finally:
+        holder.kill()
+        holder.wait()

@@ -23,6 +23,9 @@ from pathlib import Path
 import pytest
 import xxhash
 from helpers.backing import attached, close, open_backing
+from helpers.space import MiB, fill
+
+from memfs.backing import Binding
 
 FILES = 300
 
@@ -96,5 +99,38 @@ async def test_a_kill_around_a_batch_of_adoptions_leaves_every_one_to_resolve(
             assert ws.read(ws.children(work)[name.encode()], 0, 100) == data
             ev = b.journal.evidence("work", name)
             assert ev is not None and ev.digest == xxhash.xxh3_128_hexdigest(data)
+    finally:
+        close(ws, b)
+
+
+@pytest.mark.trio
+async def test_takes_the_full_store_refuses_are_abandoned_in_a_few_transactions(
+        tmp_path: Path, small_fs: Path):
+    """A take the store has no room for is skipped, and its adoption intent abandoned: one
+    synced transaction a file (~2 ms each here, so 20k refused takes spent ~40 s abandoning)
+    while the completions beside them were batched. The store's filesystem is filled by
+    another program, leaving less than one take (but the journal's headroom) free."""
+    n, big = 40, b"a line of text edited on disk\n" * ((1536 << 10) // 30)  # 1.5 MiB each
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    for i in range(n):
+        (disk / f"f{i:03d}.txt").write_text(f"v1 {i}\n")
+    ws, b = open_backing(small_fs / "root")
+    try:
+        await b.attach(Binding("work", str(disk), watch="off"))
+        await ws.commit()
+        for i in range(n):
+            (disk / f"f{i:03d}.txt").write_bytes(big)
+        filler = fill(small_fs, "other-program")
+        os.truncate(filler, filler.stat().st_size - 3 * MiB)  # headroom (2 MiB) + 1 MiB
+        commits: list[str] = []
+        b.journal._conn.set_trace_callback(
+            lambda sql: commits.append(sql) if sql.strip().upper() == "COMMIT" else None)
+        res = await b.run_pass("work")
+        b.journal._conn.set_trace_callback(None)
+        assert res.error is not None and "full" in res.error, res
+        assert len(res.skipped) == n and not res.taken
+        assert not b.journal.pending_intents("work")  # each abandoned
+        assert len(commits) <= 10, f"{len(commits)} journal transactions for {n} refused takes"
     finally:
         close(ws, b)

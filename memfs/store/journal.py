@@ -558,9 +558,15 @@ class Journal:
 
     def abandon_intent(self, intent_id: int) -> None:
         """The effect did not happen (refused untouched, or observed not done); P is unchanged."""
+        self.abandon_intents([intent_id])
+
+    def abandon_intents(self, intent_ids: Iterable[int]) -> None:
+        """abandon_intent for many, in one transaction (a pass's refused takes: one sync,
+        not one a file)."""
+        now = time.time()
         with self._write() as c:
-            c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? "
-                      "WHERE id=? AND state='pending'", (time.time(), intent_id))
+            c.executemany("UPDATE journal_intents SET state='abandoned', settled_at=? "
+                          "WHERE id=? AND state='pending'", [(now, i) for i in intent_ids])
 
     def pending_intents(self, mount: str, path: str | None = None) -> list[Intent]:
         return self._read(lambda c: self._pending(c, mount, path))

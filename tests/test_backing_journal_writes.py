@@ -15,12 +15,15 @@ hook on its connection.
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+import trio
 import xxhash
 from helpers.backing import attached, close, open_backing
 from helpers.space import MiB, fill
@@ -28,6 +31,7 @@ from helpers.space import MiB, fill
 from memfs.backing import Binding
 
 FILES = 300
+HOLD_S = 5  # how long the store's writer holds SQLite's write lock; the pass needs none
 
 
 @pytest.mark.trio
@@ -132,5 +136,40 @@ async def test_takes_the_full_store_refuses_are_abandoned_in_a_few_transactions(
         assert len(res.skipped) == n and not res.taken
         assert not b.journal.pending_intents("work")  # each abandoned
         assert len(commits) <= 10, f"{len(commits)} journal transactions for {n} refused takes"
+    finally:
+        close(ws, b)
+
+
+@pytest.mark.trio
+async def test_a_pass_with_nothing_to_record_does_not_wait_for_the_stores_writer(
+        tmp_path: Path):
+    """A pass that adopted nothing and vouches for nothing new (the steady state of
+    on-access, one per directory looked at) writes nothing to the journal, so it does not
+    wait for SQLite's write lock, which the store's own commits hold on the same file
+    (store.db) for as long as a large commit takes. Completing an empty batch still opened
+    a write transaction (BEGIN IMMEDIATE): the pass waited for the lock, and failed with
+    'database is locked' once the journal's busy timeout passed."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (disk / name).write_text(f"{name}\n")
+    time.sleep(2.1)  # past the racy window (observe.py): hashed once, then trusted
+    ws, b = open_backing(tmp_path / "root")
+    try:
+        await b.attach(Binding("work", str(disk), watch="off"))
+        await ws.commit()
+        await b.run_pass("work")  # P and fingerprints recorded: nothing new from here on
+        db = sqlite3.connect(tmp_path / "root" / "store.db", timeout=0, isolation_level=None)
+        db.execute("BEGIN IMMEDIATE")  # the write lock, as a store commit holds it
+        try:
+            start = time.monotonic()
+            with trio.fail_after(HOLD_S):
+                res = await b.run_pass("work")
+            took = time.monotonic() - start
+        finally:
+            db.execute("ROLLBACK")
+            db.close()
+        assert not res.taken and res.error is None, res
+        assert took < HOLD_S, f"the pass waited {took:.1f} s for the store's writer"
     finally:
         close(ws, b)

@@ -514,10 +514,15 @@ class Journal:
         syncs once. All of them or none: a crash before the commit leaves every one pending,
         to be observed again as an interrupted intent is. `settled_ok`: one no longer
         pending (the loop settled it meanwhile, from the same tree) is left as it was
-        settled, instead of failing them all."""
+        settled, instead of failing them all. None to complete opens no transaction: a pass
+        that adopted nothing (on-access's steady state) must not wait for SQLite's write
+        lock, which the store's own commits hold on the same file."""
+        ids = list(intent_ids)
+        if not ids:
+            return
         with self._write() as c:
             done: dict[str, tuple[dict[str, str | None], dict[str, int | None]]] = {}
-            for intent_id in intent_ids:
+            for intent_id in ids:
                 if settled_ok and not self._pending_id(c, intent_id):
                     continue
                 mount, path, digest, mode = self._complete(c, intent_id)
@@ -562,11 +567,14 @@ class Journal:
 
     def abandon_intents(self, intent_ids: Iterable[int]) -> None:
         """abandon_intent for many, in one transaction (a pass's refused takes: one sync,
-        not one a file)."""
+        not one a file); none opens no transaction (see complete_intents)."""
         now = time.time()
+        rows = [(now, i) for i in intent_ids]
+        if not rows:
+            return
         with self._write() as c:
             c.executemany("UPDATE journal_intents SET state='abandoned', settled_at=? "
-                          "WHERE id=? AND state='pending'", [(now, i) for i in intent_ids])
+                          "WHERE id=? AND state='pending'", rows)
 
     def pending_intents(self, mount: str, path: str | None = None) -> list[Intent]:
         return self._read(lambda c: self._pending(c, mount, path))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -249,3 +251,53 @@ def test_umount_says_which_backing_directory_is_behind(backed):
     st = m.cli("status")
     assert f"backed   work -> {disk} (not mounted: not reconciled" in st.stdout, st.stdout
     assert json.loads(m.cli("status", "--json").stdout)["backing"]["work"]["unmounted"]
+
+
+def test_the_umount_note_names_a_remedy_that_writes_a_workspace_deletion(backed):
+    """The unmount's note said a deletion made in the mount is written out by `memfs mount`,
+    then `memfs materialize work`; a bare materialize leaves it (`left work/b.txt ...
+    --apply-deletions removes it`), so disk stayed behind and the next unmount said the same.
+    The command the note names is run here as the user would run it."""
+    m, disk = backed
+    (m.work / "b.txt").unlink()
+    note = [ln for ln in m.umount().stdout.splitlines() if ln.startswith("note:")]
+    assert len(note) == 1 and "1 deletion(s)" in note[0], note
+    named = re.findall(r"`(memfs materialize[^`]*)`", note[0])
+    assert len(named) == 1, note
+    m.remount()
+    m.cli(*named[0].split()[1:])
+    assert not (disk / "b.txt").exists(), f"{named[0]} left disk behind"
+    assert "note:" not in m.umount().stdout
+
+
+def test_the_umount_note_does_not_tell_a_bare_materialize_to_write_a_conflict(backed):
+    """A conflict is sticky until a path sync (disk's side) or a forced materialize of the
+    path (the workspace's): the note's remedy for it must name those, not the bare
+    materialize that skips it."""
+    m, disk = backed
+    (m.work / "a.txt").write_text("edited in the mount\n")
+    (disk / "a.txt").write_text("edited on disk\n")
+    m.cli("sync")
+    note = [ln for ln in m.umount().stdout.splitlines() if ln.startswith("note:")]
+    assert len(note) == 1 and "1 conflict(s)" in note[0], note
+    assert "--force" in note[0] and "memfs sync" in note[0], note
+
+
+def test_status_does_not_call_a_starting_daemons_bindings_not_mounted(backed):
+    """Without an answer on the control socket, status lists the bindings from the store. A
+    process that holds the daemon lock and has no socket yet is a daemon starting (the lock
+    is taken before the store is opened and the socket made): its mount may be up, so
+    "not mounted ... until `memfs mount`" was untrue and its remedy refused (a second mount
+    of the root). A real process holding the real lock stands in for that window."""
+    m, disk = backed
+    m.umount()
+    holder = subprocess.Popen(["flock", "-x", str(m.root / "daemon.lock"), "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 10
+        while "holds the store" not in (st := m.cli("status").stdout):
+            assert time.monotonic() < deadline, st
+            time.sleep(0.05)
+        assert "not mounted" not in st and "does not answer" in st, st
+    finally:
+        holder.kill()
+        holder.wait()

@@ -222,6 +222,29 @@ def test_status_says_writes_are_refused_and_what_to_do(small_fs, mount_factory) 
     assert m.cli_json("status")["space"]["refused"] is None
 
 
+def test_a_refusal_room_came_back_for_is_not_said_again_when_another_program_fills_it(
+        small_fs, mount_factory) -> None:
+    """Status said 'writes REFUSED since T' for a write refused at T, stopped once rm and
+    `memfs gc` made room, and said it again, since T, when another program later filled the
+    disk with no write through memfs refused meanwhile: that refusal had been answered."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    m.cli("config", "gc-auto", "off")
+    m.cli("config", "space-floor", "40%")
+    res = subprocess.run(["dd", "if=/dev/urandom", f"of={m.work / 'big'}", "bs=1M",
+                          "count=64", "conv=fsync"], capture_output=True, text=True)
+    assert res.returncode != 0 and "No space left" in res.stderr, res.stderr
+    assert m.cli_json("status")["space"]["refused"] is not None
+    os.unlink(m.work / "big")
+    m.cli("gc")
+    assert m.cli_json("status")["space"]["refused"] is None  # room came back
+    filler = fill(small_fs, "other-program")  # nothing is written through memfs meanwhile
+    try:
+        time.sleep(0.6)  # the space figures status reads are cached for 0.5 s
+        assert m.cli_json("status")["space"]["refused"] is None
+    finally:
+        filler.unlink()
+
+
 def test_the_automatic_run_makes_room_without_being_asked(small_fs, mount_factory) -> None:
     m = mount_factory(root=small_fs / "root", name="small-mnt")
     m.cli("config", "space-floor", "40%")

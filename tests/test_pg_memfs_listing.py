@@ -41,7 +41,7 @@ def test_a_day_listing_shows_a_commit_made_after_the_first_listing(hosts) -> Non
 
 def test_a_locked_server_holds_only_the_status_file_that_asked(hosts, pg_url: str) -> None:  # noqa: F811
     """`cat .memfs/status` on a store in PostgreSQL reads the retention policy
-    (Workspace.retention_status -> PgStore.policy: memfs_meta) on the FUSE loop: while another
+    (memfs.workspace.status.retention -> PgStore.policy: memfs_meta) on the FUSE loop: while another
     session holds memfs_meta locked, every request of the mount waits with it."""
     import subprocess
 

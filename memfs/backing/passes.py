@@ -524,11 +524,11 @@ class Passes:
     def _record_thread(self, mount: str, obs: Observation, sp: SyncPlan,
                        intent_ids: dict[str, int], skipped: set[str]) -> set[int]:
         """Complete this pass's adoptions and record P; returns the ids still pending."""
-        for path, iid in intent_ids.items():
-            if path in skipped:
-                self.journal.abandon_intent(iid)
-        self.journal.complete_intents(  # one transaction; what the loop settled stands
-            (iid for path, iid in intent_ids.items() if path not in skipped), settled_ok=True)
+        left = [iid for path, iid in intent_ids.items() if path in skipped]
+        if left:  # one transaction, as the completions
+            self.journal.abandon_intents(left)
+        self.journal.complete_intents(  # one transaction
+            iid for path, iid in intent_ids.items() if path not in skipped)
         items = [(p, None if v is ABSENT else v, sp.record_modes.get(p))
                  for p, v in sp.record.items() if p not in skipped and p not in intent_ids]
         if items or self.journal.root(mount) is None:  # the root goes with the first evidence

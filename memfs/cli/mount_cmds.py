@@ -462,11 +462,25 @@ def _disk_behind(status: object) -> dict[str, dict]:
 
 def _behind_text(behind: dict[str, dict]) -> str:
     """The lines that say which backing directories are behind the store, and the remedy."""
-    return "".join(
-        f"\nnote: {b['dir']} is behind {mount}: disk owes {b.get('changes', 0)} change(s), "
-        f"{b.get('workspace_deletions', 0)} deletion(s), {b.get('conflicts', 0)} conflict(s); "
-        f"they are kept in the store (`memfs mount`, then `memfs materialize {mount}`, "
-        "writes them out)" for mount, b in behind.items())
+    return "".join(f"\nnote: {b['dir']} is behind {mount}: disk owes {b.get('changes', 0)} "
+                   f"change(s), {b.get('workspace_deletions', 0)} deletion(s), "
+                   f"{b.get('conflicts', 0)} conflict(s); {_behind_remedy(mount, b)}"
+                   for mount, b in behind.items())
+
+
+def _behind_remedy(mount: str, b: dict) -> str:
+    """What writes each kind out: a bare materialize leaves deletions (they need
+    --apply-deletions) and skips conflicts (a path sync or a forced materialize decides)."""
+    parts = []
+    if b.get("changes") or b.get("workspace_deletions"):
+        flag = "--apply-deletions " if b.get("workspace_deletions") else ""
+        parts.append(f"they are kept in the store (`memfs mount`, then "
+                     f"`memfs materialize {flag}{mount}` writes them out)")
+    if b.get("conflicts"):
+        parts.append(f"each conflict stays until you choose a side (`memfs ls --states "
+                     f"{mount}` names them; `memfs sync {mount}/PATH` takes disk's, "
+                     f"`memfs materialize --force {mount}/PATH` writes the store's)")
+    return "; ".join(parts)
 
 
 def _serving_pid(owner: Path, mnt: Path) -> int | None:

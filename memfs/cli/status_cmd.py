@@ -94,7 +94,9 @@ def _direct_status(root: Path) -> dict:
         st = {"root": str(store.root), "branch": store.current_branch(), "head": head,
               "pending": 0, "durable": True, "mounts": mounts, "daemon": None}
         if bound := store.bindings():  # nothing reconciles them until a daemon runs
-            st["backing"] = {m: {"dir": b.get("dir"), "unmounted": True}
+            # A process holding the lock is a daemon starting (or stuck): mounted, maybe.
+            how = "unanswered" if held else "unmounted"
+            st["backing"] = {m: {"dir": b.get("dir"), how: True}
                              for m, b in sorted(bound.items())}
         policy = store.policy()
         shared = store.kind != "sqlite"
@@ -142,6 +144,10 @@ def _backing_lines(st: dict) -> list[str]:
         if b.get("unmounted"):
             lines.append(f"backed   {mount} -> {b.get('dir', '?')} (not mounted: not "
                          "reconciled, drafts not written to disk, until `memfs mount`)")
+            continue
+        if b.get("unanswered"):
+            lines.append(f"backed   {mount} -> {b.get('dir', '?')} (its daemon does not answer "
+                         "yet: what disk owes is not known here)")
             continue
         states = ", ".join(f"{n} {k}" for k, n in sorted(b.get("states", {}).items()))
         u = b.get("unavailable") or {}

@@ -510,31 +510,24 @@ class Journal:
         the effect is durable (data and every directory up to the root fsynced)."""
         self.complete_intents([intent_id])
 
-    def complete_intents(self, intent_ids: Iterable[int], *, settled_ok: bool = False) -> None:
+    def complete_intents(self, intent_ids: Iterable[int]) -> None:
         """complete_intent for many, in one transaction: a pass that adopted 20k files
         patches each remembered snapshot once (a copy of its maps), not once a file, and
         syncs once. All of them or none: a crash before the commit leaves every one pending,
-        to be observed again as an interrupted intent is. `settled_ok`: one no longer
-        pending (the loop settled it meanwhile, from the same tree) is left as it was
-        settled, instead of failing them all."""
+        to be observed again as an interrupted intent is. None to complete opens no
+        transaction: a pass that adopted nothing (on-access's steady state) must not wait
+        for SQLite's write lock, which the store's own commits hold on the same file."""
         ids = list(intent_ids)
         if not ids:
-            return  # no transaction (a pass that adopted nothing writes nothing here)
+            return
         with self._write() as c:
             done: dict[str, tuple[dict[str, str | None], dict[str, int | None]]] = {}
             for intent_id in ids:
-                if settled_ok and not self._pending_id(c, intent_id):
-                    continue
                 mount, path, digest, mode = self._complete(c, intent_id)
                 evidence, modes = done.setdefault(mount, ({}, {}))
                 evidence[path], modes[path] = digest, mode
             for mount, (evidence, modes) in done.items():  # once a mount: see _patch_memo
                 self._patch_memo(c, mount, evidence=evidence, modes=modes)
-
-    @staticmethod
-    def _pending_id(c: sqlite3.Connection, intent_id: int) -> bool:
-        return c.execute("SELECT 1 FROM journal_intents WHERE id=? AND state='pending'",
-                         (intent_id,)).fetchone() is not None
 
     @staticmethod
     def _complete(c: sqlite3.Connection, intent_id: int
@@ -563,9 +556,18 @@ class Journal:
 
     def abandon_intent(self, intent_id: int) -> None:
         """The effect did not happen (refused untouched, or observed not done); P is unchanged."""
+        self.abandon_intents([intent_id])
+
+    def abandon_intents(self, intent_ids: Iterable[int]) -> None:
+        """abandon_intent for many, in one transaction (a pass's refused takes: one sync,
+        not one a file); none opens no transaction (see complete_intents)."""
+        now = time.time()
+        rows = [(now, i) for i in intent_ids]
+        if not rows:
+            return
         with self._write() as c:
-            c.execute("UPDATE journal_intents SET state='abandoned', settled_at=? "
-                      "WHERE id=? AND state='pending'", (time.time(), intent_id))
+            c.executemany("UPDATE journal_intents SET state='abandoned', settled_at=? "
+                          "WHERE id=? AND state='pending'", rows)
 
     def pending_intents(self, mount: str, path: str | None = None) -> list[Intent]:
         return self._read(lambda c: self._pending(c, mount, path))

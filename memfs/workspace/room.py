@@ -44,6 +44,8 @@ class Room:
         now = time.monotonic()
         if self._space is None or now - self._space[0] > 0.5:
             self._space = (now, Space.of(self._ws.store.root))
+            if self.refusal is not None and self.refusal[1] <= self.free_bytes():
+                self.refusal = None  # answered: a later fill by another program is not it
         return self._space[1]
 
     def changed(self) -> None:
@@ -84,7 +86,8 @@ class Room:
             return None  # none, or commits fail: their failure says it (health)
         since, nbytes = self.refusal
         if nbytes <= self.free_bytes():
-            return None  # room came back (an rm, a GC): the next write fits
+            self.refusal = None  # room came back (an rm, a GC): the next write fits
+            return None
         store = self._ws.store
         reason, remedy = full_words(self.space(), str(store.root), store.kind != "sqlite")
         return {"since": since, "bytes": nbytes, "reason": reason, "remedy": remedy}

@@ -143,7 +143,8 @@ def _backing_lines(st: dict) -> list[str]:
     for mount, b in sorted((st.get("backing") or {}).items()):
         if b.get("unmounted"):
             lines.append(f"backed   {mount} -> {b.get('dir', '?')} (not mounted: not "
-                         "reconciled, drafts not written to disk, until `memfs mount`)")
+                         "reconciled; a draft in the store reaches disk by `memfs mount` then "
+                         f"`memfs materialize {mount}`)")
             continue
         if b.get("unanswered"):
             lines.append(f"backed   {mount} -> {b.get('dir', '?')} (its daemon does not answer "

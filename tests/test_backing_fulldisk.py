@@ -211,6 +211,33 @@ def test_a_materialize_the_backing_disk_has_no_room_for_exits_1(small_fs, mount_
 
 
 @pytest.mark.embedded_only
+def test_a_materialize_onto_a_read_only_backing_disk_says_so(small_fs, mount_factory,
+                                                             tmp_path: Path) -> None:
+    """A backing disk remounted read-only: materialize was refused with "Read-only file
+    system — check the backing directory, then retry", a remedy that fits every error and
+    names none. It names the read-only filesystem and what makes it writable again."""
+    import subprocess
+
+    disk = small_fs / "proj"
+    disk.mkdir()
+    (disk / "a.txt").write_text("a1\n")
+    m = mount_factory(root=tmp_path / "root", name="mnt")
+    m.cli("attach", "work", str(disk), "--watch", "off")
+    (m.work / "new.txt").write_text("new\n")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    try:
+        res = m.cli("materialize", check=False)
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], check=True)
+    text = res.stdout + res.stderr
+    assert res.returncode == 1, text
+    assert "new.txt" in text and "read-only" in text and "remount it read-write" in text, text
+    assert states(m)["work/new.txt"][0] == "workspace-draft"  # still owed
+    m.cli("materialize")
+    assert (disk / "new.txt").read_text() == "new\n"
+
+
+@pytest.mark.embedded_only
 def test_an_auto_materialize_the_backing_disk_has_no_room_for_shows_in_status(
         small_fs, mount_factory, tmp_path: Path) -> None:
     """With --auto-materialize nobody reads materialize's output: a write the backing disk

@@ -70,11 +70,26 @@ def _os_refusal(rel: str, exc: OSError, *, touched: bool = False) -> Refused:
     """The backing disk refused an effect (reason `os-error-<ERRNO>`); a full disk says so
     and what frees it, where a bare 'check the backing directory' left the user guessing."""
     code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-    remedy = ("the backing directory's filesystem is full: free space there, then "
-              "`memfs materialize` again" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
-              else "check the backing directory, then retry")
-    return Refused(f"{rel}: {exc.strerror or exc}", remedy, reason=f"os-error-{code}",
+    return Refused(f"{rel}: {exc.strerror or exc}", disk_remedy(exc), reason=f"os-error-{code}",
                    touched=touched)
+
+
+def disk_remedy(exc: OSError) -> str:
+    """What fits an error the backing disk gave: a full disk, a read-only one, a refusal of
+    permission and a failing device each have their own remedy."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ("the backing directory's filesystem is full: free space there, then "
+                "`memfs materialize` again")
+    if exc.errno == errno.EROFS:
+        return ("the backing directory's filesystem is mounted read-only: remount it "
+                "read-write, then `memfs materialize` again")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return (f"memfs (uid {os.geteuid()}) may not write there: fix the directory's "
+                "permissions or owner, then retry")
+    if exc.errno == errno.EIO:
+        return ("the backing disk reported an I/O error: check the device (`dmesg`), "
+                "then retry")
+    return "check the backing directory, then retry"
 
 
 @dataclass(frozen=True)
@@ -236,7 +251,7 @@ def write_file(
             os.fsync(tmp_fd)
         except OSError as exc:
             raise Refused(f"{rel}: syncing the new content failed ({exc.strerror})",
-                          "it stays owed: retry the materialize", reason="write-failed") from None
+                          f"it stays owed: {disk_remedy(exc)}", reason="write-failed") from None
         crash_point("effect:temp-synced")
 
         # The last look before the name changes.
@@ -351,7 +366,7 @@ def unlink_file(
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.EBUSY):
                 raise Refused(f"{rel}: the system refused the unlink ({exc.strerror})",
-                              "check its permissions, then retry", reason="os-refused") from None
+                              disk_remedy(exc), reason="os-refused") from None
             raise
         crash_point("effect:unlinked")
         _fsync_chain(chain, rel)

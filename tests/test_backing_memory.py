@@ -13,6 +13,7 @@ import pytest
 import trio
 import xxhash
 from helpers.proc import rss
+from helpers.require import require_tool
 
 from memfs import heap
 from memfs.backing.storeview import StoreView
@@ -272,7 +273,7 @@ def test_a_trim_gives_the_freed_heap_back() -> None:
     trimmed (glibc keeps it in the thread's arena); memfs.heap.trim, which a large pass ends
     with, gives it back."""
     if not heap.trim():
-        pytest.skip("no malloc_trim in this C library (not glibc)")
+        require_tool("no malloc_trim in this C library (not glibc)")
     kept: list[bytes] = []
 
     def churn() -> None:  # 64 MiB in 4 KB blocks (malloc's, not Python's small objects)

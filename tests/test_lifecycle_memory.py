@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 from helpers.proc import rss
+from helpers.require import require_tool
 from helpers.wait import wait_for
 from helpers.workspace import deep_workspace, new_ws, walk
 
@@ -166,7 +167,7 @@ def drop_kernel_caches() -> None:
     try:
         Path("/proc/sys/vm/drop_caches").write_text("2")
     except OSError as exc:
-        pytest.skip(f"cannot drop the kernel's dentry cache (needs root): {exc}")
+        require_tool(f"cannot drop the kernel's dentry cache (needs root): {exc}")
 
 
 @pytest.mark.mount

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.require import require_tool
 
 from memfs.store import Store
 from memfs.store.chunks import CHUNK_SIZE
@@ -25,7 +26,7 @@ def tiny_fs(tmp_path: Path) -> Iterator[Path]:
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)],
                          capture_output=True, text=True)
     if res.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs (needs root): {res.stderr.strip()}")
+        require_tool(f"cannot mount a small tmpfs (needs root): {res.stderr.strip()}")
     try:
         yield d
     finally:

@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 from memfs.backing import Backing, Binding
 from memfs.reconcile.contained import RootId
 from memfs.reconcile.intent import IntentTable
+from memfs.reconcile.materialize_plan import plan_materialize
 from memfs.reconcile.observe import FileFact, Fingerprint, Observation, Region
 from memfs.reconcile.plan import (
     PassPlan,
     count_owed,
-    plan_materialize,
     plan_pass,
     plan_sync,
 )

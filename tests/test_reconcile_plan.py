@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memfs.reconcile import intent as intent_mod
+from memfs.reconcile.materialize_plan import plan_materialize
 from memfs.reconcile.observe import observe
 from memfs.reconcile.plan import (
     Discarded,
     count_owed,
-    plan_materialize,
     plan_pass,
     plan_sync,
 )

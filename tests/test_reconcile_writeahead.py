@@ -22,8 +22,9 @@ import pytest
 import xxhash
 
 from memfs.reconcile import apply, intent
+from memfs.reconcile.materialize_plan import plan_materialize
 from memfs.reconcile.observe import observe
-from memfs.reconcile.plan import pending_from_journal, plan_materialize, plan_pass
+from memfs.reconcile.plan import pending_from_journal, plan_pass
 from memfs.reconcile.rule import ABSENT, Action, ConflictKind, Content, Detail, PathIntent, State
 from memfs.store.journal import EvidenceRecord, Journal
 

@@ -1,6 +1,6 @@
 """Materialize: write what the evidence says disk owes, through the write-ahead pushes.
 
-The plan (memfs.reconcile.plan.plan_materialize) is made on the loop in the turn that gathered
+The plan (memfs.reconcile.materialize_plan.plan_materialize) is made on the loop in the turn that gathered
 on one branch, with the pin guard in the same turn. The bytes to write are taken on the loop
 too: a committed file by its immutable ref (streamed in the thread), a dirty one by its live
 bytes. The push runs in a worker thread; before each effect it asks whether the branch and tree
@@ -33,7 +33,8 @@ from memfs.backing.states import States
 from memfs.backing.storeview import StoreView, ref_chunks
 from memfs.reconcile.apply import MaterializeResult
 from memfs.reconcile.contained import RootId
-from memfs.reconcile.plan import MaterializePlan, pending_from_journal, plan_pass
+from memfs.reconcile.materialize_plan import MaterializePlan
+from memfs.reconcile.plan import pending_from_journal, plan_pass
 from memfs.reconcile.rule import Content
 from memfs.store.journal import Journal
 from memfs.testing import push_delay, push_gate
@@ -88,7 +89,7 @@ class Materializer:
         """With the mount's lock held. `held`: an auto round's (close-to-open: a file still
         open for writing is left for its last writer's close, its node id added here)."""
         from memfs.reconcile.apply import run_materialize, settle
-        from memfs.reconcile.plan import plan_materialize
+        from memfs.reconcile.materialize_plan import plan_materialize
 
         b = self.bindings.require(mount)
         st = self.states.of(mount)
@@ -155,7 +156,7 @@ class Materializer:
         """The bytes each write takes, now, on the loop: a committed file by its immutable
         ref (streamed in the thread), a dirty one by its live bytes. Writes the plan cannot
         carry out are moved to `skipped` first."""
-        from memfs.reconcile.plan import Skipped
+        from memfs.reconcile.materialize_plan import Skipped
 
         for w in [w for w in mplan.writes if w.path not in nodes]:
             # Unreachable by the rule (a write is owed only for store content); if a future plan

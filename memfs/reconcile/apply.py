@@ -21,7 +21,7 @@ from typing import Literal, Protocol, TypeVar
 from memfs.errors import MemfsError
 from memfs.reconcile.contained import Refused, RootId
 from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
-from memfs.reconcile.plan import MaterializePlan
+from memfs.reconcile.materialize_plan import MaterializePlan
 from memfs.reconcile.rule import ABSENT, Decision, Pending, _Absent
 from memfs.testing import crash_point
 

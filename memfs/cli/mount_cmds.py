@@ -17,6 +17,7 @@ from pathlib import Path
 
 from memfs.cli.gc_cmds import add_policy_flags, policy_from_flags
 from memfs.cli.main import add_json_flag, emit
+from memfs.cli.status_cmd import owed_text
 from memfs.control import NoDaemon, call
 from memfs.errors import MemfsError
 from memfs.liveness import (
@@ -462,10 +463,8 @@ def _disk_behind(status: object) -> dict[str, dict]:
 
 def _behind_text(behind: dict[str, dict]) -> str:
     """The lines that say which backing directories are behind the store, and the remedy."""
-    return "".join(f"\nnote: {b['dir']} is behind {mount}: disk owes {b.get('changes', 0)} "
-                   f"change(s), {b.get('workspace_deletions', 0)} deletion(s), "
-                   f"{b.get('conflicts', 0)} conflict(s); {_behind_remedy(mount, b)}"
-                   for mount, b in behind.items())
+    return "".join(f"\nnote: {b['dir']} is behind {mount}: {owed_text(b)}; "
+                   f"{_behind_remedy(mount, b)}" for mount, b in behind.items())
 
 
 def _behind_remedy(mount: str, b: dict) -> str:

@@ -155,8 +155,7 @@ def _backing_lines(st: dict) -> list[str]:
         where = b.get("dir", "?") if b.get("available", True) else (
             f"{b.get('dir', '?')} UNAVAILABLE: {u.get('error', '?')} — {u.get('remedy', '')}")
         o = b.get("owed") or {}
-        owes = (f"; disk owes {o.get('changes', 0)} change(s), {o.get('workspace_deletions', 0)}"
-                f" deletion(s), {o.get('conflicts', 0)} conflict(s)") if o else ""
+        owes = f"; {owed_text(o)}" if o else ""
         if b.get("not_carried"):
             owes += (f"; not carried: {b['not_carried']} hard-linked file(s) no materialize "
                      f"writes (`memfs ls --states {mount}` names them)")
@@ -168,6 +167,12 @@ def _backing_lines(st: dict) -> list[str]:
                      f"{owes}{scans})")
         lines += _auto_lines((b.get("auto_materialize") or {}).get("last") or {})
     return lines
+
+
+def owed_text(o: dict) -> str:
+    """What a backing directory owes, as status and umount's note both say it."""
+    return (f"disk owes {o.get('changes', 0)} change(s), {o.get('workspace_deletions', 0)} "
+            f"deletion(s), {o.get('conflicts', 0)} conflict(s)")
 
 
 def _auto_lines(last: dict) -> list[str]:

@@ -3,7 +3,7 @@
 Every handler runs through `guard` or `reader` (memfs.fs.handlers): a WorkspaceError becomes
 its errno, anything else is logged with the operation and answered EIO. Attributes and statfs
 are memfs.fs.attrs, the open-file table memfs.fs.handles, telling the kernel what changed
-behind it memfs.fs.invalidation. Its own state (lookup counts, request counts, handles) is
+behind it memfs.fs.invalidation, a bound mount's observe-on-access memfs.fs.access. Its own state (lookup counts, request counts, handles) is
 the loop's only.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pyfuse3
-import trio
 
+from memfs.fs.access import BackingAccess
 from memfs.fs.attrs import entry_attributes, negative, negative_timeout, statvfs
 from memfs.fs.handlers import fuse_error, guard, reader
 from memfs.fs.handles import Handle, Handles
@@ -29,7 +29,6 @@ from memfs.fs.view_release import ViewEntries
 from memfs.fs.virtual import VDir, VFile, VirtualTree
 from memfs.fs.xattrs import check_settable, user_value
 from memfs.workspace.agent_memory import open_memory
-from memfs.workspace.hooks import BackingHooks
 from memfs.workspace.nodes import KIND_OF_MODE, Node, WorkspaceError
 from memfs.workspace.workspace import BLK, CHR, DIR, FILE, LINK, ROOT_ID, Workspace
 
@@ -67,6 +66,7 @@ class MemfsOperations(pyfuse3.Operations):
         self.requests: collections.Counter[str] = collections.Counter()
         self.handles = Handles()
         self.invalidations = Invalidations(self.lookups)
+        self.backed = BackingAccess(ws, self.invalidations)  # bound mounts' request hooks
         ws.invalidate = self.invalidations.queue
         ws.held_nodes = lambda: list(self.handles.nodes())
         ws.kernel_refs = self._referenced
@@ -114,54 +114,6 @@ class MemfsOperations(pyfuse3.Operations):
         """Tell the kernel to forget what changed behind it (memfs.fs.invalidation)."""
         await self.invalidations.drain()
 
-    async def _on_access(self, node: Node, wait: bool, name: bytes | None = None) -> None:
-        """Backed mounts: observe the scope first (rate-limited in backing.on_access). Inside
-        a lookup the kernel holds the parent's lock, so invalidating names under it must not
-        be awaited there: the drain then runs as its own task."""
-        if await self.ws.backing.on_access(node, name):
-            if wait:
-                await self.drain_invalidations()
-            else:
-                self._drain_later()
-
-    async def _observe_at_open(self, node: Node) -> None:
-        """Backed mounts: an open observes its file first (one contained stat against the
-        fingerprint cache, rate-limited in backing.on_access), because the kernel keeps the name
-        and attributes and sends no lookup. A disk change the rule takes replaces the file by a
-        new node (new inode); the kernel resolved the path to the old one before this open, so
-        the open answers ESTALE and the kernel walks the path once more, revalidating every name
-        (LOOKUP_REVAL), and opens the new inode (or finds the name gone). A descriptor opened
-        before for reading keeps the old bytes, as with a file replaced by rename on a local
-        filesystem; one open for writing keeps the node in place (memfs.backing.applier)."""
-        if node.parent is None:
-            return  # already unlinked (an open through /proc/PID/fd): no path to observe
-        if not await self.ws.backing.on_access(node):
-            return
-        self._drain_later()
-        if node.parent is None:
-            raise pyfuse3.FUSEError(errno.ESTALE)
-
-    def _drain_later(self) -> None:
-        trio.lowlevel.spawn_system_task(self._drain_quietly)
-
-    async def _drain_quietly(self) -> None:
-        """A drain on its own (system) task: an error is logged, never ends the mount."""
-        try:
-            await self.drain_invalidations()
-        except Exception:  # noqa: BLE001
-            log.exception("invalidation after an on-access pass failed")
-
-    def _bound(self) -> BackingHooks | None:
-        """The workspace's backing hooks when some mount is bound to a directory, else None:
-        with nothing bound, its per-request hooks (observe on access, note a path's origin)
-        have nothing to do, and skipping them saves a path walk on every lookup and create."""
-        backing = self.ws.backing
-        return backing if backing.bindings else None
-
-    def _disk_only(self, parent: Node, name: bytes) -> bool:
-        child = self.ws.children(parent).get(name) if parent.kind == DIR else None
-        return child is not None and child.id in self.ws.disk_only
-
     def _ctx(self, ctx) -> None:
         self.ws.note_process(ctx.pid, ctx.uid)
 
@@ -190,8 +142,8 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
         if parent.id == ROOT_ID and name == CONTROL_NAME:
             return self._counted(self.virtual.top)
-        if parent.id != ROOT_ID and self._bound() is not None:
-            await self._on_access(parent, wait=False, name=name)
+        if parent.id != ROOT_ID and self.backed.bound() is not None:
+            await self.backed.on_access(parent, wait=False, name=name)
         await self.ws.warm(parent)
         try:
             node = self.ws.lookup(parent, name)
@@ -277,7 +229,7 @@ class MemfsOperations(pyfuse3.Operations):
             if kind == DIR:
                 mode |= stat.S_ISGID
         node = self.ws.create(parent, name, kind, mode, ctx.uid, gid, target, rdev)
-        if kind == FILE and self._bound() is not None:
+        if kind == FILE and self.backed.bound() is not None:
             self.ws.backing.note_created(node, node.path())
         return node
 
@@ -326,7 +278,7 @@ class MemfsOperations(pyfuse3.Operations):
         if parent.id == ROOT_ID and new_name == CONTROL_NAME:
             raise pyfuse3.FUSEError(errno.EEXIST)
         self.ws.link(node, parent, new_name)
-        if node.kind == FILE and self._bound() is not None:
+        if node.kind == FILE and self.backed.bound() is not None:
             self.ws.backing.note_created(node, parent.path() + b"/" + new_name)
         return self._counted(node)
 
@@ -339,10 +291,10 @@ class MemfsOperations(pyfuse3.Operations):
         await self._enter(ctx)
         parent = self._wnode(parent_inode)
         self._ctx(ctx)
-        if self._bound() is None:
+        if self.backed.bound() is None:
             node = self.ws.unlink(parent, name)
         else:
-            if self._disk_only(parent, name):
+            if self.backed.disk_only(parent, name):
                 raise pyfuse3.FUSEError(errno.EROFS)  # disk-only: shown from disk, read-only
             path = parent.path() + b"/" + name
             node = self.ws.unlink(parent, name)
@@ -372,11 +324,11 @@ class MemfsOperations(pyfuse3.Operations):
         self._ctx(ctx)
         if CONTROL_NAME in (name_old, name_new) and ROOT_ID in (old.id, new.id):
             raise pyfuse3.FUSEError(errno.EBUSY)
-        backing = self._bound()
+        backing = self.backed.bound()
         if backing is None:
             self.ws.rename(old, name_old, new, name_new, flags)
             return
-        if self._disk_only(old, name_old) or self._disk_only(new, name_new):
+        if self.backed.disk_only(old, name_old) or self.backed.disk_only(new, name_new):
             raise pyfuse3.FUSEError(errno.EROFS)
         old_path, new_path = old.path() + b"/" + name_old, new.path() + b"/" + name_new
         self.ws.rename(old, name_old, new, name_new, flags)
@@ -408,8 +360,8 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if node.kind == DIR:
             raise pyfuse3.FUSEError(errno.EISDIR)
-        if node.kind == FILE and self._bound() is not None:
-            await self._observe_at_open(node)
+        if node.kind == FILE and self.backed.bound() is not None:
+            await self.backed.observe_at_open(node)
         if writing and node.readonly:
             raise pyfuse3.FUSEError(errno.EROFS)
         if flags & os.O_TRUNC:  # libfuse asks for atomic O_TRUNC: ours to do (mtime too)
@@ -503,8 +455,8 @@ class MemfsOperations(pyfuse3.Operations):
         node = self._node(inode)
         if isinstance(node, (VFile, MemFile)) or (isinstance(node, Node) and node.kind != DIR):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
-        if isinstance(node, Node) and node.id != ROOT_ID and self._bound() is not None:
-            await self._on_access(node, wait=True)
+        if isinstance(node, Node) and node.id != ROOT_ID and self.backed.bound() is not None:
+            await self.backed.on_access(node, wait=True)
         if isinstance(node, Node):
             await self.ws.warm(node)
         fh = self.handles.open(Handle(node if isinstance(node, Node) else None, inode))
@@ -590,7 +542,7 @@ class MemfsOperations(pyfuse3.Operations):
         if not name.startswith(b"user."):
             raise pyfuse3.FUSEError(errno.ENODATA)
         try:
-            return await user_value(self.ws, self._node(inode), name, self._drain_later)
+            return await user_value(self.ws, self._node(inode), name, self.backed.drain_later)
         except pyfuse3.FUSEError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped; anything else would end the mount

@@ -111,3 +111,49 @@ def test_a_dead_hosts_pins_expire(ab, pg_url: str) -> None:
     res = a.cli_json("gc")
     assert res["chunk_bytes_freed"] >= 4 * MiB, "a dead host's pins kept its bytes forever"
     assert published(pg_url, "host-b") is None, "the expired row was not deleted"
+
+
+# b's periodic look comes far too late (its row, with the default lease, lives 60 s).
+LATE = {"MEMFS_PINS_EVERY": "3600"}
+
+
+@pytest.fixture
+def ab_late(mount_factory, pg_url: str, tmp_path):
+    """a and b, b's periodic publisher made late: only the publish before a view is shown
+    can keep it (memfs.workspace.pinning)."""
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=LATE)
+    a.require_real()
+    keep_nothing_by_age(a)
+    a.cli("config", "keep-reflog", "0")
+    return a, b
+
+
+def test_a_view_opened_just_before_a_gc_elsewhere_reads_every_byte(ab_late) -> None:
+    """b opens a file in a view of an old commit, and a's `memfs gc` starts at once: the
+    view was published before b's open returned, so the run keeps it (it used to be up to
+    2 s late, and b's read got EIO for what it had not cached)."""
+    a, b = ab_late
+    _, gone, cid = _shown_on_b(a, b)
+    _deleted_on_a(a, b)
+    with open(b.mnt / ".memfs" / "history" / cid / "work" / "gone", "rb") as shown:
+        res = a.cli_json("gc")
+        assert res["commits_dropped"] >= 1, res
+        assert shown.read() == gone, "a view opened on another host lost its bytes to GC"
+    assert a.cli_json("fsck")["ok"]
+
+
+def test_views_listed_just_before_a_gc_elsewhere_read_every_byte(ab_late) -> None:
+    """The same through a listing: `ls` of a by-time day makes a view of each commit in it
+    (readdir), published before the listing is answered."""
+    a, b = ab_late
+    _, gone, cid = _shown_on_b(a, b)
+    _deleted_on_a(a, b)
+    by_time = b.mnt / ".memfs" / "history" / "by-time"
+    entries = [by_time / day / name for day in os.listdir(by_time)
+               for name in os.listdir(by_time / day)]
+    shown = [e for e in entries if e.name.endswith(cid[:12])]
+    assert shown, entries
+    res = a.cli_json("gc")
+    assert res["commits_dropped"] >= 1, res
+    assert read(shown[0] / "work" / "gone") == gone, "a listed view lost its bytes to GC"

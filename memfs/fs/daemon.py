@@ -175,6 +175,7 @@ async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle,
     ws.hosts = hosts
     await hosts.start()
     pins = PinPublisher(ws, lifecycle.pg) if lifecycle.pg is not None else None
+    ws.pin_gate = pins
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
         nursery.start_soon(lifecycle.run)

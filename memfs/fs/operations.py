@@ -30,6 +30,7 @@ from memfs.fs.virtual import VDir, VFile, VirtualTree
 from memfs.fs.xattrs import check_settable, user_value
 from memfs.workspace.agent_memory import open_memory
 from memfs.workspace.nodes import KIND_OF_MODE, Node, WorkspaceError
+from memfs.workspace.pinning import views_published
 from memfs.workspace.workspace import BLK, CHR, DIR, FILE, LINK, ROOT_ID, Workspace
 
 log = logging.getLogger("memfs.fs")
@@ -134,6 +135,8 @@ class MemfsOperations(pyfuse3.Operations):
             elif parent.prepare is not None:
                 await parent.prepare()
             found = self._vlookup(parent, name)
+            if isinstance(found, Node) and found.id in await views_published(self.ws):
+                raise pyfuse3.FUSEError(errno.ENOENT)  # its commit was dropped meanwhile
             self.views.shown(parent_inode, name, found)
             return self._counted(found)
         if isinstance(parent, MemDir):
@@ -487,7 +490,11 @@ class MemfsOperations(pyfuse3.Operations):
         if start_id == 0 or not self.handles.dir_snapshots.get(fh):
             if isinstance(listed := self._node(ino), VDir) and listed.prepare is not None:
                 await listed.prepare()
-            self.handles.dir_snapshots[fh] = self._listing(ino)
+            listing = self._listing(ino)
+            if isinstance(self._node(ino), VDir):  # its views published before it is seen
+                gone = await views_published(self.ws)
+                listing = [(n, f) for n, f in listing if not (isinstance(f, Node) and f.id in gone)]
+            self.handles.dir_snapshots[fh] = listing
         snap = self.handles.dir_snapshots[fh]
         dir_node = self._node(ino)
         if start_id < 1 and not pyfuse3.readdir_reply(token, b".", self._attr(dir_node), 1):

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from memfs.workspace.attribution import Attribution
     from memfs.workspace.hold import ChangeHold
     from memfs.workspace.hooks import BackingHooks
+    from memfs.workspace.pinning import PinPublisher
 
 VIEWS_KEPT = 4096  # read-only view roots remembered (by place and commit)
 SETTLE_ROUNDS = 3  # a history operation's commits with changes flowing, before they wait
@@ -57,6 +58,7 @@ class HistoryOps:
     _view_keys: dict[int, tuple[str, str]]  # view root id -> its key while cached
     _view_roots: dict[int, Node]  # every view root the kernel may still hold (GC pins them)
     _immutable: set[int]  # ids of view roots of past commits by id (never another tree)
+    pin_gate: PinPublisher | None  # told of each new view root (a store in PostgreSQL)
 
     root: Node
     hold: ChangeHold
@@ -207,6 +209,8 @@ class HistoryOps:
         self._views[key] = node
         self._view_keys[node.id] = key
         self._view_roots[node.id] = node
+        if self.pin_gate is not None:  # other hosts' GC: published before it is shown
+            self.pin_gate.made(node.id, key[1])
         if immutable:
             self._immutable.add(node.id)
         if len(self._views) > VIEWS_KEPT:  # no longer reused; the kernel may still hold it

@@ -7,6 +7,14 @@ published row is a quarter of its life old, a worker thread replaces the row. A 
 publish (the server away) is logged and tried at the next look; the row left behind keeps
 what it named until it expires. A clean stop withdraws the row; a crash leaves it to expire.
 
+A view of a past commit is published before it is usable: the workspace tells `made` of
+each new view root (`fresh`), and the FUSE lookup or listing that made it awaits `shown`,
+which publishes at once (in a worker thread; the loop goes on serving other requests) with
+the check that the views' commits are still there (pins.publish_checked). A view whose
+commit a GC dropped meanwhile is forgotten and answered as absent; one that could not be
+published (the server away) fails with EIO and is published at the next try. So no GC run
+on another host sweeps what a view shows here, however late the periodic look would be.
+
 On the embedded store one daemon owns the store and its own GC asks the loop directly, so
 this does not run.
 
@@ -15,20 +23,34 @@ Loop thread; the publish and the withdrawal run in worker threads.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import trio
 
 from memfs.store.pg import pins as host_pins
 from memfs.workspace.lifecycle import pins_of
+from memfs.workspace.nodes import WorkspaceError
 
 if TYPE_CHECKING:
     from memfs.store.pg.store import PgStore
     from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.pins")
+TRIES = 8  # publishes in one `shown` when views' commits keep going (each try forgets some)
+
+
+@dataclass
+class Shown:
+    """What `shown` did to the views made before it: `gone` (node ids) were forgotten, their
+    commits dropped by a GC; `failed`, the error while the fresh views could not be published
+    (they stay fresh: not usable yet)."""
+
+    gone: set[int] = field(default_factory=set)
+    failed: str | None = None
 
 
 class PinPublisher:
@@ -40,14 +62,36 @@ class PinPublisher:
         self.published: tuple[frozenset, frozenset] | None = None  # what the row says now
         self.published_at = 0.0  # trio clock
         self.failing: str | None = None  # the last publish's error, while it fails
-        self._lock = trio.Lock()  # a publish in its thread ends before the withdrawal
+        self.fresh: dict[int, str] = {}  # view root id -> its commit, not yet published
+        self._lock = trio.Lock()  # one publish at a time, each of the set computed under it
         self._stopped = False
 
     async def run(self) -> None:
         """The daemon's background task (ends with the nursery)."""
         while True:
             await self.publish_if_due()
-            await trio.sleep(host_pins.PUBLISH_EVERY)
+            await trio.sleep(host_pins.publish_every())
+
+    def made(self, node_id: int, commit_id: str) -> None:
+        """A new view root (loop; Workspace._remember_view): not usable until `shown`."""
+        self.fresh[node_id] = commit_id
+
+    async def shown(self) -> Shown:
+        """Publish the fresh views now, before the kernel is answered (loop)."""
+        out = Shown()
+        async with self._lock:
+            for _ in range(TRIES):
+                if not self.fresh or self._stopped:
+                    return out
+                try:
+                    gone = await self._publish()
+                except Exception as exc:  # noqa: BLE001 - the views wait; the caller says EIO
+                    self._failed(exc)
+                    out.failed = str(exc)
+                    return out
+                out.gone |= self._forget(gone)
+        out.failed = "the views' commits kept being dropped by garbage collection"
+        return out
 
     async def publish_if_due(self) -> None:
         async with self._lock:
@@ -57,19 +101,45 @@ class PinPublisher:
     async def _publish_if_due(self) -> None:
         pins = pins_of(self.ws)
         key = (frozenset(pins.trees), frozenset(pins.refs))
-        now = trio.current_time()
-        if key == self.published and now - self.published_at < self.ttl / 4:
+        if not self.fresh and key == self.published and \
+                trio.current_time() - self.published_at < self.ttl / 4:
             return
         try:
-            await trio.to_thread.run_sync(host_pins.publish, self.store, self.hostname, pins,
-                                          self.ttl)
+            self._forget(await self._publish())
         except Exception as exc:  # noqa: BLE001 - the server away: the next look tries again
-            if self.failing is None:
-                log.warning("could not publish this host's pins for other hosts' GC: %s", exc)
-            self.failing = str(exc)
-            return
-        self.failing = None
-        self.published, self.published_at = key, now
+            self._failed(exc)
+
+    async def _publish(self) -> set[str]:
+        """One checked publish of the set as it is now (under `_lock`): the commits of fresh
+        views found gone (nothing was published then), else none."""
+        fresh = dict(self.fresh)
+        pins = pins_of(self.ws)
+        now = trio.current_time()
+        gone = await trio.to_thread.run_sync(host_pins.publish_checked, self.store,
+                                             self.hostname, pins, self.ttl,
+                                             set(fresh.values()))
+        if not gone:
+            for node_id in fresh:  # views made during the publish stay fresh
+                self.fresh.pop(node_id, None)
+            self.failing = None
+            self.published, self.published_at = (frozenset(pins.trees),
+                                                  frozenset(pins.refs)), now
+        return gone
+
+    def _forget(self, gone: set[str]) -> set[int]:
+        """Forget the fresh views of dropped commits (a later lookup says absent)."""
+        out = {nid for nid, cid in self.fresh.items() if cid in gone}
+        for node_id in out:
+            del self.fresh[node_id]
+            node = self.ws._view_roots.get(node_id)
+            if node is not None:
+                self.ws.forget_view(node)
+        return out
+
+    def _failed(self, exc: Exception) -> None:
+        if self.failing is None:
+            log.warning("could not publish this host's pins for other hosts' GC: %s", exc)
+        self.failing = str(exc)
 
     async def withdraw(self) -> None:
         """A clean stop: nothing here is shown or open any more."""
@@ -79,3 +149,17 @@ class PinPublisher:
             await trio.to_thread.run_sync(host_pins.withdraw, self.store)
         except Exception as exc:  # noqa: BLE001 - the row expires on its own
             log.warning("could not withdraw this host's pins (they expire): %s", exc)
+
+
+async def views_published(ws: Workspace) -> set[int]:
+    """Before a lookup or listing under .memfs is answered (loop): the views it made are
+    published for other hosts' GC. The ids of those whose commit was dropped meanwhile
+    (answered as absent); EIO while they cannot be published."""
+    gate = ws.pin_gate
+    if gate is None or not gate.fresh:
+        return set()
+    shown = await gate.shown()
+    if shown.failed is not None and gate.fresh:
+        raise WorkspaceError(errno.EIO, "this view could not be published for other hosts' "
+                             f"garbage collection: {shown.failed}")
+    return shown.gone

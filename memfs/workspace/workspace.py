@@ -66,6 +66,7 @@ from memfs.workspace.spill import SPILL_AT, spill_pieces
 if TYPE_CHECKING:
     from memfs.workspace.hosts import Hosts
     from memfs.workspace.lifecycle import Lifecycle
+    from memfs.workspace.pinning import PinPublisher
 
 log = logging.getLogger("memfs.workspace")
 
@@ -121,6 +122,9 @@ class Workspace(HistoryOps):
         self._view_keys: dict[int, tuple[str, str]] = {}
         self._view_roots: dict[int, Node] = {}  # every view root until the kernel forgets it
         self._immutable: set[int] = set()
+        # On a store in PostgreSQL, the daemon's publisher of this host's pins: it hears of
+        # each new view root, published before the kernel sees it (memfs.workspace.pinning).
+        self.pin_gate: PinPublisher | None = None
         self.health = CommitHealth()
         self.lifecycle: Lifecycle | None = None  # the daemon's GC (memfs.workspace.lifecycle)
         self._policy_seen: Policy | None = None  # the last retention policy status read

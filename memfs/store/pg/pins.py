@@ -10,10 +10,14 @@ by one statement, with an expiry on the server's clock (hosts' clocks never matt
 keeps the pins of every row not expired; the row of a host that died or was cut off expires
 and stops keeping anything. Expired rows are deleted by the next run.
 
-The window this leaves (docs/lifecycle.md): a host publishes when its pins changed, at most
-every PUBLISH_EVERY seconds, so a view shown less than that before another host's run may
-not be seen by it; a sweep batch re-reads the table under the sweep lock, so only a pin
-published after the batch that deletes it is missed.
+A new view of a past commit is published before the kernel sees it (memfs.workspace.pinning
+awaits `publish_checked` in a lookup): one transaction that holds SWEEP_KEY shared, as a
+commit does, checks that the views' commits are still in `commits`, and replaces the row.
+So no GC step that deletes rows runs inside it, and either the publish commits first (the
+drop step and every sweep batch read the table under SWEEP_KEY exclusive: they keep it) or
+the drop step came first and the check finds the commit gone (the view is refused, absent,
+not half swept). A commit still there is kept by the run in course, whole. Other changes
+of the set (a file held open leaving the tree) are published within PUBLISH_EVERY seconds.
 
 Imports nothing of psycopg at load (the embedded store's daemon imports this module's
 publisher, and the `pg` extra is optional). Threads: every function runs in the caller's thread on a connection it is given or the
@@ -22,6 +26,7 @@ store's own reader (a worker thread of the daemon, or the GC thread).
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from memfs.store.refs import TREE, Ref
@@ -33,6 +38,13 @@ if TYPE_CHECKING:
     from memfs.store.pg.store import PgStore
 
 PUBLISH_EVERY = 2.0  # seconds between two looks at this host's pins (memfs.workspace.pinning)
+# Tests: another PUBLISH_EVERY, to make the periodic look late (a value past the row's life,
+# ttl(), lets the row expire unrenewed: only for a test that ends before it).
+EVERY_ENV = "MEMFS_PINS_EVERY"
+
+
+def publish_every() -> float:
+    return float(os.environ.get(EVERY_ENV) or PUBLISH_EVERY)
 
 
 def ttl() -> float:
@@ -48,12 +60,45 @@ _NOW = "extract(epoch FROM clock_timestamp())"
 def publish(store: PgStore, hostname: str, pins: Pins, seconds: float) -> None:
     """Replace this host's published set with `pins`, valid for `seconds` (one
     statement: a run reads the old set or the new one, never a mix)."""
-    store._query(
-        "INSERT INTO host_pins VALUES (%s, %s, " + _NOW + " + %s, %s, %s) "
-        "ON CONFLICT (host) DO UPDATE SET hostname = excluded.hostname, "
-        "expires = excluded.expires, trees = excluded.trees, refs = excluded.refs "
-        "RETURNING 1",
-        (store.host, hostname, seconds, sorted(pins.trees), [_ref_text(r) for r in sorted(pins.refs)]))
+    store._query(_UPSERT + " RETURNING 1", _row(store, hostname, pins, seconds))
+
+
+_UPSERT = ("INSERT INTO host_pins VALUES (%s, %s, " + _NOW + " + %s, %s, %s) "
+           "ON CONFLICT (host) DO UPDATE SET hostname = excluded.hostname, "
+           "expires = excluded.expires, trees = excluded.trees, refs = excluded.refs")
+
+
+def _row(store: PgStore, hostname: str, pins: Pins, seconds: float) -> tuple:
+    return (store.host, hostname, seconds, sorted(pins.trees),
+            [_ref_text(r) for r in sorted(pins.refs)])
+
+
+def publish_checked(store: PgStore, hostname: str, pins: Pins, seconds: float,
+                    commits: set[str]) -> set[str]:
+    """`publish`, under SWEEP_KEY shared, if every commit of `commits` (those of views not
+    yet published) is still in the database; else nothing is written and the commits gone
+    are returned (their views are refused: a GC dropped them and may have swept them)."""
+    import psycopg
+
+    from memfs.store.pg import schema
+    from memfs.store.pg.conn import server_error
+
+    reader = store._reader
+    with reader.lock:
+        conn = reader.get()
+        try:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (schema.SWEEP_KEY,))
+                if commits:
+                    there = {r[0] for r in conn.execute(
+                        "SELECT id FROM commits WHERE id = ANY(%s)", (sorted(commits),))}
+                    if commits - there:
+                        return commits - there
+                conn.execute(_UPSERT, _row(store, hostname, pins, seconds))
+        except psycopg.OperationalError as exc:
+            reader.drop()
+            raise server_error(store.url, exc) from None
+    return set()
 
 
 def withdraw(store: PgStore) -> None:

@@ -84,7 +84,7 @@ def test_a_daemon_on_a_postgresql_root_collects_and_keeps_no_reserve_file(mounte
     st = mounted.status()
     assert "no space floor on PostgreSQL" in st["retention"]["summary"], st["retention"]
     assert st["gc"]["last"]["trigger"] == "manual", st["gc"]
-    # the reserve is the embedded store's (SQLite needs room to delete): none here
+    # no backing directory bound: no reserve for host.db's journal either (test_pg_hostdb_reserve)
     assert st["space"]["reserve"] == 0 and not (mounted.root / "reserve").exists()
     text = mounted.cli("status").stdout
     assert "gc       last run" in text, text

@@ -88,6 +88,9 @@ class Backing:
         self.ws = ws
         self.store = ws.store
         self.journal = Journal(ws.store.db_path)
+        if ws.store.kind != "sqlite" and ws.room.reserve is not None:
+            # host.db on this host's root: its reserve lets the journal append on a full disk
+            self.journal.before_write = ws.room.reserve.for_write
         self.config = Bindings({m: Binding.from_json(d) for m, d in
                                 self.store.bindings().items()})
         self.config.pins = self._read_pins()

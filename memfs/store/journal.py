@@ -21,6 +21,7 @@ record may be in the file, the writer is told it failed).
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -43,6 +44,7 @@ from memfs.store.journal_sql import text as _text
 from memfs.testing import journal_fault
 
 T = TypeVar("T")
+log = logging.getLogger("memfs.journal")
 
 # Extended-result families that mean "what reached the file is unknown".
 SQLITE_FULL = 13
@@ -177,6 +179,9 @@ class Journal(IntentLog):
         self._memo: dict[tuple[str, str], _Snapshot] = {}
         self._stale: dict[tuple[str, str], _Snapshot] = {}
         self._count_before = -1  # the change count when this write began
+        # Called before each write, under the lock: makes room for it when the disk is short
+        # (on a store in PostgreSQL, host.db's reserve: memfs.store.space.Reserve.for_write).
+        self.before_write: Callable[[], object] | None = None
         self._conn = self._connect()
 
     # -- connection --------------------------------------------------------------------------
@@ -250,6 +255,7 @@ class Journal(IntentLog):
             # only at the change count it was made for.
             self._stale, self._memo = self._memo, {}
             conn = self._conn
+            self._make_room()
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 self._count_before = _change_count(conn)
@@ -278,6 +284,16 @@ class Journal(IntentLog):
                 raise
             finally:
                 self._stale = {}  # the snapshots before the write: kept no longer than it
+
+    def _make_room(self) -> None:
+        if self.before_write is None:
+            return
+        try:
+            if given := self.before_write():
+                log.warning("the disk of %s was short: gave back the reserve (%s bytes) so "
+                            "the journal could write", self.db_path, given)
+        except OSError as exc:  # the write itself says what is wrong with the disk
+            log.warning("could not make room for the journal's write: %s", exc)
 
     def _patch_memo(self, c: sqlite3.Connection, mount: str,
                     evidence: Mapping[str, str | None] | None = None,

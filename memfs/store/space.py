@@ -8,6 +8,12 @@ run, and a disk that filled would stay full. The daemon keeps a small preallocat
 what it leaves over lets the next commit through); the daemon takes it again once there is
 room. It is real, allocated space: statfs counts it as used.
 
+On a store in PostgreSQL the database's disk is the server's, but this host's root holds
+`host.db`, whose backing journal must append (SQLite cannot write a WAL frame at zero bytes
+free either, and a failed append poisons the journal until `memfs sync --reopen`). The same
+file is kept there for it: the journal gives it back before a write once less than it is
+left (`for_write`), and takes it again once there is clearly room.
+
 Headroom: what a write may take stops short of the filesystem's last bytes by `headroom()`,
 so the store's own metadata (tree objects, chunk rows, the WAL) always has room to commit
 what the writes were allowed to leave pending.
@@ -103,6 +109,17 @@ class Reserve:
             finally:
                 os.close(fd)
             return True
+
+    def for_write(self) -> int:
+        """Before a write that a full disk must not fail (host.db's journal on a store in
+        PostgreSQL; its thread): give the reserve back once less than its size is free,
+        else take it (again) if there is clearly room. The bytes given back."""
+        space = Space.of(self.path.parent)
+        if space.avail < reserve_size(space.size):
+            return self.release()
+        if not self.held():
+            self.ensure()
+        return 0
 
     def release(self) -> int:
         """Give the reserve back to the filesystem; the bytes released (0 if none was held)."""

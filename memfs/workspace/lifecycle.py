@@ -186,7 +186,7 @@ class Lifecycle:
             if not dry_run:
                 self.last = doc
                 self.ws.room.changed()
-                reserve = self.ws.room.reserve  # None only on PostgreSQL, which has no GC
+                reserve = self.ws.room.reserve
                 if doc["reserve_released"] or (reserve is not None and not reserve.held()):
                     await trio.to_thread.run_sync(self.ws.room.take_reserve)  # for the next time
                 self.ws.health.poke()

@@ -30,9 +30,11 @@ class Room:
     def __init__(self, ws: Workspace) -> None:
         self._ws = ws
         self._space: tuple[float, Space] | None = None  # (when, what): statvfs, cached briefly
-        # The full-disk reserve is the embedded store's (SQLite needs room to delete); a
-        # store in PostgreSQL keeps nothing of its own on this disk but caches.
-        self.reserve = Reserve(ws.store.root) if ws.store.kind == "sqlite" else None
+        # The full-disk reserve (SQLite needs room to delete, or to append): the embedded
+        # store's GC gives it back; on a store in PostgreSQL it is host.db's, given back by
+        # the backing journal before a write on a short disk (memfs.store.space), and held
+        # there only once a backing directory is bound (the journal's first write takes it).
+        self.reserve: Reserve | None = Reserve(ws.store.root)
         self.refused = False  # the last write that needed space was refused
         # (since when, bytes it needed) while writes are refused: status names it
         self.refusal: tuple[float, int] | None = None
@@ -103,8 +105,9 @@ class Room:
         """Hold the space reserve (memfs.store.space) when there is room for it (worker
         thread)."""
         self.reserve_checked = time.monotonic()
-        if self.reserve is None:
-            return
+        if self.reserve is None or (self._ws.store.kind != "sqlite"
+                                    and not self._ws.backing.bindings):
+            return  # on PostgreSQL it is the journal's: none without a backing directory
         try:
             self.reserve.ensure()
         except OSError as exc:

@@ -157,3 +157,47 @@ def test_views_listed_just_before_a_gc_elsewhere_read_every_byte(ab_late) -> Non
     res = a.cli_json("gc")
     assert res["commits_dropped"] >= 1, res
     assert read(shown[0] / "work" / "gone") == gone, "a listed view lost its bytes to GC"
+
+
+def test_a_file_held_open_on_another_host_whose_commit_drops_it_survives_a_gc(ab_late) -> None:
+    """b works on a branch of its own, holds open a file a wrote (b has read none of it),
+    deletes it and commits: nothing but b's open file names it any more, and a's `memfs gc`
+    starts at once. b published the file before its commit moved the head, so it reads every
+    byte (b's periodic look, an hour late here, used to be the only publish: up to 2 s)."""
+    a, b = ab_late
+    _, gone, _ = _shown_on_b(a, b)
+    b.cli("branch", "create", "b-work")
+    b.cli("branch", "switch", "b-work")
+    (a.work / "gone").unlink()  # on main; b-work still has it, b has not read it
+    write_synced(a.work / "new", b"new")
+    held = open(b.work / "gone", "rb")
+    try:
+        (b.work / "gone").unlink()
+        b.cli("sync")  # b-work's head moves off `gone`
+        res = a.cli_json("gc")
+        assert res["commits_dropped"] >= 1, res
+        assert held.read() == gone, "a file held open on another host lost its bytes to GC"
+    finally:
+        held.close()
+    assert a.cli_json("fsck")["ok"]
+
+
+def test_a_file_held_open_on_another_host_that_an_undo_takes_out_survives_a_gc(ab_late) -> None:
+    """The same with an undo on b: the head moves back past the commit that wrote the file
+    b holds open (b published it, though still in the tree, before the head moved)."""
+    a, b = ab_late
+    _, gone, _ = _shown_on_b(a, b)
+    b.cli("branch", "create", "b-work")
+    b.cli("branch", "switch", "b-work")
+    (a.work / "gone").unlink()  # on main; b-work still has it, b has not read it
+    write_synced(a.work / "new", b"new")
+    held = open(b.work / "gone", "rb")
+    try:
+        b.cli("undo", "--commits", "1")  # back before a wrote `gone`
+        assert not (b.work / "gone").exists()
+        res = a.cli_json("gc")
+        assert res["commits_dropped"] >= 1, res
+        assert held.read() == gone, "a file held open on another host lost its bytes to GC"
+    finally:
+        held.close()
+    assert a.cli_json("fsck")["ok"]

@@ -70,6 +70,8 @@ async def commit_locked(ws: Workspace, message: str = "") -> str | None:
     ws.dirty_since = None
     text = snapshot.message_of(plan.ops, message)
     try:
+        if ws.pin_gate is not None:  # what this commit leaves only held open: published first
+            await ws.pin_gate.before_head_moves()
         commit = await trio.to_thread.run_sync(ws._write, plan, text)
     except Exception as exc:
         ws.last_error = f"{type(exc).__name__}: {exc}"

@@ -98,6 +98,7 @@ class HistoryOps:
         async with self._commit_lock, self._settled("before restore", "restore"):
             branch = self.branch
             known = resolved[1] if resolved[0] == branch else None
+            await self._pins_before_move()
             target, old = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
             self._replace_tree(target)
             return target, old
@@ -159,6 +160,7 @@ class HistoryOps:
 
     async def _undo(self, plan_fn: Callable[[str], UndoPlan]) -> UndoPlan:
         async with self._commit_lock, self._settled("before undo", "undo"):
+            await self._pins_before_move()
             plan = await trio.to_thread.run_sync(self._undo_step, plan_fn, self.head,
                                                  self.branch)
             self._replace_tree(plan.target)  # in the loop turn the thread's result came in
@@ -171,6 +173,12 @@ class HistoryOps:
         plan = plan_fn(head)
         self.store.reset_head(branch, plan.target, plan.reason)
         return plan
+
+    async def _pins_before_move(self) -> None:
+        """Other hosts' GC: the files held open here that the head's move takes out of the
+        tree are published before it (memfs.workspace.pinning)."""
+        if self.pin_gate is not None:
+            await self.pin_gate.before_head_moves(in_tree=True)
 
     # -- names -------------------------------------------------------------------------------
     async def checkpoint(self, name: str, at: str | None = None, *,

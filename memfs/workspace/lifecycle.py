@@ -228,11 +228,12 @@ def _pg_gc():
     return pg_gc
 
 
-def pins_of(ws: Workspace) -> gc.Pins:
+def pins_of(ws: Workspace, *, in_tree: bool = False) -> gc.Pins:
     """What GC must keep for this process beyond the store's refs (loop thread): the trees
     and inode tables of views shown under .memfs (every view root the kernel may still
     hold, not only those cached for reuse), and the content of files held open that are no
-    longer in the tree (unlinked, replaced by an undo) or belong to a view."""
+    longer in the tree (unlinked, replaced by an undo) or belong to a view. `in_tree`: the
+    held ones still in the tree too (before an undo or restore moves the head off them)."""
     pins = gc.Pins()
     for root in ws._view_roots.values():
         if root.ref:
@@ -240,7 +241,7 @@ def pins_of(ws: Workspace) -> gc.Pins:
         if root.space is not None and root.space.table:
             pins.refs.add(Ref(INODES, root.space.table))
     for node in ws.held_nodes():
-        if not node.readonly and ws._attached(node):
+        if not in_tree and not node.readonly and ws._attached(node):
             continue  # in the tree: the head names it
         if node.kind == DIR and node.ref:
             pins.trees.add(node.ref)

@@ -15,6 +15,10 @@ commit a GC dropped meanwhile is forgotten and answered as absent; one that coul
 published (the server away) fails with EIO and is published at the next try. So no GC run
 on another host sweeps what a view shows here, however late the periodic look would be.
 
+Likewise before this host moves a head off a file it holds open (a commit of its unlink,
+an undo, a restore: `before_head_moves`), a grown set is published first. What a commit
+from another host takes out of the tree this host follows is published at the next look.
+
 On the embedded store one daemon owns the store and its own GC asks the loop directly, so
 this does not run.
 
@@ -36,6 +40,7 @@ from memfs.workspace.lifecycle import pins_of
 from memfs.workspace.nodes import WorkspaceError
 
 if TYPE_CHECKING:
+    from memfs.store.gc import Pins
     from memfs.store.pg.store import PgStore
     from memfs.workspace.workspace import Workspace
 
@@ -93,6 +98,23 @@ class PinPublisher:
         out.failed = "the views' commits kept being dropped by garbage collection"
         return out
 
+    async def before_head_moves(self, *, in_tree: bool = False) -> None:
+        """Before this host moves a branch head off what it holds open (loop: a commit of
+        an unlink, with `in_tree` an undo or a restore): a set grown since the last publish
+        is published first, so a run on another host that plans after the move still keeps
+        it. A failure is logged (the move needs the same server; the next look tries again)."""
+        async with self._lock:
+            if self._stopped:
+                return
+            pins = pins_of(self.ws, in_tree=in_tree)
+            if not self.fresh and self.published is not None and \
+                    pins.trees <= self.published[0] and pins.refs <= self.published[1]:
+                return
+            try:
+                self._forget(await self._publish(pins))
+            except Exception as exc:  # noqa: BLE001 - the server away: the move fails too
+                self._failed(exc)
+
     async def publish_if_due(self) -> None:
         async with self._lock:
             if not self._stopped:
@@ -109,11 +131,11 @@ class PinPublisher:
         except Exception as exc:  # noqa: BLE001 - the server away: the next look tries again
             self._failed(exc)
 
-    async def _publish(self) -> set[str]:
-        """One checked publish of the set as it is now (under `_lock`): the commits of fresh
-        views found gone (nothing was published then), else none."""
+    async def _publish(self, pins: Pins | None = None) -> set[str]:
+        """One checked publish of the set as it is now, or `pins` (under `_lock`): the
+        commits of fresh views found gone (nothing was published then), else none."""
         fresh = dict(self.fresh)
-        pins = pins_of(self.ws)
+        pins = pins if pins is not None else pins_of(self.ws)
         now = trio.current_time()
         gone = await trio.to_thread.run_sync(host_pins.publish_checked, self.store,
                                              self.hostname, pins, self.ttl,

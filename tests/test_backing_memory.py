@@ -4,9 +4,11 @@ after it, divided by the files (docs/lifecycle.md, "Memory")."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -17,8 +19,9 @@ from helpers.require import require_tool
 
 from memfs import heap
 from memfs.backing.storeview import StoreView
+from memfs.pathtable import FingerprintTable
 from memfs.reconcile.facts import shared_content
-from memfs.reconcile.observe import observe
+from memfs.reconcile.observe import WalkFiles, WalkMemo, observe
 from memfs.reconcile.rule import MODES, Content
 from memfs.store import Store
 from memfs.store.journal import FingerprintRow, Journal
@@ -48,6 +51,10 @@ PER_DIR = 100
 # 2.37-2.39 KB measured (2 runs, 2026-12-02, load 7-8) once the journal snapshot's P and modes
 # are overlays of its rows (2.44 KB for the code before in the same session): under the noise
 # here too, so the bound stays; tests/test_journal_snapshot.py checks those maps are gone.
+# 2335-2458 B measured (4 runs, 2026-12-02, load 4-5) once the fingerprint rows and the walk's
+# facts are one path table (2374-2409 B for the code before, 3 runs, alternated): ~0.2 KB of
+# Python objects a file fewer in process, but not in the RSS, so the bound stays; the tests
+# below (-k columns, -k quiet_walk) check the table's cost.
 BOUND_PER_FILE = 2520
 
 
@@ -85,48 +92,46 @@ def test_a_bound_mount_holds_its_bound(mount_factory, tmp_path: Path) -> None:
 # file and equal across files, or across the two sides of a pass, is one object, not one each.
 
 
-def test_a_snapshot_of_fingerprints_shares_the_ints_that_repeat(tmp_path: Path) -> None:
-    """The journal's snapshot keeps a row per file: the device number (one per disk) and a
-    ctime equal to the mtime are one int object, read from SQLite or patched by a write."""
+def _traced(make):  # type: ignore[no-untyped-def]
+    """What `make()` returns, and the bytes of Python objects it left allocated."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        got = make()
+        gc.collect()
+        return got, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_snapshot_keeps_its_rows_as_columns(tmp_path: Path) -> None:
+    """The journal's snapshot keeps a file's fingerprint row as one index and `array`
+    columns (memfs.pathtable), read from SQLite or patched by a write: ~135 B a file read
+    with P the rows' digests (the steady state), where a dict entry, a 9-field tuple, its
+    own ints and digest string cost ~255 B; the rows read back as written."""
+    n = 5000
+
     def row(i: int) -> FingerprintRow:  # new int objects, as a stat or a row read gives them
         t = int(str(10**18 + i))
-        return FingerprintRow(7, t, int(str(t)), int(str(5000 + i)), int("66305"), "a" * 32,
-                              "text", int(str(10**18 + 99)))
+        return FingerprintRow(int(str(5000 + i)), t, int(str(t)), int(str(7000 + i)),
+                              int("66305"), xxhash.xxh3_128_hexdigest(str(i).encode()),
+                              "text", int(str(10**18 + 99)), "text/plain")
 
+    # Paths interned, as the workspace's are: the snapshot shares them, they are not its cost.
+    rows = {sys.intern(f"d{i // 100}/f{i}.txt"): row(i) for i in range(n)}
     j = Journal(tmp_path / "store.db")
-    j.put_fingerprints("work", {"a": row(1), "b": row(2)})
-    read = Journal(tmp_path / "store.db").pass_inputs("work").fingerprints  # from SQLite
+    j.put_fingerprints("work", rows)
+    j.record_evidence("work", [(p, r.digest, 0o644) for p, r in rows.items()])
+    Journal(tmp_path / "store.db").pass_inputs("work")  # grows the interned strings' table
+    other = Journal(tmp_path / "store.db")
+    got, cost = _traced(lambda: other.pass_inputs("work"))
+    assert type(got.fingerprints) is FingerprintTable and got.fingerprints == rows
+    assert cost / n < 180, f"{cost / n:.0f} B a row read"
     j.pass_inputs("work")  # a snapshot current when the next write begins: patched by it
-    j.put_fingerprints("work", {"c": row(3)})
+    j.put_fingerprints("work", {"c": row(n)})
     patched = j.pass_inputs("work").fingerprints
-    for snap in (read, patched):
-        a, b = snap["a"], snap["b"]
-        assert a.ctime_ns is a.mtime_ns and b.ctime_ns is b.mtime_ns and a.dev is b.dev
-    assert patched["c"].ctime_ns is patched["c"].mtime_ns
-    assert patched["c"].dev is patched["a"].dev
-    assert patched["c"] == row(3)  # the same values
-
-
-def test_a_snapshot_shares_the_times_rows_repeat(tmp_path: Path) -> None:
-    """Files written in one clock tick share an mtime, and files hashed in one directory a
-    hash time: one int object each across the snapshot's rows, read from SQLite or patched."""
-    def row(i: int) -> FingerprintRow:
-        return FingerprintRow(int(str(5000 + i)), int(str(10**18)), int(str(10**18 + 1)),
-                              int(str(7000 + i)), 66305, "a" * 32, "text",
-                              int(str(10**18 + 99)))
-
-    j = Journal(tmp_path / "store.db")
-    j.put_fingerprints("work", {"a": row(1), "b": row(2)})
-    read = Journal(tmp_path / "store.db").pass_inputs("work").fingerprints
-    j.pass_inputs("work")
-    j.put_fingerprints("work", {"c": row(3)})
-    patched = j.pass_inputs("work").fingerprints
-    for snap in (read, patched):
-        a, b = snap["a"], snap["b"]
-        assert a.mtime_ns is b.mtime_ns and a.ctime_ns is b.ctime_ns
-        assert a.hashed_at_ns is b.hashed_at_ns
-    assert patched["c"].hashed_at_ns is patched["a"].hashed_at_ns
-    assert patched["c"] == row(3)
+    assert type(patched) is FingerprintTable and patched == {**rows, "c": row(n)}
 
 
 def test_files_hashed_in_one_directory_share_their_hash_time(tmp_path: Path) -> None:
@@ -141,22 +146,27 @@ def test_files_hashed_in_one_directory_share_their_hash_time(tmp_path: Path) -> 
     assert next(iter(hashed.values())).hashed_at_ns == 10**18
 
 
-def test_a_walk_record_is_the_snapshot_row(tmp_path: Path) -> None:
-    """The fingerprints a walk hashed are written to the journal and patched into its
-    snapshot as the walk's own records (their ints already the shared ones), not copies: the
-    fact and the row of a file are one object."""
+def test_a_quiet_walk_keeps_no_fact_a_file(tmp_path: Path) -> None:
+    """A walk that makes its directories' memos keeps no fact object per file: the memos
+    name the snapshot's rows by index with their modes, and the files are read through them,
+    a fact built when read; a quiet walk after it takes every memo and reads the same."""
     disk = tmp_path / "disk"
-    disk.mkdir()
-    for i in range(3):
-        (disk / f"f{i}.txt").write_text(f"{i}\n")
-    obs = observe(disk)
+    n = 2000
+    tree(disk, n)
     j = Journal(tmp_path / "store.db")
-    j.pass_inputs("work")  # a snapshot current when the write begins: patched by it
-    j.put_fingerprints("work", dict(obs.hashed))  # type: ignore[arg-type]
+    memo = WalkMemo()
+    old = os.stat(disk).st_mtime_ns - 10**10  # hashed long after the files last changed
+    first = observe(disk, memo=memo, clock=lambda: old + 2 * 10**10)
+    j.put_fingerprints("work", dict(first.hashed))  # type: ignore[arg-type]
     snap = j.pass_inputs("work").fingerprints
-    for path, rec in obs.hashed.items():
-        assert snap[path] is rec and obs.files[path].seen is rec
-    assert Journal(tmp_path / "store.db").pass_inputs("work").fingerprints == snap
+    # Each directory decided against the rows, its memo made: the memos and the files kept
+    # (was a fact a file in a memo's tuple, and a dict of them: ~130 B a file).
+    made, cost = _traced(lambda: observe(disk, cache=snap, memo=memo))
+    assert cost / n < 40, f"{cost / n:.0f} B a file"
+    quiet = observe(disk, cache=snap, memo=memo)
+    assert isinstance(quiet.files, WalkFiles) and not quiet.files.own
+    assert len(quiet.files) == n and quiet.files == made.files
+    assert quiet.files["d0001/f005.txt"].seen == snap["d0001/f005.txt"]
 
 
 def test_the_store_view_and_the_disk_side_share_a_content(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from helpers.require import require_tool, root_missing
 
 from memfs.reconcile.contained import RootId, RootUnavailable
-from memfs.reconcile.observe import HEAD, WalkMemo, observe
+from memfs.reconcile.observe import HEAD, WalkFiles, WalkMemo, observe
 from memfs.reconcile.rule import ABSENT, Content, DiskUnknown
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
@@ -326,7 +326,12 @@ def test_directory_memos_are_taken_only_while_unchanged(tree: Path):
     plain = observe(tree, cache=cache)
     assert again.files == plain.files and again.regions == plain.regions
     assert again.listed == plain.listed
-    assert all(again.files[p] is built.files[p] for p in built.files)
+    # Every directory taken from its memo: no fact decided again (the facts are the memos'
+    # rows, built when read: equal to the first walk's).
+    assert isinstance(again.files, WalkFiles) and not again.files.own
+    assert again.files.memos == memo.dirs and all(
+        again.files.memos[d] is m for d, m in memo.dirs.items())
+    assert all(again.files[p] == built.files[p] for p in built.files)
     assert observe(tree, cache=cache, memo=memo).files is again.files  # a whole quiet walk
 
     # A rewrite at the same size with the mtime put back: ctime moved, so it is hashed again.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -116,10 +117,11 @@ class HashRecord(NamedTuple):
 
 
 class FileFact(NamedTuple):
-    """One file as a walk found it. Compact, because a mount keeps one per file between passes
-    (its walk memo, beside the journal's snapshot of the same rows): the fingerprint, digest,
-    kind and MIME type are its record's, `seen`: the very cache row that vouched for the bytes
-    (the journal snapshot's object, not a copy) or the HashRecord this walk made. Two facts
+    """One file as a walk found it: the fingerprint, digest, kind and MIME type are its
+    record's, `seen`: the cache row that vouched for the bytes (a view of the journal
+    snapshot's table, memfs.pathtable) or the HashRecord this walk made. A quiet directory's
+    facts are not kept between passes: its memo names the rows, and a fact is built when read
+    (memfs.reconcile.walk.WalkFiles). Two facts
     are equal when all the rule and the fast paths read is (`key`), whatever the record's
     hash time."""
 
@@ -187,7 +189,9 @@ class Region:
 class Observation:
     root: RootId
     scope: str
-    files: dict[str, FileFact] = field(default_factory=dict)
+    # Read-only once observed: a dict, or the walk's view over its directory memos
+    # (memfs.reconcile.walk.WalkFiles), whose facts are built when asked for.
+    files: Mapping[str, FileFact] = field(default_factory=dict)
     listed: set[str] = field(default_factory=set)  # directories listed completely
     # Directories' permission bits (rule.MODE_BITS) as the walk found them: the root (''),
     # a scope's parents and every directory walked into. What a take-in makes in the mount

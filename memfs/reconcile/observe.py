@@ -32,6 +32,7 @@ import stat
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 
+from memfs.pathtable import FingerprintTable
 from memfs.reconcile.contained import (
     CTIME_TRUSTED,
     DIR_FLAGS,
@@ -61,7 +62,7 @@ from memfs.reconcile.facts import (  # noqa: F401 - the observation's vocabulary
     sniff,
 )
 from memfs.reconcile.rule import MODE_BITS, MODES
-from memfs.reconcile.walk import DirMemo, WalkMemo, _Walk  # noqa: F401 - named here too
+from memfs.reconcile.walk import DirMemo, WalkFiles, WalkMemo, _Walk  # noqa: F401 - named here too
 
 
 # Over 80 lines by its parameters and their docstring: one walk's options, each a documented
@@ -91,10 +92,12 @@ def observe(
     evidence knows; an untracked file over `max_file_size` gets a head read, never a hash.
     `limit` bounds the number of entries visited; what it leaves is reported as a region.
     `memo`: the mount's directory memos (see DirMemo), read and refreshed by this walk; a
-    quiet directory's facts are then the very objects of the last walk (no rebuilding, and
-    100k new facts per pass would set off full collections of the daemon's heap). Unused
-    with `limit`. With a memo, `cache` must be a snapshot: never changed in place once walked
-    with (the journal's is read-only); a changed cache is a new object, checked row by row.
+    quiet directory's files are then its memo's rows, their facts built when read (no fact
+    kept per file, and none made per pass: 100k new objects a pass would set off full
+    collections of the daemon's heap). Unused with `limit`. `cache` is a FingerprintTable
+    (memfs.pathtable; another mapping is made one per walk). With a memo, `cache` must be a
+    snapshot: never changed in place once walked with (the journal's is read-only); a
+    changed cache is a new object, its rows checked by value.
     `on_walked`: called with each walked directory's entry count (a long walk's progress).
     Raises RootUnavailable for a missing or replaced root.
     """
@@ -103,7 +106,8 @@ def observe(
         magic = fs_magic(root_fd)
         is_tracked = tracked if callable(tracked) else frozenset(tracked).__contains__
         w = _Walk(
-            Observation(rid, scope), os.fspath(root_path), cache or {}, is_tracked,
+            Observation(rid, scope), os.fspath(root_path), FingerprintTable.of(cache or {}),
+            is_tracked,
             max_file_size, tuple(ignore), ignore_vcs, magic in trusted_fs, racy_ns, clock,
             follow_symlinks, limit, on_walked, root_fd=root_fd, root_dev=rid.dev,
         )
@@ -115,7 +119,7 @@ def observe(
             # scoped one refreshes those of its directories.
             w.memo = memo.dirs
             w.memo_out = {} if scope == "" else memo.dirs
-            w.hits = [] if scope == "" else None
+            w.hits = {} if scope == "" else None
         parts = components(scope)
         _record_dir(w.obs, "", root_fd)
         try:
@@ -137,15 +141,16 @@ def observe(
                 _observe_scope(w, chain, parts)
             finally:
                 close_chain(chain)
+        w.obs.files = w.result()
         if w.memo_out is not None and scope == "" and memo is not None:
             memo.dirs = w.memo_out
             hits, last = w.hits, memo.last
-            if hits is not None and last is not None and len(hits) == len(last[0]) and all(
-                    a is b for a, b in zip(hits, last[0], strict=True)):
+            if (hits is not None and not w.files and last is not None
+                    and len(hits) == len(last[0]) and all(
+                        a is b for a, b in zip(hits.values(), last[0].values(), strict=True))):
                 w.obs.files = last[1]
             else:
-                w.flush()
-                memo.last = (hits, w.obs.files) if hits is not None else None
+                memo.last = (hits, w.obs.files) if hits is not None and not w.files else None
         if not root_unchanged(root_path, rid):
             raise RootUnavailable(
                 f"backing root {os.fspath(root_path)!r} was replaced during observation",

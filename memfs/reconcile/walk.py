@@ -11,16 +11,18 @@ from __future__ import annotations
 import errno
 import fnmatch
 import hashlib
-import operator
 import os
 import posixpath
 import stat
 import sys
-from collections.abc import Callable, Mapping
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import xxhash
 
+from memfs.pathtable import FingerprintTable
 from memfs.reconcile.contained import (
     DIR_FLAGS,
     FILE_FLAGS,
@@ -67,33 +69,124 @@ class DirMemo:
 
     Kept for every directory of a mount between passes, so it is compact: the listing and the
     records as their blake2b-128 digests (16 bytes a directory, where the records alone were
-    64 a file; a collision would take 2**64 tries), the facts as one tuple (a fact's path is
-    its own, and a file's fact keeps the very cache row that vouched for it as its record,
-    `FileFact.seen`)."""
+    64 a file; a collision would take 2**64 tries), and the files as the indices of the rows
+    that vouched for them in the cache's table (memfs.pathtable) with their permission bits,
+    two arrays: a file's fact is built from them when asked for (`fact`), not kept."""
 
     listing: bytes  # digest of the sorted listing, joined by NULs (no name holds one)
     statted: list[str] | None  # the names not ignored, in the order of `records` (None: all)
     ignored: list[Region]
     records: bytes  # digest of the names' lstat records
-    facts: tuple[FileFact, ...]  # a special file's vouched by nothing: its lstat record
+    idx: array[int]  # the regular files' rows in `cache`, in name order
+    modes: array[int]  # their permission bits, in the same order
+    specials: tuple[FileFact, ...]  # vouched by nothing but their lstat record
     regions: list[Region]  # after the ignored ones: symlinks (following off)
     subdirs: list[tuple[str, str, LStat]]
-    cache: object = None  # the cache mapping the rows were last found equal in
+    cache: FingerprintTable  # the table the rows were last found equal in
 
-    def vouched_by(self, cache: Mapping[str, CachedHash]) -> bool:
-        """Does `cache` still hold the rows (by value; the same mapping object: at once)?"""
-        if self.cache is cache:
-            return True
-        get = cache.get
-        if all(f.seen.kind == "special" or get(f.path) == f.seen for f in self.facts):
+    def vouched_in(self, cache: FingerprintTable) -> DirMemo | None:
+        """This memo if `cache` still holds its rows (by value; the same table: at once), a
+        copy naming their indices in `cache` if it is another lineage, else None. Never
+        changes what the memo's facts read (an older observation may be reading them)."""
+        old = self.cache
+        if old is cache:
+            return self
+        if old.lineage is cache.lineage:  # a patched table: the same indices
+            same = cache.same_row
+            if all(same(i, old, i) for i in self.idx):
+                self.cache = cache  # equal rows: the facts read the same either way
+                return self
+            return None
+        at, paths, same = cache.at, old.paths, cache.same_row
+        idx = array("I")
+        for i in self.idx:
+            j = at(paths[i])
+            if j is None or not same(j, old, i):
+                return None
+            idx.append(j)
+        if idx == self.idx:  # an equal table built in the same order: the same indices
             self.cache = cache
-            return True
-        return False
+            return self
+        return DirMemo(self.listing, self.statted, self.ignored, self.records, idx, self.modes,
+                       self.specials, self.regions, self.subdirs, cache)
 
-    def add_to(self, files: dict[str, FileFact]) -> None:
-        """Its facts, into an observation's files."""
-        facts = self.facts
-        files.update(zip(map(_path_of, facts), facts, strict=True))
+    def fact(self, path: str) -> FileFact | None:
+        """The fact of `path` if it is one of this directory's files, built now."""
+        table, idx = self.cache, self.idx
+        paths = table.paths
+        k = bisect_left(idx, path, key=paths.__getitem__)
+        if k < len(idx) and paths[idx[k]] == path:
+            return new_tuple(FileFact, (path, table.row(idx[k]), False, MODES[self.modes[k]]))
+        for f in self.specials:
+            if f.path == path:
+                return f
+        return None
+
+    def paths(self) -> Iterator[str]:
+        paths = self.cache.paths
+        for i in self.idx:
+            yield paths[i]
+        for f in self.specials:
+            yield f.path
+
+    def __len__(self) -> int:
+        return len(self.idx) + len(self.specials)
+
+
+class WalkFiles(Mapping[str, FileFact]):
+    """An observation's files: those decided by the walk (`own`) and those of the directory
+    memos it took (`memos`, by directory), whose facts are built when asked for. Read-only
+    once the walk is done; any thread may read it."""
+
+    __slots__ = ("own", "memos", "_len")
+
+    def __init__(self, own: dict[str, FileFact], memos: dict[str, DirMemo]) -> None:
+        self.own, self.memos = own, memos
+        self._len = len(own) + sum(map(len, memos.values()))
+
+    def get(self, path: str, default: object = None) -> FileFact | None:  # type: ignore[override]
+        got = self.own.get(path)
+        if got is not None:
+            return got
+        memo = self.memos.get(path.rpartition("/")[0])
+        if memo is not None:
+            got = memo.fact(path)
+        return default if got is None else got  # type: ignore[return-value]
+
+    def __getitem__(self, path: str) -> FileFact:
+        got = self.get(path)
+        if got is None:
+            raise KeyError(path)
+        return got
+
+    def __contains__(self, path: object) -> bool:
+        return isinstance(path, str) and self.get(path) is not None
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.own
+        for memo in self.memos.values():
+            yield from memo.paths()
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __eq__(self, other: object) -> bool:
+        """Equal as mappings; the facts of a memo both hold are not built (equal at once)."""
+        if self is other:
+            return True
+        if not isinstance(other, WalkFiles):
+            return super().__eq__(other)
+        if len(self) != len(other):
+            return False
+        theirs, get = other.memos, other.get
+        for d, memo in self.memos.items():
+            if theirs.get(d) is not memo and any(
+                    get(p) != memo.fact(p) for p in memo.paths()):
+                return False
+        # Every path here is there with an equal fact, and there are as many: equal.
+        return all(get(p) == f for p, f in self.own.items())
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def listing_of(names: list[str]) -> bytes:
@@ -105,9 +198,6 @@ def _digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
-_path_of = operator.itemgetter(0)  # FileFact.path
-
-
 @dataclass
 class WalkMemo:
     """A mount's DirMemos, for the walk settings (root, trust, ignores...) they were made
@@ -115,17 +205,17 @@ class WalkMemo:
 
     key: tuple = ()
     dirs: dict[str, DirMemo] = field(default_factory=dict)
-    # The last whole walk that took every directory from its memo: the memos in walk order
-    # and the files they gave. A whole walk taking the very same memos again gives the very
-    # same files, so it hands out that dict (read-only) instead of building 100k entries.
-    last: tuple[list[DirMemo], dict[str, FileFact]] | None = None
+    # The last whole walk that took every directory from its memo: the memos it took (by
+    # directory, in walk order) and the files they gave. A whole walk taking the very same
+    # memos again gives the very same files, so it hands out that mapping (read-only).
+    last: tuple[dict[str, DirMemo], Mapping[str, FileFact]] | None = None
 
 
 @dataclass
 class _Walk:
     obs: Observation
     root_path: str
-    cache: Mapping[str, CachedHash]
+    cache: FingerprintTable
     tracked: Callable[[str], bool]
     max_file_size: int
     ignore: tuple[str, ...]
@@ -141,7 +231,9 @@ class _Walk:
     root_dev: int = -1
     memo: dict[str, DirMemo] | None = None  # read per directory (None: off)
     memo_out: dict[str, DirMemo] | None = None  # where this walk's memos go
-    hits: list[DirMemo] | None = None  # memos taken, files not yet added (see WalkMemo.last)
+    hits: dict[str, DirMemo] | None = None  # memos taken by directory (see WalkMemo.last)
+    # The facts this walk decided (the observation's files are these and the memos' taken).
+    files: dict[str, FileFact] = field(default_factory=dict)
     # When the current directory's first hash began: every file hashed in the directory
     # records it as its hash time (earlier than its own start, so the racy rule only gets
     # stricter), one int for the directory's rows instead of one per file.
@@ -241,35 +333,50 @@ class _Walk:
             ignored = regions[mark:]
         recs = lstat_records(fd, statted)
         recs_digest = _digest(recs) if self.memo_out is not None or old is not None else b""
-        if old is not None and recs_digest == old.records and old.vouched_by(self.cache):
-            regions.extend(old.regions)
+        taken = (old.vouched_in(self.cache)
+                 if old is not None and recs_digest == old.records else None)
+        if taken is not None:
+            regions.extend(taken.regions)
             if self.hits is not None:
-                self.hits.append(old)
+                self.hits[rel] = taken
             else:
-                old.add_to(self.obs.files)
-            self.memo_out[rel] = old  # type: ignore[index]
-            return old.subdirs
-        self.flush()
+                self.files.update((p, taken.fact(p)) for p in taken.paths())  # type: ignore[misc]
+            self.memo_out[rel] = taken  # type: ignore[index]
+            return taken.subdirs
         self.started = None  # this directory's first hash reads the clock
         mark = len(regions)
-        facts: list[FileFact] = []
+        idx, modes = array("I"), array("H")
+        specials: list[FileFact] = []
         subdirs: list[tuple[str, str, LStat]] = []
-        keep = self._decide(fd, rel, statted, recs, chain, facts, subdirs)
+        keep = self._decide(fd, rel, statted, recs, chain, (idx, modes, specials), subdirs)
+        memo = None
         if self.memo_out is not None:
             if keep:
-                self.memo_out[rel] = DirMemo(
+                memo = self.memo_out[rel] = DirMemo(
                     listing, None if statted is names else statted, ignored, recs_digest,
-                    tuple(facts), regions[mark:], subdirs, self.cache)
+                    idx, modes, tuple(specials), regions[mark:], subdirs, self.cache)
             else:
                 self.memo_out.pop(rel, None)
+        if memo is not None and self.hits is not None:
+            # A whole walk's files read the new memo too: no fact object kept per file.
+            self.hits[rel] = memo
+            for f in specials:
+                del self.files[f.path]
+        else:
+            self._add_vouched(rel, idx, modes)
         return subdirs
 
-    def flush(self) -> None:
-        """Add the facts of the memos taken so far, in walk order; no deferring after."""
-        if self.hits is not None:
-            for memo in self.hits:
-                memo.add_to(self.obs.files)
-            self.hits = None
+    def _add_vouched(self, rel: str, idx: array[int], modes: array[int]) -> None:
+        """The facts of the files the cache vouched for (rows `idx`), into the files."""
+        table, files, intern = self.cache, self.files, sys.intern
+        paths, row = table.paths, table.row
+        for i, bits in zip(idx, modes, strict=True):
+            path = intern(paths[i])
+            files[path] = new_tuple(FileFact, (path, row(i), False, MODES[bits]))
+
+    def result(self) -> Mapping[str, FileFact]:
+        """The observation's files: the decided ones, and the memos' taken (built on demand)."""
+        return self.files if not self.hits else WalkFiles(self.files, self.hits)
 
     def _not_ignored(self, rel: str, names: list[str]) -> list[str]:
         """The names to stat; the ignored ones become regions."""
@@ -287,17 +394,22 @@ class _Walk:
         return out
 
     def _decide(self, fd: int, rel: str, names: list[str], recs: bytes,
-                chain: list[DirLink], facts: list[FileFact],
+                chain: list[DirLink],
+                memo: tuple[array[int], array[int], list[FileFact]],
                 subdirs: list[tuple[str, str, LStat]]) -> bool:
-        """Each name's outcome from its lstat record, into `facts` and `subdirs` (a
-        DirMemo's) and the observation; True if a memo may stand for this directory next time.
+        """Each name's outcome from its lstat record, into `memo` (a DirMemo's row indices,
+        modes and special files), `subdirs` and the observation; True if a memo may stand
+        for this directory next time.
 
-        A regular file whose cached fingerprint vouches for its bytes (the rule in `vouches`)
-        is taken from the cache with no call; everything else goes through `file`,
-        `symlink` or a region."""
+        A regular file whose cached fingerprint vouches for its bytes (the rule in `vouches`,
+        compared with the table's columns) is taken from the cache with no call; everything
+        else goes through `file`, `symlink` or a region."""
         prefix = rel + "/" if rel else ""
-        cache_get = self.cache.get if self.trust else no_cache
-        files = self.obs.files
+        table = self.cache
+        at = table.at if self.trust else no_cache
+        sizes, mtimes, ctimes = table.size, table.mtime, table.ctime
+        inos, devs, hashed = table.ino, table.dev, table.hashed
+        idx, modes, facts = memo
         root_dev, racy_ns, intern = self.root_dev, self.racy_ns, sys.intern
         isreg, isdir, islnk = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
         keep = True
@@ -314,21 +426,15 @@ class _Walk:
                 continue
             mode = st.st_mode
             if isreg(mode):
-                cached = cache_get(child)
-                if cached is not None:
-                    mtime, ctime = st.st_mtime_ns, st.st_ctime_ns
-                    # Inline copy of `vouches` (a call per file costs more than the test).
-                    if (mtime == cached.mtime_ns and ctime == cached.ctime_ns
-                            and st.st_size == cached.size and st.st_ino == cached.ino
-                            and st.st_dev == cached.dev and cached.dev == root_dev
-                            and mtime < cached.hashed_at_ns - racy_ns
-                            and ctime < cached.hashed_at_ns - racy_ns):
-                        child = intern(child)
-                        # The row itself is the fact's record (equal, just compared): the
-                        # record's new ints go, and the memo shares the journal's row.
-                        fact = files[child] = new_tuple(FileFact, (
-                            child, cached, False, MODES[mode & MODE_BITS]))
-                        facts.append(fact)
+                i = at(child)
+                if i is not None:
+                    mtime, ctime, t = st.st_mtime_ns, st.st_ctime_ns, hashed[i] - racy_ns
+                    # Inline copy of `vouches` on the columns (a call per file costs more).
+                    if (mtime == mtimes[i] and ctime == ctimes[i] and st.st_size == sizes[i]
+                            and st.st_ino == inos[i] and st.st_dev == devs[i]
+                            and st.st_dev == root_dev and mtime < t and ctime < t):
+                        idx.append(i)  # its fact: the memo's, or _add_vouched's
+                        modes.append(mode & MODE_BITS)
                         continue
                 keep = False
                 self.file(fd, name, child, st)
@@ -396,7 +502,7 @@ class _Walk:
         mime = SPECIAL_MIME.get(stat.S_IFMT(st.st_mode), "inode/x-special")
         rec = HashRecord(0, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, None,
                          "special", 0, mime)
-        fact = self.obs.files[rel] = FileFact(rel, rec, False, MODES[st.st_mode & MODE_BITS])
+        fact = self.files[rel] = FileFact(rel, rec, False, MODES[st.st_mode & MODE_BITS])
         return fact
 
     def file(self, dir_fd: int, name: str, rel: str, st: os.stat_result | LStat) -> None:
@@ -406,7 +512,7 @@ class _Walk:
         mode = MODES[st.st_mode & MODE_BITS]
         cached = self.cache.get(rel)
         if cached is not None and self.vouches(fp, cached):
-            self.obs.files[rel] = new_tuple(FileFact, (rel, cached, False, mode))
+            self.files[rel] = new_tuple(FileFact, (rel, cached, False, mode))
             return
         try:
             fd = os.open(name, FILE_FLAGS, dir_fd=dir_fd)
@@ -429,7 +535,7 @@ class _Walk:
                 head = os.pread(fd, HEAD, 0)
                 self.obs.bytes_read += len(head)
                 _, mime = sniff(head)
-                self.obs.files[rel] = FileFact.of(
+                self.files[rel] = FileFact.of(
                     rel, first.st_size, Fingerprint.of(first), None,
                     "hardlink" if linked else "oversize", mime, True,
                     MODES[first.st_mode & MODE_BITS])
@@ -463,13 +569,12 @@ class _Walk:
             kind = "oversize"
         fp = Fingerprint.of(last)
         digest = sys.intern(h.hexdigest())
-        # Its ints shared as the journal's rows share them (memfs.shared), so the snapshot
-        # keeps this very record as the file's row: one object for the fact and the row.
+        # Its ints shared (memfs.shared): the record lives while the observation does.
         mtime = shared_int(fp.mtime_ns)
         rec = HashRecord(shared_int(fp.size), mtime,
                          mtime if fp.ctime_ns == mtime else shared_int(fp.ctime_ns), fp.ino,
                          shared_int(fp.dev), digest, kind, shared_int(started), mime)
-        self.obs.files[rel] = FileFact(rel, rec, True, MODES[last.st_mode & MODE_BITS])
+        self.files[rel] = FileFact(rel, rec, True, MODES[last.st_mode & MODE_BITS])
         if all(INT64_MIN <= v <= INT64_MAX for v in fp):
             self.obs.hashed[rel] = rec  # the fact's own record
         # else: a time past 2262 or an inode number of 2**63 and up does not fit the journal's

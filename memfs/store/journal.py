@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from sys import intern
 from types import MappingProxyType
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 from memfs.errors import MemfsError
-from memfs.shared import shared_int
+from memfs.pathtable import FingerprintTable, Row
 from memfs.store import journal_snapshot as snapshot
 from memfs.store import schema
 from memfs.store.journal_intents import Intent, IntentLog, NewIntent
@@ -45,6 +45,7 @@ from memfs.testing import journal_fault
 
 T = TypeVar("T")
 log = logging.getLogger("memfs.journal")
+_new = tuple.__new__
 
 # Extended-result families that mean "what reached the file is unknown".
 SQLITE_FULL = 13
@@ -80,18 +81,9 @@ class EvidenceRecord:
     mode: int | None = None
 
 
-class FingerprintRow(NamedTuple):
-    """One cached fingerprint; a NamedTuple because a pass reads one per file."""
-
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-    ino: int
-    dev: int
-    digest: str
-    kind: str
-    hashed_at_ns: int
-    mime: str | None = None  # None: not recorded (a row older than the column)
+# One cached fingerprint as callers read it: a view built on demand from the snapshot's
+# columns (memfs.pathtable), not an object kept per file.
+FingerprintRow = Row
 
 
 @dataclass(frozen=True)
@@ -109,41 +101,15 @@ class PassInputs:
     root: tuple[int, int] | None
     evidence: Mapping[str, str | None]
     pending: list[Intent]
-    fingerprints: Mapping[str, FingerprintRow]
+    fingerprints: FingerprintTable  # path -> row, kept as columns (memfs.pathtable)
     modes: Mapping[str, int] = field(default_factory=lambda: _NO_MODES)
 
 
 # (change count, evidence, fingerprints, modes): P and its modes over the rows (see
 # memfs.store.journal_snapshot: each path once).
-_Snapshot = tuple[int, snapshot.EvidenceOverlay, Mapping[str, FingerprintRow],
-                  snapshot.ModeOverlay]
+_Snapshot = tuple[int, snapshot.EvidenceOverlay, FingerprintTable, snapshot.ModeOverlay]
 _MEMO_KEYS = 16  # (mount, prefix) snapshots kept; on-access scopes come and go
 _NO_MODES: Mapping[str, int] = MappingProxyType({})
-_new = tuple.__new__
-
-
-def _row(size: int, mtime_ns: int, ctime_ns: int, ino: int, dev: int, digest: str, kind: str,
-         hashed_at_ns: int, mime: str | None) -> FingerprintRow:
-    """A snapshot's row, sharing the ints that repeat (memfs.shared): the device (one per
-    mount's disk), times and sizes other rows have (files written by one tar, checkout or
-    take-in share mtimes; a walk's directory, its hash time) and a ctime equal to the mtime.
-    Each is a 32-byte int of its own otherwise, kept per file. tuple.__new__ skips the
-    NamedTuple's Python-level __new__: one per file."""
-    mtime_ns = shared_int(mtime_ns)
-    ctime_ns = mtime_ns if ctime_ns == mtime_ns else shared_int(ctime_ns)
-    return _new(FingerprintRow, (shared_int(size), mtime_ns, ctime_ns, ino, shared_int(dev),
-                                 digest, kind, shared_int(hashed_at_ns), mime))
-
-
-def _kept(row: FingerprintRow) -> FingerprintRow:
-    """A written row as the snapshot keeps it: the row itself when its fields already are
-    the shared objects (a walk's own record, which its fact keeps: one object for both, not
-    a copy per file), else a row made of them."""
-    new = _row(row.size, row.mtime_ns, row.ctime_ns, row.ino, row.dev, intern(row.digest),
-               intern(row.kind), row.hashed_at_ns, getattr(row, "mime", None))
-    if len(row) == len(new) and all(a is b for a, b in zip(new, row, strict=True)):
-        return row
-    return new
 
 
 def _change_count(c: sqlite3.Connection) -> int:
@@ -316,13 +282,7 @@ class Journal(IntentLog):
                         for p, v in (modes or {}).items() if _under(p, prefix)}
             new_ev, new_fps, new_mds = ev, fps, mds
             if fp_items:
-                d = dict(fps)
-                for p, row in fp_items:
-                    if row is None:
-                        d.pop(p, None)
-                    else:
-                        d[intern(p)] = _kept(row)
-                new_fps = MappingProxyType(d)
+                new_fps = fps.patched((intern(p), row) for p, row in fp_items)
                 new_ev = snapshot.with_rows(ev, new_fps, (intern(p) for p, _ in fp_items))
             if ev_items:
                 new_ev = snapshot.with_evidence(new_ev, ev_items)
@@ -450,11 +410,10 @@ class Journal(IntentLog):
     def fingerprints(self, mount: str, prefix: str = "") -> dict[str, FingerprintRow]:
         """The observer's cache at or below `prefix` ('' for the whole mount); read through the
         same poison gate, since a stale cache could vouch for bytes that changed."""
-        return self._read(lambda c: self._fingerprint_rows(c, mount, prefix))
+        return dict(self._read(lambda c: self._fingerprint_rows(c, mount, prefix)))
 
     @staticmethod
-    def _fingerprint_rows(c: sqlite3.Connection, mount: str, prefix: str,
-                          ) -> dict[str, FingerprintRow]:
+    def _fingerprint_rows(c: sqlite3.Connection, mount: str, prefix: str) -> FingerprintTable:
         cols = "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns, " \
                "mime " \
                "FROM journal_fingerprints WHERE mount=?"
@@ -464,10 +423,9 @@ class Journal(IntentLog):
             rows = c.execute(cols + " AND (path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) "
                              "AND path < CAST(? AS TEXT)))",
                              (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))
-        # Paths and digests interned: see pass_inputs; kinds and MIME types too (a handful of
-        # values, and each row read gave new strings, ~110 bytes a file kept in the snapshot).
-        return {intern(r[0]): _row(r[1], r[2], r[3], r[4], r[5], intern(r[6]), intern(r[7]),
-                                   r[8], None if r[9] is None else intern(r[9])) for r in rows}
+        # Paths interned (see pass_inputs); the row's fields go into the table's columns.
+        return FingerprintTable.build((intern(r[0]), _new(FingerprintRow, r[1:]))
+                                      for r in rows)
 
     # -- one pass's reads --------------------------------------------------------------------
 
@@ -481,9 +439,10 @@ class Journal(IntentLog):
         through this journal patches the snapshots with what it changed (`_patch_memo`) or
         forgets them. So a remembered snapshot is served only while those tables cannot have
         changed under it, and a pass skips reading a row per file. Both are shared and
-        read-only. Paths and digests are interned (so are the workspace's paths and
-        digests): a pass compares each path's digest on three sides and looks the path up in
-        several maps, and one object per value makes those comparisons pointer checks."""
+        read-only. Paths are interned (so are the workspace's paths): a pass looks each path
+        up in several maps, and one object per value makes those lookups pointer checks. The
+        fingerprint rows' digests are 16 bytes in the table's column, a string made when read
+        (P's own digests, the exceptions, are interned)."""
         def q(c: sqlite3.Connection) -> PassInputs:
             c.execute("BEGIN")
             try:
@@ -493,7 +452,7 @@ class Journal(IntentLog):
                     _, evidence, fps, modes = hit
                 else:
                     # Read after the version: a commit in between only makes the memo miss.
-                    fps = MappingProxyType(self._fingerprint_rows(c, mount, prefix))
+                    fps = self._fingerprint_rows(c, mount, prefix)
                     evidence, modes = snapshot.build(fps, (
                         (intern(p), d if d is None else intern(d),
                          m if m is None or not 0 <= m < len(_MODES) else _MODES[m])

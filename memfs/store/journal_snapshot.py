@@ -24,6 +24,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, ValuesView
 from typing import Any, Protocol, TypeVar
 
+from memfs.pathtable import FingerprintTable
+
 V = TypeVar("V")
 _MISSING: Any = object()
 
@@ -109,8 +111,7 @@ class EvidenceOverlay(_Overlay[str | None]):
             return own[path]
         if path in self.unset:
             return default
-        row = self.base.get(path)
-        return default if row is None else row.digest
+        return _digest(self.base, path, default)
 
 
 class ModeOverlay(_Overlay[int]):
@@ -147,8 +148,7 @@ def build(rows: Mapping[str, _Row], evidence: Iterable[tuple[str, str | None, in
     given: dict[str, int | None] = {}
     for p, d, m in evidence:
         given[p] = m
-        row = rows.get(p)
-        if d is None or row is None or row.digest != d:
+        if d is None or _digest(rows, p, _MISSING) != d:
             own[p] = d
     ev = EvidenceOverlay(rows, own, frozenset(p for p in rows if p not in given))
     counts = Counter(m for m in given.values() if m is not None)
@@ -166,15 +166,24 @@ def _compact(d: dict[str, V]) -> dict[str, V]:
     return dict(d) if d else {}
 
 
+def _digest(rows: Mapping[str, Any], path: str, default: Any) -> Any:
+    """The row's digest for `path` (`default`: no row); a table gives it without a record."""
+    if type(rows) is FingerprintTable:
+        return rows.digest_of(path, default)
+    row = rows.get(path)
+    return default if row is None else row.digest
+
+
 def _place(own: dict[str, str | None], unset: set[str], path: str, value: Any,
-           row: _Row | None) -> None:
-    """Put `path`'s P (`value`, or _MISSING for none) where it belongs over `row`."""
+           rows: Mapping[str, Any]) -> None:
+    """Put `path`'s P (`value`, or _MISSING for none) where it belongs over its row."""
     own.pop(path, None)
     unset.discard(path)
+    digest = _digest(rows, path, _MISSING)
     if value is _MISSING:
-        if row is not None:
+        if digest is not _MISSING:
             unset.add(path)
-    elif value is None or row is None or row.digest != value:
+    elif value is None or digest is _MISSING or digest != value:
         own[path] = value
 
 
@@ -184,7 +193,7 @@ def with_rows(ev: EvidenceOverlay, rows: Mapping[str, _Row],
     (the same values: the same lineage)."""
     own, unset = dict(ev.own), set(ev.unset)
     for p in changed:
-        _place(own, unset, p, ev.get(p, _MISSING), rows.get(p))
+        _place(own, unset, p, ev.get(p, _MISSING), rows)
     return EvidenceOverlay(rows, ev.own if own == ev.own else _compact(own),
                            ev.unset if unset == ev.unset else frozenset(unset), ev.lineage)
 
@@ -193,7 +202,7 @@ def with_evidence(ev: EvidenceOverlay, updates: Mapping[str, str | None]) -> Evi
     """P with `updates` (path -> digest, None: agreed absence) recorded."""
     own, unset, rows = dict(ev.own), set(ev.unset), ev.base
     for p, d in updates.items():
-        _place(own, unset, p, d, rows.get(p))
+        _place(own, unset, p, d, rows)
     return EvidenceOverlay(rows, _compact(own), frozenset(unset))
 
 

@@ -359,3 +359,44 @@ def test_a_refs_digest_costs_no_key_tuple() -> None:
     digests[(refs[0], 6000)] = "other"
     assert digests.of(refs[0], 6000) == "other" and digests.of(refs[0], 5000) == refs[0][2:]
     assert digests.get(("c:unknown", 1)) is None and len(digests) == 10_001
+
+
+@pytest.mark.trio
+async def test_the_store_view_keeps_no_object_per_unloaded_file(tmp_path: Path) -> None:
+    """After a take-in the files are unloaded and a pass reads them from the tree rows; what the
+    store view keeps of each between passes (the walk's files, their digests, the view S) is a
+    row of packed columns (memfs/backing/storefiles.py, ~55 B), not a stand-in, its ref string
+    and four map slots (~0.3 KB with the Contents the view kept)."""
+    import gc
+    import tracemalloc
+
+    from helpers.backing import attached, close
+
+    from memfs.backing.storeview import Unbuilt, hash_refs
+
+    n = 3000  # a take-in this large unloads its files
+    ws, b, _ = await attached(tmp_path, {f"f{i:04d}.txt": f"{i}\n" for i in range(n)})
+    await b.run_pass("work")
+    first = StoreView(ws)
+    nodes, refs = first.nodes("work")
+    assert len(nodes) == n and all(isinstance(u, Unbuilt) for u in nodes.values())
+    got = hash_refs(ws.store, refs)  # the store's caches warmed: only the view is measured
+    del nodes, first
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        view = StoreView(ws)
+        nodes, refs = view.nodes("work")
+        assert len(refs) == n
+        del refs  # the pass's thread hashes them and lets them go
+        view.learn(got)
+        s = view.view(nodes)
+        assert view.nodes("work")[1] == []  # every digest known
+        gc.collect()
+        per = (tracemalloc.get_traced_memory()[0] - base) / n
+    finally:
+        tracemalloc.stop()
+    assert len(s) == n and s["f0007.txt"].digest == xxhash.xxh3_128_hexdigest(b"7\n")
+    assert per < 100, f"{per:.0f} B a file"  # 54 measured; 286 with an object per file
+    close(ws, b)

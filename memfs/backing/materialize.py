@@ -110,7 +110,7 @@ class Materializer:
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
                                  apply_deletions=apply_deletions, pinned_branch=pinned,
                                  mount=mount, unwritable=self.view.unwritable(nodes, mount))
-        sources = self._sources(mount, mplan, nodes, s_view, held)
+        sources = self._sources(mount, mplan, nodes, s_view, held)  # type: ignore[arg-type]
         dir_modes = self.view.dir_modes(mount, [w.path for w in mplan.writes])
         store = self.ws.store
 

@@ -1,37 +1,43 @@
 """The store side of a pass: a mount's files in the live tree and their digests, the rule's S.
 
 Owns four caches, all written on the trio loop only:
-- `digests`: (committed ref, size) -> xxh3-128 (a `RefDigests`: keyed by the ref string, no
-  tuple a file). A ref is immutable, so an entry never goes stale; it only grows. Refs not cached yet are hashed by a pass's worker thread
-  (`ref_digest`, reading the store) and handed back; the loop merges them (`learn`).
+- `digests`: (committed ref, size) -> xxh3-128 of a loaded node's content (a `RefDigests`:
+  keyed by the ref string, no tuple a file). A ref is immutable, so an entry never goes
+  stale. Refs not cached yet are hashed by a pass's worker thread (`ref_digest`, reading the
+  store) and handed back; the loop merges them (`learn`). An unloaded file's digest is kept
+  by the walk's table instead (memfs.backing.storefiles: 16 bytes beside its ref), and an
+  entry here moves into a whole walk's table once its node is unloaded.
 - `draft_digests`: node id -> (ver, digest) of a dirty file, hashed from its live bytes. `ver`
   moves on every write and truncate, so a remembered digest is served only for the bytes it
   was computed from (a stale one could read a draft as agreed and let a disk edit overwrite
   it). Cleared past 4096 entries (committed or deleted drafts would linger).
 - the memo of the last walk: (mount, scope, epoch, ws.mutation_seq, ws.head, mount node) ->
-  the file nodes, the refs they need hashed, and the view S built from them. Every create,
-  unlink, rename, write and truncate bumps `mutation_seq`; a commit that marks drafts
-  committed moves `head` in the same loop turn; a replaced tree (undo, restore, switch)
-  bumps `epoch` (`tree_replaced`). Any of them moving makes the next question walk again.
-- `_last_views`: mount -> the S of its last whole walk, whose Content objects a new view takes
-  where a path's content is unchanged (one object per file across views, no digest memo).
+  the files (`StoreFiles`: loaded nodes, and a packed table of the unloaded ones), the refs
+  they need hashed, and the view S built from them. Every create, unlink, rename, write and
+  truncate bumps `mutation_seq`; a commit that marks drafts committed moves `head` in the same
+  loop turn; a replaced tree (undo, restore, switch) bumps `epoch` (`tree_replaced`). Any of
+  them moving makes the next question walk again; the new walk's table takes the digests of
+  the last one's files with the same path, ref and size (`FileTable.carry`).
+- `_last`: mount -> the S of its last whole walk: its loaded files' Content objects a new
+  view takes where a path's content is unchanged (one object per file across views, no
+  digest memo), and its table, which the next walk's carries digests from.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import xxhash
 
+from memfs.backing.storefiles import FileTable, StoreContents, StoreFiles, Unbuilt
 from memfs.reconcile.contained import components
 from memfs.reconcile.facts import shared_content
-from memfs.reconcile.rule import MODE_BITS, MODES, Content
+from memfs.reconcile.rule import MODE_BITS, MODES
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import DIR, FILE, HARD, LINK, Entry, decode_dir, name_to_bytes
-from memfs.workspace.nodes import FileData, Node, shared_int, unloaded
+from memfs.workspace.nodes import Node
 
 if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
@@ -106,36 +112,19 @@ class RefDigests:
         else:
             self._other[key] = digest
 
+    def pop(self, ref: str, size: int) -> str | None:
+        """The digest of ref at size, dropped from here (a table of files keeps it now)."""
+        if self._size.get(ref) == size:
+            del self._size[ref]
+            return self._digest.pop(ref)
+        return self._other.pop((ref, size), None) if self._other else None
+
     def update(self, digests: Mapping[RefKey, str]) -> None:
         for key, digest in digests.items():
             self[key] = digest
 
     def __len__(self) -> int:
         return len(self._digest) + len(self._other)
-
-
-class Unbuilt:
-    """A committed file below a directory whose nodes are not loaded (a take-in's files the
-    kernel never looked up: memfs.workspace.unload), as a pass reads it: what its node would
-    say, from its row in the committed tree, with no node built. Clean by definition; its
-    `data` is the shared unloaded data of its size. A pass that changes the file asks for its
-    node then (StoreView.node_at loads the directory), and `same_as_decided` compares the two
-    by their committed ref."""
-
-    __slots__ = ("ref", "mode", "data", "nlink")
-    kind = FILE
-    id = None  # no node: never held, never disk-only
-    dirty = False
-    ver = 0
-
-    def __init__(self, e: Entry) -> None:
-        self.ref: str = e.ref
-        self.mode = shared_int(e.mode)
-        self.data: FileData = unloaded(e.size)
-        self.nlink = e.nlink or 1
-
-    def size(self) -> int:
-        return self.data.size
 
 
 StoreFile = Node | Unbuilt  # what a pass decides a store file on
@@ -151,8 +140,8 @@ class StoreView:
         self.draft_digests: dict[int, tuple[int, str]] = {}
         # [key, nodes, refs still to hash, view or None]
         self._memo: list[Any] | None = None
-        self._last_views: dict[str, Mapping[str, Content]] = {}  # mount -> its last whole S
-        self._linked: tuple[Mapping[str, Node], frozenset[str]] | None = None  # hard_linked's
+        self._last: dict[str, StoreContents] = {}  # mount -> its last whole S
+        self._linked: tuple[Mapping[str, StoreFile], frozenset[str]] | None = None  # hard_linked's
 
     def tree_replaced(self) -> None:
         self.epoch += 1
@@ -163,16 +152,26 @@ class StoreView:
 
     def forget(self, mount: str) -> None:
         """The mount was detached."""
-        self._last_views.pop(mount, None)
+        self._last.pop(mount, None)
         self._memo = None
 
     def learn(self, digests: Mapping[RefKey, str]) -> None:
-        """Digests a worker thread computed, merged on the loop; the walk memo's list of refs
-        to hash drops them now (its keys, a tuple a file, are not kept until the next ask)."""
-        self.digests.update(digests)
+        """Digests a worker thread computed, merged on the loop: an unloaded file's into the
+        walk memo's table, a loaded node's into `digests`; the memo's list of refs to hash
+        drops them now (its keys, a tuple a file, are not kept until the next ask)."""
         memo = self._memo
-        if memo is not None and memo[2]:
-            memo[2] = {ref: None for ref in memo[2] if ref not in self.digests}
+        wanted: dict[RefKey, list[int]] = memo[2] if memo is not None else {}
+        table = memo[1].table if memo is not None else None
+        for key, digest in digests.items():
+            at = wanted.pop(key, None)  # every position that wanted it has it now
+            if at is None or table is None:
+                self.digests[key] = digest  # not this walk's (asked before it): kept apart
+                continue
+            for i in at:
+                if i < 0:
+                    self.digests[key] = digest
+                else:
+                    table.set_digest(i, digest)
 
     # -- finding nodes ---------------------------------------------------------------
     def mount_node(self, mount: str) -> Node | None:
@@ -229,7 +228,7 @@ class StoreView:
                 out[at] = node.mode & MODE_BITS
         return out
 
-    def nodes(self, mount: str, scope: str = "") -> tuple[Mapping[str, Node], list[RefKey]]:
+    def nodes(self, mount: str, scope: str = "") -> tuple[StoreFiles, list[RefKey]]:
         """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),
         read-only, and the committed refs whose digest is not cached yet. Remembered while
         nothing it depends on moved (module docstring): a pass asks twice, and a quiet tree's
@@ -240,15 +239,46 @@ class StoreView:
         memo = self._memo
         if memo is None or memo[0] != key:
             nodes = self._walk(top, scope)
-            refs: dict[RefKey, None] = {}
-            for node in nodes.values():
+            self._carry(nodes.table, mount, scope)
+            # What is still to hash: (ref, size) -> the table's positions that want it, -1
+            # for a loaded node (whose digest `digests` keeps).
+            refs: dict[RefKey, list[int]] = {}
+            for node in nodes.loaded.values():
                 if not node.dirty and node.ref is not None:
-                    refs[(node.ref, node.data.size if node.data is not None else 0)] = None
-            memo = self._memo = [key, MappingProxyType(nodes), refs, None]
-        digests = self.digests  # only grows: a ref digested since is no longer wanted
+                    refs.setdefault(
+                        (node.ref, node.data.size if node.data is not None else 0), []).append(-1)
+            table = nodes.table
+            for i in table.unknown():
+                refs.setdefault(table.key(i), []).append(i)
+            memo = self._memo = [key, nodes, refs, None]
         if memo[2]:
-            memo[2] = {ref: None for ref in memo[2] if ref not in digests}
+            memo[2] = self._still_wanted(memo[1].table, memo[2])
         return memo[1], list(memo[2])
+
+    def _still_wanted(self, table: FileTable, refs: dict[RefKey, list[int]],
+                      ) -> dict[RefKey, list[int]]:
+        """The refs a walk wants hashed whose digests nobody learned since."""
+        digests, known = self.digests, table.known
+        return {key: at for key, at in refs.items()
+                if any(not known[i] if i >= 0 else key not in digests for i in at)}
+
+    def _carry(self, table: FileTable, mount: str, scope: str) -> None:
+        """A new walk's table takes the digests known for its files: from the last walk's
+        table and the mount's last whole view (same path, ref and size), else from `digests`
+        (a loaded node's, unloaded since; a whole walk's table keeps it from here on)."""
+        memo, last = self._memo, self._last.get(mount)
+        if memo is not None and memo[0][0] == mount:
+            table.carry(memo[1].table)
+        if last is not None and last.table is not (memo[1].table if memo else None):
+            table.carry(last.table)
+        digests, whole = self.digests, scope == ""
+        if not len(digests):
+            return
+        for i in table.unknown():
+            ref, size = table.key(i)
+            digest = digests.pop(ref, size) if whole else digests.of(ref, size)
+            if digest is not None:
+                table.set_digest(i, digest)
 
     def _key(self, mount: str, scope: str, top: Node | None = None) -> tuple[object, ...]:
         ws = self.ws
@@ -256,32 +286,36 @@ class StoreView:
             top = self.mount_node(mount)
         return (mount, scope, self.epoch, ws.mutation_seq, ws.head, top, ws.unload_seq)
 
-    def _walk(self, top: Node | None, scope: str) -> dict[str, StoreFile]:
+    def _walk(self, top: Node | None, scope: str) -> StoreFiles:
         nodes: dict[str, StoreFile] = {}
         for part in components(scope):
             if top is None or top.kind != DIR:
-                return nodes
+                return StoreFiles(nodes)
             top = self.ws.children(top).get(name_to_bytes(part))
         if top is None or top.id in self.ws.disk_only:
-            return nodes
+            return StoreFiles(nodes)
         if top.kind != DIR:  # a file, or a link or FIFO the rule does not decide
             if top.kind == FILE:
                 nodes[scope] = top
-            return nodes
+            return StoreFiles(nodes)
         # Paths are interned, as the journal's and the walk's are: a pass looks each one up
         # in five maps, and equal keys that are one object compare without touching their
         # bytes (at 100k files that is memory traffic the pass waits on).
         intern = sys.intern
+        table = FileTable()  # the files of unloaded directories, from their tree rows
         for prefix, name, kind, item in self._entries(top, scope + "/" if scope else ""):
             if kind == FILE:
-                nodes[intern(prefix + name)] = item  # type: ignore[assignment]
-        return nodes
+                if isinstance(item, Entry):
+                    table.add(intern(prefix + name), item)
+                else:
+                    nodes[intern(prefix + name)] = item  # type: ignore[assignment]
+        return StoreFiles(nodes, table.done())
 
     def _entries(self, top: Node, prefix: str) -> Iterator[tuple[str, str, str, object]]:
-        """(prefix, name, kind, node or Unbuilt or Entry) of everything below `top` but the
+        """(prefix, name, kind, node or Entry) of everything below `top` but the
         disk-only nodes, by a work list; directories not loaded are read from their
-        committed tree objects and no node is built (a file's is an Unbuilt, anything
-        else's its Entry). A tree row naming a hard-linked inode needs the inode table: that
+        committed tree objects and no node is built (their rows, files' too, are yielded
+        as Entries). A tree row naming a hard-linked inode needs the inode table: that
         directory is loaded as a lookup would."""
         ws = self.ws
         children, disk_only, read = ws.children, ws.disk_only, ws.store.read_object
@@ -300,7 +334,7 @@ class StoreView:
                             stack.append((e.ref, at + e.name + "/"))
                             yield at, e.name, DIR, e
                         else:
-                            yield at, e.name, e.kind, Unbuilt(e) if e.kind == FILE else e
+                            yield at, e.name, e.kind, e
                     continue
             for name, child in children(d).items():
                 if child.id in disk_only:
@@ -341,52 +375,67 @@ class StoreView:
         self.draft_digests[node.id] = (ver, digest)
         return digest
 
-    def view(self, nodes: Mapping[str, Node]) -> dict[str, Content]:
-        """The rule's S for each store file (`digest_now`; a path whose content is as in the
-        mount's last whole view keeps that view's Content object)."""
+    def view(self, nodes: Mapping[str, StoreFile]) -> StoreContents:
+        """The rule's S for each store file (`digest_now`; a loaded file whose content is as
+        in the mount's last whole view keeps that view's Content object; an unloaded file's
+        is its table's digest, a Content built when asked)."""
         memo = self._memo
         if memo is not None and memo[1] is nodes and memo[3] is not None and \
                 memo[0] == self._key(memo[0][0], memo[0][1]):
             return memo[3]  # the same nodes, nothing moved: the same digests (read-only)
-        digests, out = self.digests, {}
-        last = self._last_views.get(memo[0][0], {}) if memo is not None else {}
-        for p, n in nodes.items():
+        files = nodes if isinstance(nodes, StoreFiles) else StoreFiles(dict(nodes))
+        digests, loaded = self.digests, {}
+        last = self._last.get(memo[0][0]) if memo is not None else None
+        before = last.loaded if last is not None else {}
+        for p, n in files.loaded.items():
             # The committed, already-hashed case inline: nearly every file of a quiet tree.
             digest = None if n.dirty or n.ref is None or n.data is None else \
                 digests.of(n.ref, n.data.size)  # (ref, node.size()) for a file
             if digest is None:
-                digest = self.digest_now(n)
+                digest = self.digest_now(n)  # type: ignore[arg-type]
             mode = MODES[n.mode & MODE_BITS]
             # The last whole view's object where the path's content is the same: one Content
             # per file shared by consecutive views, and no memo of every digest kept beside;
             # a new one from the disk side's cache (the same object as D where they agree).
-            was = last.get(p)
-            out[p] = was if was is not None and was.digest == digest and was.mode == mode \
+            was = before.get(p)
+            loaded[p] = was if was is not None and was.digest == digest and was.mode == mode \
                 else shared_content(digest, "text", mode)
+        table = files.table
+        for i in table.unknown():  # not hashed by the pass's thread (status, a materialize)
+            key = table.key(i)
+            digest = digests.of(*key)
+            table.set_digest(i, digest if digest is not None else
+                             ref_digest(self.ws.store, *key))
+        out = StoreContents(loaded, table)
         if memo is not None and memo[1] is nodes and memo[0] == self._key(memo[0][0],
                                                                              memo[0][1]):
             memo[3] = out  # shared from here on: nobody writes a view
             if memo[0][1] == "":
-                self._last_views[memo[0][0]] = out
+                self._last[memo[0][0]] = out
         return out
 
-    def drafts_to_hash(self, nodes: Mapping[str, Node]) -> list[Node]:
+    def drafts_to_hash(self, nodes: Mapping[str, StoreFile]) -> list[Node]:
         """The dirty files whose digest is not remembered for their current bytes."""
-        out = []
-        for n in nodes.values():
-            if n.dirty or n.ref is None:
-                hit = self.draft_digests.get(n.id)
+        out: list[Node] = []
+        for n in (nodes.loaded if isinstance(nodes, StoreFiles) else nodes).values():
+            if n.dirty or n.ref is None:  # never an unloaded file: clean by definition
+                hit = self.draft_digests.get(n.id)  # type: ignore[arg-type]
                 if hit is None or hit[0] != n.ver:
-                    out.append(n)
+                    out.append(n)  # type: ignore[arg-type]
         return out
 
     def file_refs(self, mount: str) -> dict[str, str | None]:
         """path -> committed ref of each file of the mount (None: a draft, changed for sure)."""
         nodes, _ = self.nodes(mount)
-        return {p: (None if n.dirty else n.ref) for p, n in nodes.items()}
+        out: dict[str, str | None] = {p: (None if n.dirty else n.ref)
+                                      for p, n in nodes.loaded.items()}
+        table = nodes.table
+        for i, p in enumerate(table.paths):
+            out[p] = table.ref(i)
+        return out
 
     # -- what no write can put on disk --------------------------------------------------
-    def unwritable(self, nodes: Mapping[str, Node], mount: str) -> dict[str, str]:
+    def unwritable(self, nodes: Mapping[str, StoreFile], mount: str) -> dict[str, str]:
         """Store entries no write can put on disk as they are, with why (materialize lists
         them, forced or not): a file with other hard links (disk would get separate copies,
         never the link), a FIFO, socket or device (no effect makes special files on disk)."""
@@ -406,14 +455,17 @@ class StoreView:
                          "materialize makes special files on disk")
         return out
 
-    def hard_linked(self, nodes: Mapping[str, Node]) -> frozenset[str]:
+    def hard_linked(self, nodes: Mapping[str, StoreFile]) -> frozenset[str]:
         """The paths of `nodes` (a `nodes()` answer) whose file has other names. Remembered
         for the same answer: status counts with it at every request (memfs.backing.owed), and
         any link or unlink makes `nodes()` answer anew."""
         got = self._linked
         if got is not None and got[0] is nodes:
             return got[1]
-        linked = frozenset(p for p, n in nodes.items() if (getattr(n, "nlink", 1) or 1) > 1)
+        files = nodes if isinstance(nodes, StoreFiles) else StoreFiles(dict(nodes))
+        linked = frozenset(
+            [p for p, n in files.loaded.items() if (getattr(n, "nlink", 1) or 1) > 1]
+            + [files.table.paths[i] for i, k in files.table.nlinks.items() if k > 1])
         self._linked = (nodes, linked)
         return linked
 
@@ -426,4 +478,5 @@ class StoreView:
                 if kind not in (DIR, FILE)}
 
 
-__all__ = ["EMPTY_DIGEST", "RefDigests", "RefKey", "StoreFile", "StoreView", "Unbuilt", "hash_refs", "ref_chunks", "ref_digest"]
+__all__ = ["EMPTY_DIGEST", "RefDigests", "RefKey", "StoreContents", "StoreFile", "StoreFiles",
+           "StoreView", "Unbuilt", "hash_refs", "ref_chunks", "ref_digest"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from sys import intern
 from typing import TYPE_CHECKING
 
 from memfs.reconcile.facts import shared_content
@@ -201,8 +202,11 @@ class FileTable:
         return [i for i, k in enumerate(self.known) if not k]
 
     def content(self, i: int) -> Content:
-        """S for the file at i (its digest known)."""
-        return shared_content(self.digest(i), "text", MODES[self.modes[i] & MODE_BITS])
+        """S for the file at i (its digest known). The digest is interned: a Content the
+        shared cache keeps then holds the disk side's string, not a copy of its own."""
+        digest = self.digest(i)
+        return shared_content(None if digest is None else intern(digest), "text",
+                              MODES[self.modes[i] & MODE_BITS])
 
     def carry(self, old: FileTable) -> int:
         """Take `old`'s known digests for the files with the same path, ref and size (a

@@ -172,6 +172,8 @@ class StoreView:
                     self.digests[key] = digest
                 else:
                     table.set_digest(i, digest)
+        if memo is not None:
+            memo[2] = dict(wanted)  # a copy is sized to what is left (a dict never shrinks)
 
     # -- finding nodes ---------------------------------------------------------------
     def mount_node(self, mount: str) -> Node | None:

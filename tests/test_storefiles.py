@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from memfs.backing import storefiles
 from memfs.backing.storefiles import FileTable, StoreContents, StoreFiles, Unbuilt, pack16
 from memfs.reconcile.rule import Content
 from memfs.store.trees import FILE, Entry
@@ -58,8 +59,11 @@ def _same_unbuilt(u: object, want: tuple[str, int, int, int | None]) -> bool:
             and u.nlink == (nlink or 1) and not u.dirty and u.id is None)
 
 
+@pytest.mark.parametrize("batch", [3, 7, 256])
 @pytest.mark.parametrize("seed", range(40))
-def test_a_table_reads_as_the_dict_it_packs(seed: int) -> None:
+def test_a_table_reads_as_the_dict_it_packs(seed: int, batch: int,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(storefiles, "PACK_BATCH", batch)  # refs packed a few at a time
     rnd = random.Random(seed)
     files = _files(rnd, rnd.randint(0, 60))
     table = _table(rnd, files)

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from memfs.workspace.nodes import Node
 
 CHUNK_REF = "c:"
+PACK_BATCH = 256  # refs packed at once while a table is built
 _NONE16 = bytes(16)
 
 
@@ -106,7 +107,7 @@ class FileTable:
     """Packed columns of a walk's unloaded files, sorted by path (module docstring)."""
 
     __slots__ = ("paths", "refs", "sizes", "modes", "odd_refs", "nlinks", "digests", "known",
-                 "odd_digests", "_hint")
+                 "odd_digests", "_hint", "_texts")
 
     def __init__(self) -> None:
         self.paths: list[str] = []
@@ -119,31 +120,48 @@ class FileTable:
         self.known = bytearray()  # 1 where the digest is known
         self.odd_digests: dict[int, str] = {}  # position -> a digest that is not 32 hex
         self._hint = -1  # the last position found: the plan asks for paths in sorted order
+        self._texts: list[str] = []  # refs added, not packed yet (`add`)
 
     def add(self, path: str, e: Entry) -> None:
-        """One more file (a walk's; `done` sorts and packs them once all are in)."""
+        """One more file (a walk's; `done` sorts them once all are in)."""
         if (e.nlink or 1) != 1:
             self.nlinks[len(self.paths)] = e.nlink  # type: ignore[assignment]
         self.paths.append(path)
-        self.odd_refs[len(self.paths) - 1] = e.ref  # every ref, until `done` packs them
         self.sizes.append(e.size)
         self.modes.append(e.mode)
+        texts = self._texts
+        texts.append(e.ref)
+        if len(texts) >= PACK_BATCH:
+            self._pack()
+
+    def _pack(self) -> None:
+        """The refs added since the last time, packed: a ref string lives a few directories'
+        rows, not the whole walk (nor do the pieces of heap it held stay split between)."""
+        base = len(self.refs) // 16
+        packed, odd = _pack_refs(self._texts)
+        self.refs += packed
+        for i, ref in odd.items():
+            self.odd_refs[base + i] = ref
+        self._texts = []
 
     def done(self) -> FileTable:
-        """Sorted by path (each path once), refs packed, no digest known yet."""
-        paths, texts = self.paths, self.odd_refs
+        """Sorted by path (each path once), no digest known yet."""
+        self._pack()
+        paths = self.paths
         n = len(paths)
         order = sorted(range(n), key=paths.__getitem__)
         self.paths = [paths[i] for i in order]
-        refs = [texts[i] for i in order]
+        refs = memoryview(self.refs)
+        self.refs = bytearray(b"".join([refs[16 * i:16 * i + 16] for i in order]))
+        refs.release()
         self.sizes = array("q", [self.sizes[i] for i in order])
         self.modes = array("I", [self.modes[i] for i in order])
-        if self.nlinks:
+        if self.odd_refs or self.nlinks:
             at = array("q", bytes(8 * n))
             for new, old in enumerate(order):
                 at[old] = new
+            self.odd_refs = {at[i]: r for i, r in self.odd_refs.items()}
             self.nlinks = {at[i]: k for i, k in self.nlinks.items()}
-        self.refs, self.odd_refs = _pack_refs(refs)
         self.digests = bytearray(16 * n)
         self.known = bytearray(n)
         return self

@@ -151,11 +151,14 @@ class FileTable:
         n = len(paths)
         order = sorted(range(n), key=paths.__getitem__)
         self.paths = [paths[i] for i in order]
-        refs = memoryview(self.refs)
-        self.refs = bytearray(b"".join([refs[16 * i:16 * i + 16] for i in order]))
-        refs.release()
-        self.sizes = array("q", [self.sizes[i] for i in order])
-        self.modes = array("I", [self.modes[i] for i in order])
+        # Moved one at a time, by generators: a list of 16-byte slices or of sizes would be
+        # an object a file at once (a memoryview slice is 184 B).
+        refs, self.refs = self.refs, bytearray(16 * n)
+        for new, old in enumerate(order):
+            self.refs[16 * new:16 * new + 16] = refs[16 * old:16 * old + 16]
+        sizes, modes = self.sizes, self.modes
+        self.sizes = array("q", (sizes[i] for i in order))
+        self.modes = array("I", (modes[i] for i in order))
         if self.odd_refs or self.nlinks:
             at = array("q", bytes(8 * n))
             for new, old in enumerate(order):

@@ -4,13 +4,16 @@ Two daemons as two hosts on one database: host a writes the branch, host b follo
 read-only. b shows a history view and holds a file open that a then deletes; a's `memfs gc`,
 with every window at 0, drops that history. b had read none of those bytes (its caches are
 empty of them), so it reads them from the database: before pins were shared, its reads got
-EIO once a's run had swept the rows.
+EIO once a's run had swept the rows. b, following a's branch, also pins the commit it shows
+(a's next commit leaves it named by no head), published before b shows it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -28,6 +31,11 @@ def published(url: str, host: str) -> tuple[list[str], list[str]] | None:
         row = conn.execute("SELECT trees, refs FROM host_pins WHERE host = %s",
                            (host,)).fetchone()
     return None if row is None else (row[0], row[1])
+
+
+def tree_of(url: str, commit_id: str) -> str:
+    with psycopg.connect(url) as conn:
+        return conn.execute("SELECT tree FROM commits WHERE id = %s", (commit_id,)).fetchone()[0]
 
 
 def expired(url: str, host: str) -> bool:
@@ -88,8 +96,12 @@ def test_a_view_and_an_open_file_on_another_host_survive_a_gc_here(ab, pg_url: s
         shown.close()
     assert a.cli_json("fsck")["ok"]
     # Let go on b (its `du` releases views nothing holds): the next run here frees them.
+    # b then pins only the commit it shows (a's head, following it): its tree, and no inode
+    # table (no hard links).
     b.cli("du")
-    wait_for(lambda: published(pg_url, "host-b") == ([], []), "host b to publish no pins")
+    shown = ([tree_of(pg_url, a.cli_json("log", "-n", "1")[0]["id"])], [])
+    wait_for(lambda: published(pg_url, "host-b") == shown,
+             "host b to publish only the commit it shows")
     res = a.cli_json("gc")
     assert res["chunk_bytes_freed"] >= 4 * MiB, res
 
@@ -200,4 +212,47 @@ def test_a_file_held_open_on_another_host_that_an_undo_takes_out_survives_a_gc(a
         assert held.read() == gone, "a file held open on another host lost its bytes to GC"
     finally:
         held.close()
+    assert a.cli_json("fsck")["ok"]
+
+
+# Holds a file open in a process of its own, reads it whole once told: the test process
+# holds nothing on b's mount while b is stopped (a subprocess it starts closes every
+# inherited descriptor, and closing one on a stopped FUSE daemon's mount waits for it).
+HOLD = ("import sys; f = open(sys.argv[1], 'rb'); print('open', flush=True); "
+        "sys.stdin.readline(); sys.stdout.buffer.write(f.read())")
+
+
+@pytest.mark.parametrize("heard", [True, False], ids=["b-followed-first", "gc-first"])
+def test_a_file_held_open_on_a_follower_that_the_writers_commit_drops_survives_a_gc(
+        ab_late, heard: bool) -> None:
+    """b follows a's branch and holds open a file a wrote (b has read none of it); a deletes
+    it and commits, and a's `memfs gc` starts at once. Either b showed a's new commit first
+    (the file left b's tree; b's periodic look, an hour late here, would name it) or the run
+    came first (b stopped: it still shows a's old commit, which no head names any more). b
+    published each commit it shows before showing it, and the one it showed stays in its
+    set until the next look: b reads every byte (both used to get EIO)."""
+    a, b = ab_late
+    _, gone, _ = _shown_on_b(a, b)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(b.work / "gone")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"open\n"
+        if not heard:
+            os.kill(b.proc.pid, signal.SIGSTOP)  # b hears of nothing until the run is done
+        try:
+            (a.work / "gone").unlink()
+            write_synced(a.work / "new", b"new")
+            if heard:
+                wait_for(lambda: not (b.work / "gone").exists(), "host b to follow a's commit")
+            res = a.cli_json("gc")
+        finally:
+            if not heard:
+                os.kill(b.proc.pid, signal.SIGCONT)
+        assert res["commits_dropped"] >= 1, res
+        got, _ = holder.communicate(b"read\n", timeout=120)
+        assert got == gone, "a file held open on a follower lost its bytes to GC"
+    finally:
+        holder.kill()
+        holder.wait()
+    wait_for(lambda: read(b.work / "new") == b"new", "host b to follow a's commit")
     assert a.cli_json("fsck")["ok"]

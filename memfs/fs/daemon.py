@@ -171,11 +171,11 @@ def _mount_and_serve(ws: Workspace, lock: RootLock, root: Path, mountpoint: Path
 
 async def _serve(ws: Workspace, backing: Backing, lifecycle: Lifecycle,
                  ops: MemfsOperations, root: Path, lock: RootLock) -> None:
+    pins = PinPublisher(ws, lifecycle.pg) if lifecycle.pg is not None else None
+    ws.pin_gate = pins  # first: a follower publishes the commit it shows before serving
     hosts = Hosts(ws)
     ws.hosts = hosts
     await hosts.start()
-    pins = PinPublisher(ws, lifecycle.pg) if lifecycle.pg is not None else None
-    ws.pin_gate = pins
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ws.run)
         nursery.start_soon(lifecycle.run)

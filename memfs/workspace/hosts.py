@@ -11,6 +11,11 @@ selected branch, and the branch followed while another host writes it.
   in status.
 - `takeover` moves an expired lease here and makes the branch writable, continuing from its
   last durable commit.
+- On PostgreSQL the commit a follower shows is in its pins for every host's GC (the writer's
+  next commit leaves it named by no head): before the follower shows a commit, at start or
+  followed, it publishes it (memfs.workspace.pinning.before_showing), still pinning the one
+  it shows; a commit a GC dropped meanwhile is not shown (the newer head is), and while the
+  publish fails the follower keeps showing the commit it published before, and retries.
 
 On the embedded store every claim succeeds and no other host moves a head, so this is idle.
 Loop thread; every store call runs in a worker thread; the store's watcher and lease threads
@@ -25,11 +30,14 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from memfs.store.pg.pins import PUBLISH_EVERY
 from memfs.store.store import CommitDropped
 from memfs.store.trees import DIR, decode_dir
+from memfs.workspace.pinning import NotShown
 
 log = logging.getLogger("memfs.hosts")
 PREFETCH_LIMIT = 10_000  # directory objects read ahead per followed commit
+RETRY_EVERY = PUBLISH_EVERY  # seconds between two tries at publishing a commit to show
 
 
 class Hosts:
@@ -40,6 +48,7 @@ class Hosts:
         self._token: trio.lowlevel.TrioToken | None = None
         self.followed = 0  # commits of other hosts shown here (status)
         self.dropped: str | None = None  # what a lost lease cost, once it happened
+        self.pinned: str | None = None  # the commit last published before it was shown
 
     async def start(self) -> None:
         """Start hearing other hosts (before serving; the workspace claimed its branch)."""
@@ -47,8 +56,10 @@ class Hosts:
             log.info("read-only: %s", self.ws.read_only)
         self._token = trio.lowlevel.current_trio_token()
         self.store.watch(self._heard, self._lost)
-        if self.ws.read_only is not None:  # a commit made before the watch began
-            await self.follow(await trio.to_thread.run_sync(self.store.head, self.ws.branch))
+        if self.ws.read_only is not None:  # the commit shown (published before serving),
+            branch = self.ws.branch            # or one made before the watch began
+            await self._follow_latest(branch,
+                                      await trio.to_thread.run_sync(self.store.head, branch))
 
     # -- from the store's threads ---------------------------------------------------------
     def _heard(self, branch: str, head: str) -> None:
@@ -83,26 +94,41 @@ class Hosts:
         writer committed again and a collection ran before this host showed it): a head a
         notice named is no longer kept once it is not the head. A branch head is never
         dropped, so the head read again is newer, unless the branch moved back to a dropped
-        commit, which no head move allows."""
+        commit, which no head move allows. While the commit cannot be published for other
+        hosts' GC (the server away), the one shown stays, and the publish is tried again."""
+        told = None
         while True:
             try:
                 await self.follow(head)
                 return
             except CommitDropped:
-                newer = await trio.to_thread.run_sync(self.store.head, branch)
-                if newer == head:
-                    log.error("branch %s's head %s was dropped: not followed", branch, head[:12])
-                    return
-                head = newer
+                pass
+            except NotShown as exc:
+                if not exc.dropped:
+                    if told != head:
+                        log.warning("not showing %s yet: it could not be published for "
+                                    "other hosts' garbage collection (%s)", head[:12], exc)
+                        told = head
+                    await trio.sleep(RETRY_EVERY)
+                    continue
+            newer = await trio.to_thread.run_sync(self.store.head, branch)
+            if newer == head:
+                log.error("branch %s's head %s was dropped: not followed", branch, head[:12])
+                return
+            head = newer
 
     async def follow(self, head: str) -> None:
-        """Show `head` (another host's commit): objects read ahead in a thread, then the tree
-        replaced under the commit lock, as an undo replaces it."""
-        if head == self.ws.head:
-            return
-        await trio.to_thread.run_sync(self._read_ahead, self.ws.head, head)
+        """Show `head` (another host's commit): objects read ahead in a thread, then, under
+        the commit lock, the commit published for other hosts' GC and the tree replaced,
+        as an undo replaces it."""
         ws = self.ws
+        if head == ws.head and self._published(head):
+            return
+        await trio.to_thread.run_sync(self._read_ahead, ws.head, head)
         async with ws._commit_lock:
+            if head == ws.head and self._published(head):
+                return
+            await self._publish(head)
             if head == ws.head:
                 return
             if ws.root.dirty or ws.mutation_seq != ws.durable_seq:
@@ -115,6 +141,28 @@ class Hosts:
             ws.durable_seq = ws.mutation_seq
             ws.dirty_since = None
             self.followed += 1
+
+    def _published(self, head: str) -> bool:
+        return self.ws.pin_gate is None or self.pinned == head
+
+    async def _publish(self, head: str) -> None:
+        """Before `head` is shown: published (pinning.before_showing; NotShown or
+        CommitDropped if it cannot be)."""
+        gate = self.ws.pin_gate
+        if gate is None:
+            return
+        try:
+            tree, table = await trio.to_thread.run_sync(self._refs_of, head)
+        except CommitDropped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the server away: retried
+            raise NotShown(head, str(exc)) from None
+        await gate.before_showing(head, tree, table)
+        self.pinned = head
+
+    def _refs_of(self, head: str) -> tuple[str, str | None]:
+        """Worker thread: the commit's tree and inode table (cached by the read-ahead)."""
+        return self.store.commit(head).tree, self.store.inode_table(head)
 
     def _read_ahead(self, old: str, new: str) -> None:
         """Worker thread: the new commit, its inode table, and the directory objects on the

@@ -233,8 +233,15 @@ def pins_of(ws: Workspace, *, in_tree: bool = False) -> gc.Pins:
     and inode tables of views shown under .memfs (every view root the kernel may still
     hold, not only those cached for reuse), and the content of files held open that are no
     longer in the tree (unlinked, replaced by an undo) or belong to a view. `in_tree`: the
-    held ones still in the tree too (before an undo or restore moves the head off them)."""
+    held ones still in the tree too (before an undo or restore moves the head off them).
+    While this host follows a branch another host writes, the commit it shows too (tree and
+    inode table): the writer's next commit leaves it named by no head (memfs.workspace.hosts
+    publishes it before showing it)."""
     pins = gc.Pins()
+    if ws.read_only is not None and ws.root.ref:
+        pins.trees.add(ws.root.ref)
+        if ws.inodes.table:
+            pins.refs.add(Ref(INODES, ws.inodes.table))
     for root in ws._view_roots.values():
         if root.ref:
             pins.trees.add(root.ref)

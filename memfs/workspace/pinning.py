@@ -16,8 +16,14 @@ published (the server away) fails with EIO and is published at the next try. So 
 on another host sweeps what a view shows here, however late the periodic look would be.
 
 Likewise before this host moves a head off a file it holds open (a commit of its unlink,
-an undo, a restore: `before_head_moves`), a grown set is published first. What a commit
-from another host takes out of the tree this host follows is published at the next look.
+an undo, a restore: `before_head_moves`), a grown set is published first. A host that
+follows a branch another host writes pins the commit it shows (lifecycle.pins_of): the
+writer's next commit leaves it named by no head, and a run may start before this host hears
+of that commit. So before it shows a commit (memfs.workspace.hosts: at start and at each
+followed commit), `before_showing` publishes the set with that commit added, checked as a
+view's is, while the one it still shows stays in it; the next look drops the old one. A
+file held open that the new commit takes out stays kept through the old one's tree until
+that look names it alone.
 
 On the embedded store one daemon owns the store and its own GC asks the loop directly, so
 this does not run.
@@ -36,6 +42,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from memfs.store.pg import pins as host_pins
+from memfs.store.refs import INODES, Ref
 from memfs.workspace.lifecycle import pins_of
 from memfs.workspace.nodes import WorkspaceError
 
@@ -56,6 +63,16 @@ class Shown:
 
     gone: set[int] = field(default_factory=set)
     failed: str | None = None
+
+
+class NotShown(Exception):  # noqa: N818 - an outcome the follower acts on, not a fault
+    """A commit to show was not published: `dropped`, a GC dropped it (follow the newer
+    head); else the server's error (keep showing the commit published before; retry)."""
+
+    def __init__(self, commit_id: str, error: str | None = None) -> None:
+        super().__init__(error or f"commit {commit_id[:12]} was dropped by garbage collection")
+        self.commit_id = commit_id
+        self.dropped = error is None
 
 
 class PinPublisher:
@@ -115,6 +132,32 @@ class PinPublisher:
             except Exception as exc:  # noqa: BLE001 - the server away: the move fails too
                 self._failed(exc)
 
+    async def before_showing(self, commit_id: str, tree: str, table: str | None) -> None:
+        """Before this host shows another host's commit (loop, the commit lock held by
+        memfs.workspace.hosts): the set, with that commit's tree and inode table, published
+        with the check that the commit is still there. NotShown if it is not, or the
+        publish failed."""
+        async with self._lock:
+            if self._stopped:
+                return
+            for _ in range(TRIES):
+                pins = pins_of(self.ws)
+                pins.trees.add(tree)
+                if table:
+                    pins.refs.add(Ref(INODES, table))
+                try:
+                    gone = await self._publish(pins, also={commit_id})
+                except Exception as exc:  # noqa: BLE001 - the follower retries
+                    self._failed(exc)
+                    raise NotShown(commit_id, str(exc)) from None
+                if commit_id in gone:
+                    raise NotShown(commit_id)
+                if not gone:
+                    return
+                self._forget(gone)  # fresh views of dropped commits: the set changed
+            raise NotShown(commit_id, "the views' commits kept being dropped by garbage "
+                           "collection")
+
     async def publish_if_due(self) -> None:
         async with self._lock:
             if not self._stopped:
@@ -131,15 +174,17 @@ class PinPublisher:
         except Exception as exc:  # noqa: BLE001 - the server away: the next look tries again
             self._failed(exc)
 
-    async def _publish(self, pins: Pins | None = None) -> set[str]:
+    async def _publish(self, pins: Pins | None = None, also: set[str] | None = None
+                       ) -> set[str]:
         """One checked publish of the set as it is now, or `pins` (under `_lock`): the
-        commits of fresh views found gone (nothing was published then), else none."""
+        commits of fresh views, or of `also`, found gone (nothing was published then), else
+        none."""
         fresh = dict(self.fresh)
         pins = pins if pins is not None else pins_of(self.ws)
         now = trio.current_time()
         gone = await trio.to_thread.run_sync(host_pins.publish_checked, self.store,
                                              self.hostname, pins, self.ttl,
-                                             set(fresh.values()))
+                                             set(fresh.values()) | (also or set()))
         if not gone:
             for node_id in fresh:  # views made during the publish stay fresh
                 self.fresh.pop(node_id, None)

@@ -16,8 +16,10 @@ commit does, checks that the views' commits are still in `commits`, and replaces
 So no GC step that deletes rows runs inside it, and either the publish commits first (the
 drop step and every sweep batch read the table under SWEEP_KEY exclusive: they keep it) or
 the drop step came first and the check finds the commit gone (the view is refused, absent,
-not half swept). A commit still there is kept by the run in course, whole. Other changes
-of the set (a file held open leaving the tree) are published within PUBLISH_EVERY seconds.
+not half swept). A commit still there is kept by the run in course, whole. A follower's
+next commit to show is published the same way before it is shown (a host that follows a
+branch pins the commit it shows), and so is a set that grew before this host moves a head.
+Other changes of the set are published within PUBLISH_EVERY seconds.
 
 Imports nothing of psycopg at load (the embedded store's daemon imports this module's
 publisher, and the `pg` extra is optional). Threads: every function runs in the caller's thread on a connection it is given or the

@@ -45,3 +45,42 @@ def test_a_connection_limit_is_named_with_its_remedy(pg_cluster, tmp_path: Path)
     assert "max_connections" in out.stderr and "PgBouncer" in out.stderr, out.stderr
     assert "check that the server runs" not in out.stderr, out.stderr
     assert memfs("log").returncode == 0  # the limit gone, the same command works
+
+
+# What PostgreSQL says when an allocation fails (SQLSTATE 53200), raised by a trigger the test
+# puts on the policy's table, so the server answers `memfs config` with it.
+OUT_OF_MEMORY = """
+CREATE FUNCTION test_out_of_memory() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'out of memory' USING ERRCODE = 'out_of_memory',
+        DETAIL = 'Failed on request of size 8192 in memory context "ExecutorState".';
+END $$;
+CREATE TRIGGER test_out_of_memory BEFORE INSERT OR UPDATE ON memfs_meta
+    FOR EACH ROW EXECUTE FUNCTION test_out_of_memory();
+"""
+
+
+def test_a_server_out_of_memory_is_named_with_its_remedy(pg_cluster, tmp_path: Path) -> None:
+    """The server answers a write with out_of_memory (SQLSTATE 53200): memfs says the server
+    is out of memory and points at its memory settings, not "check that the server runs"
+    (it runs: it answered)."""
+    url = pg_cluster.new_database()
+    root = host_root(tmp_path, "a", url)
+
+    def memfs(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memfs", "--root", str(root), *args],
+                              capture_output=True, text=True, cwd=REPO, timeout=120)
+
+    assert memfs("init").returncode == 0
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(OUT_OF_MEMORY)
+    out = memfs("config", "keep-all", "2d")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "is out of memory: out of memory" in out.stderr, out.stderr
+    assert "work_mem" in out.stderr and "memory settings" in out.stderr, out.stderr
+    assert "check that the server runs" not in out.stderr, out.stderr
+    assert "unreachable" not in out.stderr, out.stderr
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER test_out_of_memory ON memfs_meta")
+    assert memfs("config", "keep-all", "2d").returncode == 0  # memory back: the same works
+    assert "2d" in memfs("config", "keep-all").stdout

@@ -37,11 +37,25 @@ class StoreFull(ServerError):
 
     Of the other "insufficient resources" errors (class 53), none is this: out of memory and
     too many connections pass with time or settings, not by freeing space, and refusing
-    writes with ENOSPC for them would send the user deleting files for nothing. They stay
-    with the lost connection (StoreUnreachable); a refused connection has no SQLSTATE in
-    psycopg anyway (only the server's message, perhaps translated)."""
+    writes with ENOSPC for them would send the user deleting files for nothing (StoreShort;
+    a refused connection has no SQLSTATE in psycopg: only the server's message, perhaps
+    translated, tells the connection limit)."""
 
     errno = errno.ENOSPC
+
+
+class StoreShort(ServerError):
+    """The server is out of memory (SQLSTATE 53200), or short of another resource of class 53
+    but its disk (53100) and its connection limit (53300): it answered, so it runs and this
+    host may connect; the remedy is the server's memory settings or its load, and the same
+    request may pass later (a commit is retried). EIO through the mount, as a lost server."""
+
+    errno = errno.EIO
+
+
+# SQLSTATE class 53, "insufficient resources", but a full disk and the connection limit.
+_SHORT = {"53000": "short of a resource", "53200": "out of memory",
+          "53400": "at a configured limit"}
 
 
 def server_name(url: str) -> str:
@@ -68,8 +82,9 @@ _CONNECTION_LIMIT = ("too many clients already", "remaining connection slots are
 
 
 def server_error(url: str, exc: BaseException) -> ServerError:
-    """The error a caller sees for `exc`: a full disk on the server, or a server out of
-    reach (a lost connection, one not made, a server out of some other resource)."""
+    """The error a caller sees for `exc`: a full disk on the server, a server out of memory
+    (or of another resource), its connection limit reached, or a server out of reach (a
+    lost connection, one not made)."""
     from memfs.store.backend import redact
 
     if isinstance(exc, psycopg.errors.DiskFull):
@@ -77,6 +92,17 @@ def server_error(url: str, exc: BaseException) -> ServerError:
                          f"its disk: {_words(exc)}",
                          "free space on the server's disk (its data directory, or the "
                          "tablespace holding the file it names)")
+    short = _SHORT.get(getattr(exc, "sqlstate", None) or "")
+    if short is not None:
+        return StoreShort(
+            f"the PostgreSQL server at {server_name(url)} is {short}: {_words(exc)}",
+            "the server is short of memory: check its memory settings (work_mem, "
+            "maintenance_work_mem, shared_buffers, max_connections; for \"out of shared "
+            "memory\", max_locks_per_transaction) against the machine's memory and what else "
+            "runs there, then retry; memfs retries its commits meanwhile"
+            if short == "out of memory" else
+            "a server setting or its load limits it (its words above name what): raise the "
+            "setting or ease the load, then retry; memfs retries its commits meanwhile")
     text = str(exc)
     if any(words in text for words in _CONNECTION_LIMIT):
         return StoreUnreachable(

@@ -256,3 +256,36 @@ def test_a_file_held_open_on_a_follower_that_the_writers_commit_drops_survives_a
         holder.wait()
     wait_for(lambda: read(b.work / "new") == b"new", "host b to follow a's commit")
     assert a.cli_json("fsck")["ok"]
+
+
+def test_a_file_held_open_after_a_switch_to_the_writers_branch_survives_a_gc(ab_late) -> None:
+    """b works on a branch of its own while a writes `gone` on main, then switches to main:
+    b shows a's head, which b never followed. b holds `gone` open (read none of it), a
+    deletes it and commits, and a's `memfs gc` starts before b hears of it (b stopped): the
+    commit b shows is no head any more. The switch published it before showing it: b reads
+    every byte (b's periodic look, an hour late here, was the only publish of it)."""
+    a, b = ab_late
+    _shown_on_b(a, b)
+    b.cli("branch", "create", "b-work")
+    b.cli("branch", "switch", "b-work")
+    gone = os.urandom(2 * MiB)
+    write_synced(a.work / "gone", gone)  # on main; b on b-work shows the older copy
+    b.cli("branch", "switch", "main")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(b.work / "gone")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"open\n"
+        os.kill(b.proc.pid, signal.SIGSTOP)  # b hears of nothing until the run is done
+        try:
+            (a.work / "gone").unlink()
+            write_synced(a.work / "new", b"new")
+            res = a.cli_json("gc")
+        finally:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        assert res["commits_dropped"] >= 1, res
+        got, _ = holder.communicate(b"read\n", timeout=120)
+        assert got == gone, "a file held open after a switch lost its bytes to GC"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert a.cli_json("fsck")["ok"]

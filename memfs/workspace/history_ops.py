@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from memfs.workspace.attribution import Attribution
     from memfs.workspace.hold import ChangeHold
     from memfs.workspace.hooks import BackingHooks
+    from memfs.workspace.hosts import Hosts
     from memfs.workspace.pinning import PinPublisher
 
 VIEWS_KEPT = 4096  # read-only view roots remembered (by place and commit)
@@ -63,6 +64,7 @@ class HistoryOps:
     root: Node
     hold: ChangeHold
     read_only: str | None  # why the tree takes no changes (another host's branch), or None
+    hosts: Hosts | None  # this host's part in a shared store, while a daemon serves it
     backing: BackingHooks
 
     async def _commit_locked(self, message: str = "") -> str | None: ...
@@ -122,6 +124,8 @@ class HistoryOps:
             head = await trio.to_thread.run_sync(self._switch_store, name)
             self.branch = name
             self.read_only = None if claim.writable else claim.reason()
+            if self.read_only is not None and self.hosts is not None:  # another host's head:
+                head = await self.hosts.published_to_show(name, head)  # in every host's GC
             self._replace_tree(head)
         if old != name:
             await trio.to_thread.run_sync(self.store.release, old)

@@ -315,6 +315,22 @@ def test_odd_symlinks_with_following_on(tree: Path):
     assert "a.txt" in o.files
 
 
+def test_the_next_walk_takes_the_memos_a_walk_made(tree: Path):
+    """The memos a walk made are the ones the next quiet walk takes (by identity, per
+    directory), not memos it made again: before the path table this was `again.files[p] is
+    built.files[p]`; comparing the taken memos with memo.dirs after the walk cannot tell."""
+    cache = observe(tree, clock=later).hashed
+    memo = WalkMemo()
+    built = observe(tree, cache=cache, memo=memo)
+    made = dict(memo.dirs)
+    assert made.keys() == {"", "src", "src/deep"}
+    again = observe(tree, cache=cache, memo=memo)
+    assert isinstance(again.files, WalkFiles) and not again.files.own
+    assert again.files.memos.keys() == made.keys()
+    assert all(again.files.memos[d] is m for d, m in made.items())
+    assert all(again.files[p] == built.files[p] for p in built.files)
+
+
 def test_directory_memos_are_taken_only_while_unchanged(tree: Path):
     """A walk with the mount's memo (observe.DirMemo) takes a quiet directory's facts as they
     are, and a whole quiet walk hands out the very same files dict; a rewrite (same size,

@@ -400,3 +400,31 @@ async def test_the_store_view_keeps_no_object_per_unloaded_file(tmp_path: Path) 
     assert len(s) == n and s["f0007.txt"].digest == xxhash.xxh3_128_hexdigest(b"7\n")
     assert per < 100, f"{per:.0f} B a file"  # 54 measured; 286 with an object per file
     close(ws, b)
+
+
+@pytest.mark.trio
+async def test_files_loaded_after_a_walk_need_no_hash_again(tmp_path: Path) -> None:
+    """A whole walk's table takes its unloaded files' digests out of `digests`; once a lookup
+    loads their directory, the next walk must still know them (a ref is immutable): before
+    the packed table nothing was hashed again, with it every loaded file was re-read from the
+    store at the next pass (3000 of 3000 here)."""
+    from helpers.backing import attached, close
+
+    from memfs.backing.storeview import Unbuilt, hash_refs
+
+    n = 3000  # a take-in this large unloads its files
+    ws, b, _ = await attached(tmp_path, {f"f{i:04d}.txt": f"{i}\n" for i in range(n)})
+    await b.run_pass("work")
+    view = StoreView(ws)
+    nodes, refs = view.nodes("work")
+    assert all(isinstance(u, Unbuilt) for u in nodes.values()) and len(refs) == n
+    view.learn(hash_refs(ws.store, refs))
+    view.view(nodes)  # the mount's last whole view
+    top = view.mount_node("work")
+    assert top is not None
+    ws.children(top)  # a lookup loads the directory: its files are nodes now
+    ws.mutation_seq += 1  # a change elsewhere: the next question walks again
+    again, refs = view.nodes("work")
+    assert not any(isinstance(u, Unbuilt) for u in again.values())
+    assert refs == [], f"{len(refs)} of {n} digests to hash again"
+    close(ws, b)

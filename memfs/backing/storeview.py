@@ -6,7 +6,8 @@ Owns four caches, all written on the trio loop only:
   stale. Refs not cached yet are hashed by a pass's worker thread (`ref_digest`, reading the
   store) and handed back; the loop merges them (`learn`). An unloaded file's digest is kept
   by the walk's table instead (memfs.backing.storefiles: 16 bytes beside its ref), and an
-  entry here moves into a whole walk's table once its node is unloaded.
+  entry here moves into a whole walk's table once its node is unloaded, and back from the
+  last walk's tables once a lookup loads it again (no re-read of the store).
 - `draft_digests`: node id -> (ver, digest) of a dirty file, hashed from its live bytes. `ver`
   moves on every write and truncate, so a remembered digest is served only for the bytes it
   was computed from (a stale one could read a draft as agreed and let a disk edit overwrite
@@ -130,6 +131,18 @@ class RefDigests:
 StoreFile = Node | Unbuilt  # what a pass decides a store file on
 
 
+def _from_tables(digests: RefDigests, olds: list[FileTable], path: str, key: RefKey) -> None:
+    """A loaded file's digest from a former walk's table, where it was an unloaded file with
+    the same ref and size (the table took it out of `digests`): back into `digests`."""
+    for old in olds:
+        i = old.index(path)
+        if i >= 0 and old.known[i] and old.key(i) == key:
+            digest = old.digest(i)
+            if digest is not None:
+                digests[key] = digest
+            return
+
+
 class StoreView:
     """The live tree's side of one workspace's backed mounts (see the module docstring)."""
 
@@ -241,14 +254,17 @@ class StoreView:
         memo = self._memo
         if memo is None or memo[0] != key:
             nodes = self._walk(top, scope)
-            self._carry(nodes.table, mount, scope)
+            olds = self._carry(nodes.table, mount, scope)
             # What is still to hash: (ref, size) -> the table's positions that want it, -1
             # for a loaded node (whose digest `digests` keeps).
             refs: dict[RefKey, list[int]] = {}
-            for node in nodes.loaded.values():
+            digests = self.digests
+            for p, node in nodes.loaded.items():
                 if not node.dirty and node.ref is not None:
-                    refs.setdefault(
-                        (node.ref, node.data.size if node.data is not None else 0), []).append(-1)
+                    k = (node.ref, node.data.size if node.data is not None else 0)
+                    if olds and k not in digests:
+                        _from_tables(digests, olds, p, k)  # its directory loaded since
+                    refs.setdefault(k, []).append(-1)
             table = nodes.table
             for i in table.unknown():
                 refs.setdefault(table.key(i), []).append(i)
@@ -264,23 +280,29 @@ class StoreView:
         return {key: at for key, at in refs.items()
                 if any(not known[i] if i >= 0 else key not in digests for i in at)}
 
-    def _carry(self, table: FileTable, mount: str, scope: str) -> None:
+    def _carry(self, table: FileTable, mount: str, scope: str) -> list[FileTable]:
         """A new walk's table takes the digests known for its files: from the last walk's
         table and the mount's last whole view (same path, ref and size), else from `digests`
-        (a loaded node's, unloaded since; a whole walk's table keeps it from here on)."""
+        (a loaded node's, unloaded since; a whole walk's table keeps it from here on).
+        Returns those former tables (a file loaded since takes its digest from them)."""
         memo, last = self._memo, self._last.get(mount)
-        if memo is not None and memo[0][0] == mount:
-            table.carry(memo[1].table)
-        if last is not None and last.table is not (memo[1].table if memo else None):
-            table.carry(last.table)
+        olds = []
+        if memo is not None and memo[0][0] == mount and len(memo[1].table):
+            olds.append(memo[1].table)
+        if last is not None and last.table is not (memo[1].table if memo else None) \
+                and len(last.table):
+            olds.append(last.table)
+        for old in olds:
+            table.carry(old)
         digests, whole = self.digests, scope == ""
         if not len(digests):
-            return
+            return olds
         for i in table.unknown():
             ref, size = table.key(i)
             digest = digests.pop(ref, size) if whole else digests.of(ref, size)
             if digest is not None:
                 table.set_digest(i, digest)
+        return olds
 
     def _key(self, mount: str, scope: str, top: Node | None = None) -> tuple[object, ...]:
         ws = self.ws

@@ -57,8 +57,9 @@ def code_of(name: str | None) -> int:
             if got is None:
                 if len(_NAMES) >= 0xFFFF:
                     raise ValueError("too many distinct kinds and MIME types")
-                got = _CODES[name] = len(_NAMES)
-                _NAMES.append(name)
+                got = len(_NAMES)
+                _NAMES.append(name)  # the name first: a reader that sees the code finds it
+                _CODES[name] = got
     return got
 
 

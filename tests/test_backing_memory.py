@@ -428,3 +428,28 @@ async def test_files_loaded_after_a_walk_need_no_hash_again(tmp_path: Path) -> N
     assert not any(isinstance(u, Unbuilt) for u in again.values())
     assert refs == [], f"{len(refs)} of {n} digests to hash again"
     close(ws, b)
+
+
+@pytest.mark.trio
+async def test_a_take_in_keeps_no_plan_past_its_pass(tmp_path: Path) -> None:
+    """A pass that took files in made its plan on a view that is gone: kept (the planner's
+    memo, the mount state's last applied plan), its decisions and the walk's records it holds
+    stayed alive through the next pass's walk and store view, the attach's memory peak
+    (docs/performance.md). A quiet pass's plan is still kept, for the next one to reuse."""
+    from helpers.backing import attached, close
+
+    from memfs.reconcile.plan import PassPlan
+
+    n = 300
+    ws, b, _ = await attached(tmp_path, {f"f{i:03d}.txt": f"{i}\n" for i in range(n)})
+    gc.collect()
+    assert "" not in b.planner.last.get("work", {})
+    assert b.passes.states.of("work").applied is None
+    big = [o for o in gc.get_objects() if isinstance(o, PassPlan) and len(o.decisions) >= n]
+    assert big == [], "the take-in's plan is still alive"
+    await b.run_pass("work")  # quiet: its plan is kept for the next pass
+    assert "" in b.planner.last["work"]
+    plan = b.planner.last["work"][""][1]
+    await b.run_pass("work")
+    assert b.planner.last["work"][""][1] is plan
+    close(ws, b)

@@ -248,6 +248,12 @@ class Passes:
         if sp.refused:
             return NotDecided(mount, refused=sp.refused)
         done = await self._apply(b, st, scope, gathered, nodes, s_view, plan, sp)
+        if done.taken or done.removed:
+            # Kept, this plan would hold its decisions and the walk's records (the take-in's
+            # hashes) through the next pass's walk and store view: the attach's peak
+            # (docs/performance.md). The view it was made on is gone, so it is never reused.
+            self.planner.forget_scope(mount, scope)
+            st.applied = None  # its identity with a plan that is not handed out again
         big = len(sp.take) + len(got.obs.hashed) >= TRIM_AFTER
         if big or mount in self.trim_next:
             # This pass's own structures are freed first (what the memos keep stays).

@@ -54,6 +54,12 @@ class Planner:
     def forget(self, mount: str) -> None:
         self.last.pop(mount, None)
 
+    def forget_scope(self, mount: str, scope: str) -> None:
+        """A scope's plans dropped: a pass that changed the tree under them (its next view
+        differs, so they would not be reused) lets its decisions and the walk's records it
+        holds go before the next walk, not after the next plan."""
+        self.last.get(mount, {}).pop(scope, None)
+
     def plan(self, mount: str, given: PlanInputs) -> tuple[PassPlan, SyncPlan]:
         """plan_pass and plan_sync (which refuses a path sync when the branch it gathered on
         is not the one it was asked on, `branch_now`), or the last pass's when equal."""

@@ -63,8 +63,9 @@ def code_of(name: str | None) -> int:
     return got
 
 
-def _pack(digest: str | None) -> bytes | None:
-    """16 raw bytes for a 32-digit lowercase hex digest (what the walk makes), else None."""
+def pack16(digest: str | None) -> bytes | None:
+    """16 raw bytes for a 32-digit lowercase hex digest (what the walk makes), else None (not
+    the canonical spelling: kept as text). Also the store side's (memfs.backing.storefiles)."""
     if digest is None or len(digest) != 32:
         return None
     try:
@@ -122,7 +123,7 @@ class FingerprintTable(Mapping[str, Row]):
             self._len += 1
         self.size[i], self.mtime[i], self.ctime[i] = row.size, row.mtime_ns, row.ctime_ns
         self.ino[i], self.dev[i], self.hashed[i] = row.ino, row.dev, row.hashed_at_ns
-        raw = _pack(row.digest)
+        raw = pack16(row.digest)
         self.digests[16 * i:16 * i + 16] = _ZERO if raw is None else raw
         if raw is None:
             self.odd[i] = row.digest

@@ -24,8 +24,9 @@ from array import array
 from bisect import bisect_left
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from sys import intern
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
+from memfs.pathtable import pack16
 from memfs.reconcile.facts import shared_content
 from memfs.reconcile.rule import MODE_BITS, MODES, Content
 from memfs.store.trees import FILE, Entry
@@ -34,20 +35,10 @@ from memfs.workspace.nodes import FileData, shared_int, unloaded
 if TYPE_CHECKING:
     from memfs.workspace.nodes import Node
 
+V = TypeVar("V")
 CHUNK_REF = "c:"
 PACK_BATCH = 256  # refs packed at once while a table is built
 _NONE16 = bytes(16)
-
-
-def pack16(text: str) -> bytes | None:
-    """The 16 bytes a 32-digit lowercase hex string spells (None: not one; kept as text)."""
-    if len(text) != 32:
-        return None
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        return None
-    return raw if raw.hex() == text else None
 
 
 def _pack_refs(refs: list[str]) -> tuple[bytearray, dict[int, str]]:
@@ -268,7 +259,25 @@ class FileTable:
 EMPTY_TABLE = FileTable()
 
 
-class StoreFiles(Mapping[str, "Node | Unbuilt"]):
+class _LoadedAndTable(Generic[V]):
+    """The paths of a view: loaded nodes' (a dict) first, then the table's unloaded files.
+    Shared by StoreFiles and StoreContents, which differ in what a path maps to."""
+
+    loaded: Mapping[str, V]
+    table: FileTable
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.loaded or (isinstance(path, str) and self.table.index(path) >= 0)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.loaded
+        yield from self.table.paths
+
+    def __len__(self) -> int:
+        return len(self.loaded) + len(self.table)
+
+
+class StoreFiles(_LoadedAndTable["Node | Unbuilt"], Mapping[str, "Node | Unbuilt"]):
     """path -> the loaded node, or an Unbuilt built from the table (read-only)."""
 
     __slots__ = ("loaded", "table")
@@ -291,16 +300,6 @@ class StoreFiles(Mapping[str, "Node | Unbuilt"]):
             return self[path]
         except KeyError:
             return default  # type: ignore[return-value]
-
-    def __contains__(self, path: object) -> bool:
-        return path in self.loaded or (isinstance(path, str) and self.table.index(path) >= 0)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self.loaded
-        yield from self.table.paths
-
-    def __len__(self) -> int:
-        return len(self.loaded) + len(self.table)
 
     def keys(self) -> KeysView[str]:
         return KeysView(self)
@@ -338,7 +337,7 @@ class _Items(ItemsView[str, "Node | Unbuilt"]):
             yield p, table.unbuilt(i)
 
 
-class StoreContents(Mapping[str, Content]):
+class StoreContents(_LoadedAndTable[Content], Mapping[str, Content]):
     """The rule's S: path -> Content, the loaded files' as objects, the table's built when
     asked (its digests all known; read-only, as every view handed out)."""
 
@@ -363,16 +362,6 @@ class StoreContents(Mapping[str, Content]):
             return got
         i = self.table.index(path)
         return self.table.content(i) if i >= 0 else default  # type: ignore[return-value]
-
-    def __contains__(self, path: object) -> bool:
-        return path in self.loaded or (isinstance(path, str) and self.table.index(path) >= 0)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self.loaded
-        yield from self.table.paths
-
-    def __len__(self) -> int:
-        return len(self.loaded) + len(self.table)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, StoreContents) and self.loaded.keys() == other.loaded.keys() \

@@ -265,9 +265,9 @@ def _apply(root: Path, memory: MemoryStore, receipt: Receipt,
             raise MemfsError(f"{scope} commit produced {got[:16]}, planned {rev.planned_after}",
                              "report this as a bug; the receipt stays `committing` for recovery")
     crash_point("commit-after-swap")
-    done = _finish(root, receipt, COMMITTED, by, "swapped in")
+    final = _finish(root, receipt, COMMITTED, by, "swapped in")
     crash_point("commit-after-committed")
-    return done
+    return final
 
 
 def _finish(root: Path, receipt: Receipt, state: str, by: str, detail: str,
@@ -403,7 +403,7 @@ class RecoveryOutcome:
 @dataclass(frozen=True)
 class RecoveryReport:
     outcomes: list[RecoveryOutcome]
-    damaged: list[tuple[Path, str]]
+    damaged: list[tuple[Path | str, str]]  # a receipt file or row that could not be read
     temp_files_removed: int
 
     @property

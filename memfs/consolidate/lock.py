@@ -22,8 +22,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memfs.errors import MemfsError
+
+if TYPE_CHECKING:
+    import psycopg
 
 LOCK_NAME = "review.lock"
 
@@ -45,6 +49,13 @@ def held_here(root: Path) -> bool:
     """True when some thread of this process holds the review lock of `root`."""
     with _guard:
         return _key(root) in _holders
+
+
+def _try_review_lock(conn: psycopg.Connection) -> bool:
+    """One try at the server's review lock (a session-level advisory lock: it goes with the
+    connection, so a host that dies frees it)."""
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (REVIEW_KEY,)).fetchone()
+    return bool(row and row[0])
 
 
 @contextmanager
@@ -117,7 +128,7 @@ def _database_lock(root: Path, deadline: float | None, timeout: float | None) ->
     conn = connect(loc.url, autocommit=True)
     try:
         delay = 0.01
-        while not conn.execute("SELECT pg_try_advisory_lock(%s)", (REVIEW_KEY,)).fetchone()[0]:
+        while not _try_review_lock(conn):
             if deadline is not None and time.monotonic() >= deadline:
                 raise MemfsError(f"a review on another host holds the shared store's review "
                                  f"lock (waited {timeout} s)",

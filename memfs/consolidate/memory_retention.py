@@ -47,11 +47,12 @@ def namings(receipts: list[Receipt]) -> dict[str | None, list[Naming]]:
         at = iso_ns(r.updated_at)
         for scope in SCOPES:
             key = None if scope == "global" else r.workspace
-            revs = set()
+            revs: set[str] = set()
             if scope in r.scopes:
-                revs.add(r.scopes[scope].before)
-                if r.scopes[scope].planned_after:
-                    revs.add(r.scopes[scope].planned_after)
+                planned = r.scopes[scope]
+                revs.add(planned.before)
+                if planned.planned_after:
+                    revs.add(planned.planned_after)
             if scope in r.observed:
                 revs.add(r.observed[scope])
             out.setdefault(key, []).extend(

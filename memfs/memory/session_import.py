@@ -38,7 +38,7 @@ def parse_turn_file(path: Path) -> list[tuple[str, str]]:
             continue
         try:
             item = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise SessionError(f"{path}:{n}: not JSON ({exc.msg})",
                                "one JSON object per line") from None
         turns.append(_turn(item, f"{path}:{n}"))

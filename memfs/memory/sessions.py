@@ -12,6 +12,7 @@ numbers, so a gap shows where hidden turns were.
 
 from __future__ import annotations
 
+import builtins  # `list` below is a method: annotations after it name the type this way
 import fcntl
 import json
 import os
@@ -253,7 +254,7 @@ class SessionStore:
                              visible_turns=frozenset(t.index for t in turns if is_visible(t)),
                              workspace=header.get("workspace"))
 
-    def projection(self, frozen: FrozenSession) -> list[ProjectedTurn]:
+    def projection(self, frozen: FrozenSession) -> builtins.list[ProjectedTurn]:
         """The model-visible turns of the frozen prefix, with their session numbers."""
         turns = self.turns(frozen.id)[: frozen.turn_count]
         if len(turns) != frozen.turn_count or turns_hash(turns) != frozen.content_hash:

@@ -82,8 +82,8 @@ class SharedSessionStore(SessionStore):
                              (sid,)).fetchall():
                 raise SessionError(f"no session {sid!r} in {self.where}",
                                    "create one with `memfs session new`")
-            last = c.execute("SELECT coalesce(max(idx), 0) FROM session_turns WHERE "
-                             "session = %s", (sid,)).fetchone()[0]
+            (last,) = c.execute("SELECT coalesce(max(idx), 0) FROM session_turns WHERE "
+                                "session = %s", (sid,)).fetchone() or (0,)
             numbers = list(range(last + 1, last + 1 + len(turns)))
             with c.cursor() as cur:
                 cur.executemany("INSERT INTO session_turns VALUES (%s, %s, %s)", [

@@ -308,7 +308,7 @@ class MemoryStore:
             self._record(current, src)  # NoSuchRecord unless it is there
             if src == dst:
                 return current.revision
-            changes = [Delete(src), Put(dst, current.records[src])]
+            changes: list[Change] = [Delete(src), Put(dst, current.records[src])]
             return self._commit_records(current, preview_workspace_changes(current, changes))
 
     def replace_global(self, content: str) -> str:

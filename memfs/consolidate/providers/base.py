@@ -157,6 +157,12 @@ class Provider(Protocol):
 
     name: str
     model: str
+    key_var: str  # the environment variable the key is read from, per request
+
+    @property
+    def url(self) -> str:
+        """The endpoint a request is posted to."""
+        ...
 
     def request_body(self, transcript: Transcript, tool: ToolSpec, max_tokens: int) -> dict:
         """The exact JSON body sent (what the worker session records; it holds no key)."""

@@ -26,7 +26,7 @@ async def refresh_policy(ws: Workspace) -> None:
     Out of reach, the last one read stands."""
     if ws.store.remote:
         try:
-            ws._policy_seen = await trio.to_thread.run_sync(ws.store.policy)
+            ws.policy_seen = await trio.to_thread.run_sync(ws.store.policy)
         except MemfsError:
             pass
 
@@ -36,8 +36,8 @@ def retention(ws: Workspace) -> dict:
     reached)."""
     shared = not isinstance(ws.store, EmbeddedStore)  # in PostgreSQL: no space floor
     if not ws.store.remote:  # a short local read, as every status made it
-        ws._policy_seen = ws.store.policy()
-    policy = ws._policy_seen
+        ws.policy_seen = ws.store.policy()
+    policy = ws.policy_seen
     if policy is None:  # a server out of reach since the start
         return {"policy": None, "summary": "the policy could not be read (the store "
                 "is out of reach)"}
@@ -52,7 +52,7 @@ def status(ws: Workspace) -> dict:
         "branch": ws.branch,
         "head": ws.head,
         "pending": ws.mutation_seq - ws.durable_seq,
-        "pending_bytes": ws._dirty_bytes,
+        "pending_bytes": ws.pending_bytes,
         "nodes": len(ws.nodes),
         "durable": ws.mutation_seq == ws.durable_seq,
         "commit_interval_ms": int(ws.commit_interval * 1000),

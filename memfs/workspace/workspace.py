@@ -127,7 +127,7 @@ class Workspace(HistoryOps):
         self.pin_gate: PinPublisher | None = None
         self.health = CommitHealth()
         self.lifecycle: Lifecycle | None = None  # the daemon's GC (memfs.workspace.lifecycle)
-        self._policy_seen: Policy | None = None  # the last retention policy status read
+        self.policy_seen: Policy | None = None  # the last retention policy read (status.py keeps it)
         self.room = Room(self)  # space for writes, refusals, the reserve (memfs.workspace.room)
         # Nodes the FUSE layer holds open (operations sets it): what GC must keep for them.
         self.held_nodes: Callable[[], Iterable[Node]] = lambda: ()

@@ -240,3 +240,29 @@ def test_a_root_that_is_a_file_is_refused_by_every_command(tmp_path: Path, comma
     assert (f"memfs: the store root {f} (--root) is a file, not a directory — give --root the "
             "directory `memfs init` made") in out.stderr
     assert f.read_text() == "x\n"
+
+
+def test_init_where_no_store_can_be_made_names_why_and_where(tmp_path: Path):
+    """`memfs init --root` on a read-only filesystem, under /proc or /sys printed an OSError
+    traceback (Errno 30, 2, 1) with no remedy; each is a refusal naming the root and why."""
+    for where, why in [(Path("/proc/memfs-nope"), "No such file or directory"),
+                       (Path("/sys/memfs-nope"), "")]:
+        out = memfs(where, "init")
+        assert out.returncode == 1, out
+        assert "Traceback" not in out.stderr
+        assert f"memfs: cannot create the store at {where}: {why}" in out.stderr
+        assert ("choose a directory on a writable filesystem you own: memfs init --root DIR "
+                "(or set MEMFS_ROOT)") in out.stderr
+        assert not where.exists()
+    require_tool(root_missing("mount a read-only tmpfs"))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True)
+    try:
+        out = memfs(ro / "store", "init")
+        assert out.returncode == 1, out
+        assert f"memfs: cannot create the store at {ro / 'store'}: Read-only file system — " \
+               in out.stderr
+        assert os.listdir(ro) == []
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)

@@ -32,7 +32,7 @@ from memfs.liveness import (
     same_root,
 )
 from memfs.rootdir import resolve_root
-from memfs.store import open_store
+from memfs.store import StoreBackend, open_store
 from memfs.store.backend import (
     read_location,
     redact,
@@ -92,10 +92,22 @@ def _root(args) -> Path:
     return resolve_root(args.root)
 
 
+def _created(root: Path, url: str | None) -> StoreBackend:
+    """The store at `root`, created if missing; a root that cannot be made (a read-only or
+    virtual filesystem, no permission) is refused by name, not as a traceback."""
+    try:
+        return open_store(root, url=url)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise MemfsError(f"cannot create the store at {root}: {why}",
+                         "choose a directory on a writable filesystem you own: "
+                         "memfs init --root DIR (or set MEMFS_ROOT)") from None
+
+
 def cmd_init(args) -> int:
     root = _root(args)
     given = policy_from_flags(args, Policy())  # a bad value is refused before anything is made
-    store = open_store(root, url=args.store)
+    store = _created(root, args.store)
     try:
         if given is not None:
             store.set_policy(policy_from_flags(args, store.policy()))

@@ -102,6 +102,12 @@ def test_a_path_given_from_inside_a_backed_mount_gets_the_store_path(mounted, tm
         assert res.returncode == 1, (args, res)
         assert "paths go from the store root: p/" in res.stderr, (args, res.stderr)
         assert f"(or {here}/" in res.stderr and "memfs attach" not in res.stderr, res.stderr
+    # In a mount that is not bound, a store path naming it gets no `here/` prefix: the remedy
+    # said "paths go from the store root: work/work/nope" for `memfs sync work/nope` in MNT/work
+    res = subprocess.run(memfs_cmd(mounted.root, "sync", "work/nope"), capture_output=True,
+                         text=True, cwd=mounted.work, timeout=60)
+    assert res.returncode == 1 and "mount 'work' is not bound" in res.stderr, res.stderr
+    assert "work/work" not in res.stderr, res.stderr
     ok = subprocess.run(memfs_cmd(mounted.root, "ls", "--states", f"{here}/sub"),
                         capture_output=True, text=True, cwd=here, timeout=60)
     assert ok.returncode == 0 and "synced" in ok.stdout and "p/sub/s.txt" in ok.stdout, ok

@@ -116,6 +116,14 @@ def test_a_path_from_the_current_directory_gets_a_remedy_that_fits(mounted) -> N
     assert "+two" in run("diff", "HEAD~1", "--", "./z.txt").stdout
     out = run("show", "HEAD:work/nosuch")  # nothing meant from here: the listing remedy
     assert out.returncode == 1 and "memfs show HEAD:work" in out.stderr, out.stderr
+    # From the store root already, from anywhere: the remedy said "e.g. -- work/work/nosuch"
+    for cwd in (proj, mounted.root):
+        out = subprocess.run(memfs_cmd(mounted.root, "diff", "HEAD~1", "HEAD", "--",
+                                       "work/proj/nosuch"),
+                             capture_output=True, text=True, cwd=cwd, timeout=60)
+        assert out.returncode == 1 and "work/proj/nosuch is in neither state" in out.stderr
+        assert "work/work" not in out.stderr and "memfs show HEAD:work/proj" in out.stderr, \
+            out.stderr
 
 
 def test_a_negative_count_is_refused(mounted) -> None:

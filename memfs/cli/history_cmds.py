@@ -269,6 +269,25 @@ def _from_cwd(args, store: Store, trees: list[TreeState], path: str) -> str | No
     return here
 
 
+def _absent_remedy(args, store: Store, trees: list[TreeState], given: str, path: str) -> str:
+    """What to do about a path neither state holds: the store path meant from the current
+    directory, or where to look when the path already starts at a mount of the store."""
+    here = _from_cwd(args, store, trees, given)
+    if here:
+        return f"paths go from the store root: -- {here} (or -- ./{given} from here)"
+    top, _, _ = path.partition("/")
+    if any(find_entry(store, t, top) for t in trees):  # from the store root already: a typo?
+        parent = path.rpartition("/")[0]
+        return f"check the name: `memfs show HEAD:{parent}` lists what is there now"
+    mounts = sorted({e for t in trees for e in _top_names(store, t)})
+    return (f"name it from the store root, e.g. -- {mounts[0]}/{given}" if mounts else
+            "name it from the store root, e.g. -- work/a.txt")
+
+
+def _top_names(store: Store, state: TreeState) -> list[str]:
+    return [e.name for e in listing(store, state, state.tree)]
+
+
 def _base(store: Store, hist: History, c) -> TreeState | None:
     """The tree a commit's changes are read against: its parent's, or, when the retention
     policy dropped the parent, the nearest kept ancestor's (the gap's changes come with it)."""
@@ -413,10 +432,8 @@ def cmd_diff(args) -> int:
         changes = diff_trees(store, a_tree, b_tree, paths or None)
         for given, p in zip(given_paths, paths, strict=True):
             if not find_entry(store, a_tree, p) and not find_entry(store, b_tree, p):
-                here = _from_cwd(args, store, [a_tree, b_tree], given)
-                raise MemfsError(f"{p} is in neither state", f"paths go from the store root: "
-                                 f"-- {here} (or -- ./{given} from here)" if here else
-                                 f"name it from the store root, e.g. -- work/{given}")
+                raise MemfsError(f"{p} is in neither state",
+                                 _absent_remedy(args, store, [a_tree, b_tree], given, p))
         doc = {"a": a_id, "b": b_id, "paths": paths, "changes": [c.to_json() for c in changes]}
         if args.json:
             emit(args, doc)

@@ -177,6 +177,8 @@ def _from_cwd(root: Path, given: list[str | None], call_it):
         for path in given:
             if not here or not path or path.startswith("/"):
                 continue
+            if here.split("/")[0] == path.split("/")[0]:  # the refused mount is here's own:
+                continue  # from the store root already (`sync work/x` in MNT/work)
             if exc.message == f"mount {path.split('/')[0]!r} is not bound to a backing directory":
                 raise MemfsError(exc.message, f"paths go from the store root: {here}/{path} "
                                  f"(or {os.path.join(os.getcwd(), path)})") from None

@@ -14,6 +14,9 @@ MEMFS_CRASH_AT.
   waits before each effect, having added a line to `<file>.waiting`: a test knows how many
   pushes are inside their wait, changes what it wants meanwhile, and removes the file to let
   them go on (what a fixed delay only hopes for on a loaded machine).
+- `commit_gate()`: the same gate, MEMFS_TEST_COMMIT_GATE, in a group commit's thread once its
+  chunks are on disk and before the transaction commits: a write made meanwhile meets the
+  space figures of a commit in flight.
 - `scan_delay()`: MEMFS_TEST_SCAN_DELAY=<s>, seconds each after-batch scan sleeps first
   (coalescing and deadline misses).
 - `walk_delay()`: MEMFS_TEST_WALK_DELAY=<s>, seconds a pass's walk sleeps after each directory
@@ -42,6 +45,7 @@ from collections.abc import Callable
 CRASH_ENV = "MEMFS_CRASH_AT"
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"
 PUSH_GATE_ENV = "MEMFS_TEST_PUSH_GATE"
+COMMIT_GATE_ENV = "MEMFS_TEST_COMMIT_GATE"
 GATE_LIMIT = 120.0  # s a push waits at a gate a test forgot to open
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"
 WALK_DELAY_ENV = "MEMFS_TEST_WALK_DELAY"
@@ -70,8 +74,17 @@ def push_delay() -> float:
 
 
 def push_gate() -> None:
-    """Wait while the gate file exists (module docstring); worker thread."""
-    gate = os.environ.get(PUSH_GATE_ENV)
+    """Wait while the push gate's file exists (module docstring); worker thread."""
+    _gate(PUSH_GATE_ENV)
+
+
+def commit_gate() -> None:
+    """Wait while the commit gate's file exists (module docstring); commit thread."""
+    _gate(COMMIT_GATE_ENV)
+
+
+def _gate(env: str) -> None:
+    gate = os.environ.get(env)
     if not gate or not os.path.exists(gate):
         return
     with open(gate + ".waiting", "a") as f:
@@ -116,7 +129,7 @@ def pass_fault() -> None:
         raise OSError(errno.EIO, "Input/output error (injected)", trigger)
 
 
-__all__ = ["CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV", "PLAN_SPIN_ENV",
-           "PUSH_DELAY_ENV", "PUSH_GATE_ENV", "SCAN_DELAY_ENV", "WALK_DELAY_ENV", "crash_point",
-           "journal_fault", "pass_fault", "plan_spin", "push_delay", "push_gate", "scan_delay",
-           "walk_delay"]
+__all__ = ["COMMIT_GATE_ENV", "CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV",
+           "PLAN_SPIN_ENV", "PUSH_DELAY_ENV", "PUSH_GATE_ENV", "SCAN_DELAY_ENV", "WALK_DELAY_ENV",
+           "commit_gate", "crash_point", "journal_fault", "pass_fault", "plan_spin", "push_delay",
+           "push_gate", "scan_delay", "walk_delay"]

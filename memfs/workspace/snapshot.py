@@ -34,7 +34,7 @@ from memfs.store.trees import (
     hard_entry,
     name_to_str,
 )
-from memfs.testing import crash_point
+from memfs.testing import commit_gate, crash_point
 from memfs.workspace.inodes import TablePlan
 from memfs.workspace.nodes import Node
 from memfs.workspace.unload import unload_inline
@@ -194,6 +194,7 @@ def _write(ws: Workspace, plan: CommitPlan, message: str) -> Commit:
         ids = tx.put_chunks([j.pieces[i] for j, i in order], replacing) if order else []
         for (j, i), cid in zip(order, ids, strict=True):
             j.chunks[i] = cid
+        commit_gate()  # a test holds the commit here: its chunks on disk, still pending
         for j in files:
             j.ref = file_ref(tx, j.size, j.chunks)
         for d in plan.jobs:

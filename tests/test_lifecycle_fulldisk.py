@@ -11,13 +11,17 @@ import errno
 import hashlib
 import os
 import random
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from helpers.mount import REPO, memfs_cmd
 from helpers.space import MiB, fill, fsync_path, write_until_enospc
 from helpers.store import store_check
+
+from memfs.testing import COMMIT_GATE_ENV
 
 pytestmark = pytest.mark.mount
 
@@ -222,16 +226,41 @@ def test_status_says_writes_are_refused_and_what_to_do(small_fs, mount_factory) 
     assert m.cli_json("status")["space"]["refused"] is None
 
 
+def dd_with_a_commit_held(m, gate: Path) -> subprocess.CompletedProcess:
+    """A `dd` that fills the store through the mount and meets a group commit in flight with
+    fresh space figures, as it did in one CI run of six (refused for bytes counted twice, a
+    refusal that then cleared itself): dd is stopped after 4 MiB, the commit of them is held
+    at the gate (memfs.testing.commit_gate) until the cached figures went stale, and dd goes
+    on for a second before the gate opens."""
+    big = m.work / "big"
+    dd = subprocess.Popen(["dd", "if=/dev/urandom", f"of={big}", "bs=1M", "count=64",
+                           "conv=fsync"], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: big.exists() and big.stat().st_size >= 4 * MiB, what="4 MiB written")
+        dd.send_signal(signal.SIGSTOP)
+        gate.touch()
+        wait_for(lambda: Path(f"{gate}.waiting").exists(), what="a commit at the gate")
+        time.sleep(0.6)  # the space figures, cached 0.5 s, are read with its chunks on disk
+        dd.send_signal(signal.SIGCONT)
+        time.sleep(1.0)
+    finally:
+        dd.send_signal(signal.SIGCONT)
+        gate.unlink(missing_ok=True)
+    _, err = dd.communicate(timeout=120)
+    return subprocess.CompletedProcess(dd.args, dd.returncode, "", err)
+
+
 def test_a_refusal_room_came_back_for_is_not_said_again_when_another_program_fills_it(
-        small_fs, mount_factory) -> None:
+        small_fs, mount_factory, tmp_path) -> None:
     """Status said 'writes REFUSED since T' for a write refused at T, stopped once rm and
     `memfs gc` made room, and said it again, since T, when another program later filled the
     disk with no write through memfs refused meanwhile: that refusal had been answered."""
-    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    gate = tmp_path / "commit-gate"
+    m = mount_factory(root=small_fs / "root", name="small-mnt",
+                      env={COMMIT_GATE_ENV: str(gate)})
     m.cli("config", "gc-auto", "off")
     m.cli("config", "space-floor", "40%")
-    res = subprocess.run(["dd", "if=/dev/urandom", f"of={m.work / 'big'}", "bs=1M",
-                          "count=64", "conv=fsync"], capture_output=True, text=True)
+    res = dd_with_a_commit_held(m, gate)
     assert res.returncode != 0 and "No space left" in res.stderr, res.stderr
     assert m.cli_json("status")["space"]["refused"] is not None
     os.unlink(m.work / "big")
@@ -329,3 +358,41 @@ def test_gc_gives_back_a_rewritten_packs_space_while_the_daemon_reads_from_it(
     store_check(m.root)
     m.remount()
     assert (m.work / "keep.bin").read_bytes() == keep
+
+
+def test_a_write_that_fits_once_the_commit_in_flight_is_counted_once_is_not_refused(
+        small_fs, mount_factory, tmp_path) -> None:
+    """While a group commit writes, its chunks are on the disk and still pending in memory:
+    counted twice, the free space looked short and a `dd` that fits was refused (ENOSPC at
+    write(), and status's refusal then cleared itself once the commit ended). The commit is
+    held at a gate with its chunks on disk; a write that fits once they are counted once
+    waits for it and goes through, and all of it is kept."""
+    gate = tmp_path / "commit-gate"
+    m = mount_factory(root=small_fs / "root", name="small-mnt",
+                      env={COMMIT_GATE_ENV: str(gate)})
+    m.cli("config", "gc-auto", "off")
+    writable = m.status()["space"]["writable"]
+    first = os.urandom(writable * 6 // 10)
+    second = os.urandom(writable // 5)  # fits beside `first`, not beside it twice
+    src = tmp_path / "second.src"
+    src.write_bytes(second)
+    gate.touch()
+    (m.work / "first").write_bytes(first)  # the commit loop takes it to the gate
+    wait_for(lambda: Path(f"{gate}.waiting").exists(), what="the commit to reach its gate")
+    time.sleep(0.6)  # the space figures, cached 0.5 s, are now read with the chunks on disk
+    dd = subprocess.Popen(["dd", f"if={src}", f"of={m.work / 'second'}", "bs=128K",
+                           "conv=fsync"], stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # long enough for dd to meet the commit in flight
+        waited = dd.poll() is None  # its write waits for the commit: dd cannot end
+    finally:
+        gate.unlink()
+    _, err = dd.communicate(timeout=60)
+    assert dd.returncode == 0, err
+    assert waited, "dd ended while the commit was held"
+    assert m.status()["space"]["refused"] is None
+    m.kill()
+    store_check(m.root)
+    m.remount()
+    assert (m.work / "first").read_bytes() == first
+    assert (m.work / "second").read_bytes() == second

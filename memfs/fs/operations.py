@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pyfuse3
+import trio
 
 from memfs.fs.access import BackingAccess
 from memfs.fs.attrs import entry_attributes, negative, negative_timeout, statvfs
@@ -399,10 +400,14 @@ class MemfsOperations(pyfuse3.Operations):
         await self.ws.warm(h.node, off, len(buf), writing=True)
         if self.ws.over_dirty_limit():
             await self.ws.commit()
-        if h.who is not None:
-            await self.ws.enter(*h.who)
-        else:
-            await self.ws.before_change()
+        since = trio.current_time()
+        while True:  # changes open, and no commit in flight's bytes counted twice against it
+            if h.who is not None:
+                await self.ws.enter(*h.who)
+            else:
+                await self.ws.before_change()
+            if not await self.ws.room_settled(h.node, off, len(buf), since):
+                break
         n = self.ws.write(h.node, off, buf)
         if self.ws.wants_spill(h.node):  # unlinked but open: its data goes to disk
             await self.ws.spill(h.node)

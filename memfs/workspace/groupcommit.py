@@ -69,6 +69,15 @@ async def commit_locked(ws: Workspace, message: str = "") -> str | None:
     plan = snapshot.take(ws, ops)  # memfs.workspace.snapshot: the commit's three steps
     ws.dirty_since = None
     text = snapshot.message_of(plan.ops, message)
+    ws.room.commit_writing()  # writes that do not fit meanwhile wait for its end
+    try:
+        return await _write_and_apply(ws, plan, text)
+    finally:
+        ws.room.commit_done()
+
+
+async def _write_and_apply(ws: Workspace, plan: snapshot.CommitPlan, text: str) -> str:
+    """The commit thread's write, then the apply on the loop (or the failure kept)."""
     try:
         if ws.pin_gate is not None:  # what this commit leaves only held open: published first
             await ws.pin_gate.before_head_moves()

@@ -2,8 +2,10 @@
 it, and the space reserve a full disk's GC gets (memfs.store.space, docs/guarantees.md).
 
 Owns the briefly cached statvfs figures (stale 0.5 s after they were read, and at once after a
-commit or a GC, which move bytes between memory and disk), whether the last write that needed
-space was refused (the lifecycle's GC reads it; status says so, with the remedy, while it still
+commit or a GC, which move bytes between memory and disk), whether a group commit is writing
+(its chunks are then on the disk and still pending, counted twice: a write that does not fit
+meanwhile waits for it to end and decides again), whether the last write that needed space
+was refused (the lifecycle's GC reads it; status says so, with the remedy, while it still
 would not fit), and the reserve. Loop thread, except
 `take_reserve`, which creates or checks a file and so runs in a worker thread; it writes only
 `reserve_checked` (when it last ran, a float the loop reads to decide when to run it again).
@@ -16,6 +18,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+import trio
+
 from memfs.store.space import Reserve, Space, headroom
 from memfs.workspace.health import full_words
 from memfs.workspace.nodes import fail
@@ -24,6 +28,10 @@ if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
 
 log = logging.getLogger("memfs.workspace")
+
+# Seconds a write that does not fit waits, all told, for commits in flight to end before it is
+# decided on the figures it has (a commit of DIRTY_BYTES_MAX on a slow disk takes seconds).
+COMMIT_WAIT = 30.0
 
 
 class Room:
@@ -39,6 +47,7 @@ class Room:
         # (since when, bytes it needed) while writes are refused: status names it
         self.refusal: tuple[float, int] | None = None
         self.reserve_checked = 0.0
+        self._written: trio.Event | None = None  # set once the commit now writing has ended
 
     def space(self) -> Space:
         """The store filesystem's space, read at most every 0.5 s (and again after each
@@ -60,18 +69,56 @@ class Room:
         sp = self.space()
         return max(0, sp.avail - self._ws.pending_bytes - headroom(sp.size))
 
+    def fits(self, nbytes: int) -> bool:
+        """Do `nbytes` of new data fit in what is free, less what already waits? A no is
+        said on fresh figures (space freed just now); never while commits fail for space."""
+        if self._ws.health.full:
+            return False
+        if nbytes > self.free_bytes():
+            self._space = None
+        return nbytes <= self.free_bytes()
+
     def require(self, nbytes: int) -> None:
         """Refuse (ENOSPC) `nbytes` of new data that would not fit in what is free, less what
         already waits, or while commits fail for space. The reconciler asks before it replaces
         a file with disk's bytes, so a take-in that cannot be stored changes nothing."""
         if not nbytes:
             return
-        if not self._ws.health.full and nbytes > self.free_bytes():
-            self._space = None  # a refusal is decided on fresh figures (space freed just now)
-        if self._ws.health.full or nbytes > self.free_bytes():
+        if not self.fits(nbytes):
             self._refuse(nbytes)
         self.refused = False
         self.refusal = None
+
+    @property
+    def commit_in_flight(self) -> bool:
+        return self._written is not None
+
+    def commit_writing(self) -> None:
+        """A group commit starts writing: until `commit_done`, what it has put on the disk
+        is still in pending_bytes too, so free_bytes says less than there is."""
+        self._written = trio.Event()
+
+    def commit_done(self) -> None:
+        """The commit ended (pending recounted, or its failure recorded): writes that waited
+        for it decide again."""
+        if self._written is not None:
+            self._written.set()
+            self._written = None
+
+    async def settle(self, nbytes: int, since: float) -> bool:
+        """Before a write of `nbytes` new bytes (first asked at `since`, trio's clock): if it
+        does not fit while a commit is writing, wait for that commit to end, so that it is
+        not refused for bytes counted twice. True if it waited (the caller checks again);
+        False once it fits, no commit is writing, commits fail for space (refused at once),
+        or COMMIT_WAIT has passed since `since` (then `require` decides on the figures
+        there are)."""
+        written = self._written
+        if not nbytes or written is None or self._ws.health.full \
+                or trio.current_time() >= since + COMMIT_WAIT or self.fits(nbytes):
+            return False
+        with trio.move_on_at(since + COMMIT_WAIT):
+            await written.wait()
+        return True
 
     def _refuse(self, nbytes: int) -> None:
         lifecycle = self._ws.lifecycle

@@ -414,6 +414,13 @@ class Workspace(HistoryOps):
         present = set(fd.chunks) | set(fd.dirty) | set(fd.spill.present if fd.spill else ())
         return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
 
+    async def room_settled(self, f: Node, off: int, size: int, since: float) -> bool:
+        """Before a write: wait for a commit in flight if the write does not fit until its
+        bytes are counted once (memfs.workspace.room.Room.settle); True if it waited."""
+        if f.kind != FILE or not self.room.commit_in_flight:
+            return False
+        return await self.room.settle(self._load_data(f).growth(off, size), since)
+
     def require_room(self, nbytes: int) -> None:
         """ENOSPC for `nbytes` of new data that would not fit (memfs.workspace.room)."""
         self.room.require(nbytes)

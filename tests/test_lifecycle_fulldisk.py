@@ -199,16 +199,18 @@ def test_deleting_files_and_memfs_gc_make_room_again(small_fs, mount_factory) ->
     assert not (m.work / "big").exists()
 
 
-def test_status_says_writes_are_refused_and_what_to_do(small_fs, mount_factory) -> None:
+def test_status_says_writes_are_refused_and_what_to_do(small_fs, mount_factory,
+                                                       tmp_path) -> None:
     """A user's `dd` into the mount fails with ENOSPC at write() while every commit goes
     through: `memfs status` must still say plainly that writes are refused, why and what to
     do (it showed only `space 812.0 KiB writable`), and stop saying so once rm + `memfs gc`
     made room."""
-    m = mount_factory(root=small_fs / "root", name="small-mnt")
+    gate = tmp_path / "commit-gate"
+    m = mount_factory(root=small_fs / "root", name="small-mnt",
+                      env={COMMIT_GATE_ENV: str(gate)})
     m.cli("config", "gc-auto", "off")  # `memfs gc` is the remedy this test takes
     m.cli("config", "space-floor", "40%")
-    res = subprocess.run(["dd", "if=/dev/urandom", f"of={m.work / 'big'}", "bs=1M",
-                          "count=64", "conv=fsync"], capture_output=True, text=True)
+    res = dd_with_a_commit_held(m, gate)  # the refusal said is a real one, commit or not
     assert res.returncode != 0 and "No space left" in res.stderr, res.stderr
     st = m.cli_json("status")
     assert st["commit_failure"] is None  # nothing failed to commit: only writes are refused

@@ -64,6 +64,37 @@ def test_undo_of_a_change_disk_then_deleted_is_a_conflict_not_a_silent_removal(b
     assert states(m)["work/b.txt"] == ("conflict", "deleted-on-disk")
 
 
+def test_undo_refuses_to_take_back_an_edit_saved_on_disk_unless_told(backed):  # noqa: F811
+    """Found by a user trial: an agent edits in the mount, the person saves the same file on
+    disk, the agent runs `memfs undo` for its own command. The last operation was the
+    reconciler's take-in of the person's save, so the undo took that back, and `materialize`
+    wrote the old copy over the person's file on disk. The undo is now refused, naming the
+    pass, and nothing moves; `--disk-too` does it, as asked."""
+    m, disk = backed
+    (m.work / "a.txt").write_text("agent\n")
+    m.cli("sync")
+    m.cli("materialize")  # the agent's edit is on disk: both sides agree on it
+    assert (disk / "a.txt").read_text() == "agent\n"
+    (disk / "a.txt").write_text("person's save\n")
+    m.cli("sync")  # the reconciler takes the save in
+    head = m.cli_json("status")["head"]
+    out = m.cli("undo", check=False)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    assert ("this undo would take back edits made on disk in a bound directory and taken in by "
+            "`reconciler: disk changes in work`") in out.stderr, out.stderr
+    assert "memfs undo --disk-too" in out.stderr, out.stderr
+    assert m.cli_json("status")["head"] == head
+    assert (m.work / "a.txt").read_text() == "person's save\n"
+    m.cli("materialize")
+    assert (disk / "a.txt").read_text() == "person's save\n"
+    for args in (("undo", "--commits", "1"), ("undo", "--to", head[:12] + "~1")):
+        assert m.cli(*args, check=False).returncode == 1, args
+    assert m.cli_json("status")["head"] == head
+    m.cli("undo", "--disk-too")  # asked for: the save is taken back, owed to disk
+    assert (m.work / "a.txt").read_text() == "agent\n"
+    assert states(m)["work/a.txt"] == ("workspace-draft", None)
+
+
 def test_an_adopted_deletion_is_an_event(backed):  # noqa: F811
     m, disk = backed
     (disk / "b.txt").unlink()

@@ -74,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     how = p.add_mutually_exclusive_group()
     how.add_argument("--commits", type=_positive, metavar="N", help="the last N commits instead")
     how.add_argument("--to", metavar="TIME|REV", help="back to a moment or a revision")
+    p.add_argument("--disk-too", action="store_true",
+                   help="also take back edits a bound directory's reconciler took in (refused "
+                        "otherwise: their older copies would be written over them on disk)")
     add_json_flag(p)
     p.set_defaults(func=cmd_undo)
 
@@ -324,20 +327,21 @@ def cmd_undo(args) -> int:
         kw = {"commits": args.commits}
     else:
         kw = {"ops": args.count or 1}
+    disk_too = bool(args.disk_too)
 
     def direct(store: Store) -> dict:
         branch = store.current_branch()
         head = store.head(branch)
         if "to" in kw:
-            plan = undo.plan_to(store, head, kw["to"])
+            plan = undo.plan_to(store, head, kw["to"], disk_too=disk_too)
         elif "commits" in kw:
-            plan = undo.plan_commits(store, head, kw["commits"])
+            plan = undo.plan_commits(store, head, kw["commits"], disk_too=disk_too)
         else:
-            plan = undo.plan_operations(store, head, kw["ops"])
+            plan = undo.plan_operations(store, head, kw["ops"], disk_too=disk_too)
         store.reset_head(branch, plan.target, plan.reason)
         return plan.to_json()
 
-    res = _ask(args, "undo", direct, **kw)
+    res = _ask(args, "undo", direct, **kw, **({"disk_too": True} if disk_too else {}))
     n = res["commits"]
     commits = f"{n} commit{'s' if n != 1 else ''}"
     if "ops" in kw:

@@ -323,12 +323,13 @@ async def _handle_client(conn, ws: Workspace, backing: Backing, ops: MemfsOperat
 async def _undo(ws: Workspace, args: dict) -> dict:
     """`memfs undo`: N operations (default), `commits` N commits, or `to` a moment. A bare
     `steps` is what an older CLI sends: commits."""
+    disk_too = bool(args.get("disk_too"))
     if args.get("to") is not None:
-        return (await ws.undo_to(str(args["to"]))).to_json()
+        return (await ws.undo_to(str(args["to"]), disk_too=disk_too)).to_json()
     if args.get("commits") is not None or args.get("steps") is not None:
         n = int(args["commits"] if args.get("commits") is not None else args["steps"])
-        return (await ws.undo_commits(n)).to_json()
-    return (await ws.undo_operations(int(args.get("ops", 1)))).to_json()
+        return (await ws.undo_commits(n, disk_too=disk_too)).to_json()
+    return (await ws.undo_operations(int(args.get("ops", 1)), disk_too=disk_too)).to_json()
 
 
 async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: str,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memfs.store.backend import StoreBackend as Store
-from memfs.store.history import History, find_point
+from memfs.store.history import History, LoggedCommit, find_point
 from memfs.store.opspan import Quiet, Span, spans
 from memfs.store.store import CommitDropped, StoreError
 from memfs.store.treediff import commit_state, only_times
@@ -51,7 +51,8 @@ def changed_only_times(store: Store) -> Quiet:
     return quiet
 
 
-def plan_operations(store: Store, head: str, count: int = 1) -> UndoPlan:
+def plan_operations(store: Store, head: str, count: int = 1, *,
+                    disk_too: bool = False) -> UndoPlan:
     if count < 1:
         raise StoreError("undo takes a positive number of operations", "e.g. memfs undo 2")
     hist = History(store, head)
@@ -61,6 +62,7 @@ def plan_operations(store: Store, head: str, count: int = 1) -> UndoPlan:
     if len(got) < count:
         raise StoreError(f"only {len(got)} operation(s) to undo, not {count}",
                          f"memfs undo {len(got)} goes back to the first commit")
+    _refuse_disk_edits([c for s in got for c in s.commits], disk_too)
     n = sum(len(s.commits) for s in got)
     target = got[-1].target
     assert target is not None  # spans() never takes the store's first commit
@@ -106,18 +108,20 @@ def _over_gaps(store: Store, hist: History, got: list[Span], target: str) -> tup
     return target, dropped
 
 
-def plan_commits(store: Store, head: str, count: int) -> UndoPlan:
+def plan_commits(store: Store, head: str, count: int, *, disk_too: bool = False) -> UndoPlan:
     if count < 1:
         raise StoreError("undo takes a positive number of commits", "e.g. memfs undo --commits 2")
     # N parents back, each one: a commit the retention policy dropped on the way is refused
     # by name (History steps over a gap, which made `--commits 1` take a whole gap back).
     target = store.resolve(f"{head}~{count}")
     hist = History(store, head)
-    what = [c.commit.message for c in (hist.get(i) for i in range(count)) if c is not None]
+    undone = [c for c in (hist.get(i) for i in range(count)) if c is not None]
+    _refuse_disk_edits(undone, disk_too)
+    what = [c.commit.message for c in undone]
     return UndoPlan(target, head, count, what, [], f"undo {count} commit{_s(count)}")
 
 
-def plan_to(store: Store, head: str, where: str) -> UndoPlan:
+def plan_to(store: Store, head: str, where: str, *, disk_too: bool = False) -> UndoPlan:
     point = find_point(store, where, head)
     hist = History(store, head)
     n = None
@@ -128,8 +132,28 @@ def plan_to(store: Store, head: str, where: str) -> UndoPlan:
     if n is None:
         raise StoreError(f"{where} ({point.commit[:12]}) is not in this branch's history",
                          f"`memfs restore {where}` moves the branch there anyway")
-    what = [c.commit.message for c in (hist.get(i) for i in range(n)) if c is not None]
+    undone = [c for c in (hist.get(i) for i in range(n)) if c is not None]
+    _refuse_disk_edits(undone, disk_too)
+    what = [c.commit.message for c in undone]
     return UndoPlan(point.commit, head, n, what, [], f"undo --to {where}")
+
+
+def _refuse_disk_edits(commits: list[LoggedCommit], disk_too: bool) -> None:
+    """An undo that would take back edits made in a bound directory (a reconciler pass took
+    them in) is refused unless asked for: the store's older copies would be drafts that
+    `memfs materialize` writes over the person's own edits on disk. An agent that runs
+    `memfs undo` for its last command would otherwise undo a save made meanwhile on disk."""
+    if disk_too:
+        return
+    passes = list(dict.fromkeys(o.label for c in commits for o in c.ops or ()
+                                if o.kind == "reconciler"))
+    if passes:
+        raise StoreError(
+            f"this undo would take back edits made on disk in a bound directory and taken in "
+            f"by {', '.join(f'`{p}`' for p in passes)}; their older copies would become "
+            f"drafts that `memfs materialize` writes over those edits on disk",
+            "`memfs log --ops` shows what came after the command you meant; to take the "
+            "disk's edits back too, say so: memfs undo --disk-too (same arguments)")
 
 
 def _s(n: int) -> str:

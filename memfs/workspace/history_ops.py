@@ -144,23 +144,28 @@ class HistoryOps:
             return await trio.to_thread.run_sync(self.store.create_branch, name, at)
 
     # -- undo ------------------------------------------------------------------------------
-    async def undo(self, steps: int = 1) -> str:
+    # `disk_too`: the undo may take back edits a reconciler pass took in from a bound
+    # directory (refused otherwise: memfs.store.undo._refuse_disk_edits).
+    async def undo(self, steps: int = 1, *, disk_too: bool = False) -> str:
         """The last `steps` commits; returns the new head."""
-        return (await self.undo_commits(steps)).target
+        return (await self.undo_commits(steps, disk_too=disk_too)).target
 
-    async def undo_commits(self, count: int) -> UndoPlan:
+    async def undo_commits(self, count: int, *, disk_too: bool = False) -> UndoPlan:
         """The last `count` commits (`memfs undo --commits N`)."""
         if count < 1:
             raise WorkspaceError(errno.EINVAL, "undo takes a positive number of commits")
-        return await self._undo(lambda head: undo.plan_commits(self.store, head, count))
+        return await self._undo(lambda head: undo.plan_commits(self.store, head, count,
+                                                               disk_too=disk_too))
 
-    async def undo_operations(self, count: int = 1) -> UndoPlan:
+    async def undo_operations(self, count: int = 1, *, disk_too: bool = False) -> UndoPlan:
         """The last `count` operations (`memfs undo [N]`; memfs.store.opspan's rule)."""
-        return await self._undo(lambda head: undo.plan_operations(self.store, head, count))
+        return await self._undo(lambda head: undo.plan_operations(self.store, head, count,
+                                                                  disk_too=disk_too))
 
-    async def undo_to(self, where: str) -> UndoPlan:
+    async def undo_to(self, where: str, *, disk_too: bool = False) -> UndoPlan:
         """Back to a revision or a moment on this branch's history (`memfs undo --to`)."""
-        return await self._undo(lambda head: undo.plan_to(self.store, head, where))
+        return await self._undo(lambda head: undo.plan_to(self.store, head, where,
+                                                          disk_too=disk_too))
 
     async def _undo(self, plan_fn: Callable[[str], UndoPlan]) -> UndoPlan:
         async with self._commit_lock, self._settled("before undo", "undo"):

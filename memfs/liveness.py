@@ -152,6 +152,28 @@ def mount_entry(path: str | os.PathLike[str]) -> MountEntry | None:
     return found
 
 
+def store_of_cwd() -> Path | None:
+    """The root served by the memfs mount the current directory is in (the innermost mount
+    holding it), so a command run inside a mount of another store acts on that store, as git
+    finds its repository; None outside one, or when the directory is gone (a dead mount)."""
+    try:
+        here = os.getcwd()
+    except OSError:
+        return None
+    best: MountEntry | None = None
+    with open("/proc/self/mounts", "rb") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) < 4:
+                continue
+            point = _unescape(parts[1])
+            if (here == point or here.startswith(point.rstrip("/") + "/")) and \
+                    (best is None or len(point) >= len(best.point)):
+                best = MountEntry(_unescape(parts[0]), point, _unescape(parts[2]),
+                                  _unescape(parts[3]))
+    return best.store_root if best is not None else None
+
+
 def answers(point: str, timeout: float = 3.0) -> str:
     """"ok", "dead" (ENOTCONN: its daemon is gone) or "hung" (no answer within `timeout`). A
     statfs, because the kernel answers it only by asking the daemon (a stat may come from

@@ -24,12 +24,18 @@ from pathlib import Path
 
 
 def resolve_root(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """--root, else $MEMFS_ROOT, else $XDG_DATA_HOME/memfs (~/.local/share/memfs)."""
+    """--root, else $MEMFS_ROOT, else the store of the memfs mount the current directory is
+    in, else $XDG_DATA_HOME/memfs (~/.local/share/memfs)."""
     if explicit:
         return Path(explicit).expanduser().absolute()
     env = os.environ.get("MEMFS_ROOT")
     if env:
         return Path(env).expanduser().absolute()
+    from memfs.liveness import store_of_cwd  # the mount table: only when nothing names a root
+
+    here = store_of_cwd()
+    if here is not None:
+        return here
     xdg = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(xdg, "memfs").absolute()
 

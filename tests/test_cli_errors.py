@@ -266,3 +266,40 @@ def test_init_where_no_store_can_be_made_names_why_and_where(tmp_path: Path):
         assert os.listdir(ro) == []
     finally:
         subprocess.run(["umount", str(ro)], check=True)
+
+
+@pytest.mark.mount
+def test_a_command_run_inside_a_mount_acts_on_that_mounts_store(mount_factory, tmp_path: Path):
+    """Found by a user trial: with the default store mounted and a second store mounted
+    elsewhere, `memfs status` and `memfs undo` run in the second mount (no --root, no
+    MEMFS_ROOT) showed and undid the default store's commits. The mount the current
+    directory is in names its store now, as git finds its repository; --root and MEMFS_ROOT
+    still come first."""
+    home = tmp_path / "home"
+    default = mount_factory(root=home / ".local" / "share" / "memfs", name="default")
+    other = mount_factory(root=tmp_path / "other-store", name="other")
+    other.require_real()
+    for m in (default, other):
+        (m.mnt / "work").mkdir(exist_ok=True)
+    (default.mnt / "work" / "mine.txt").write_text("default\n")
+    (other.mnt / "work" / "theirs.txt").write_text("other\n")
+    default.cli("sync")
+    other.cli("sync")
+    env = {k: v for k, v in os.environ.items() if k not in ("MEMFS_ROOT", "XDG_DATA_HOME")}
+    env["HOME"] = str(home)
+
+    def here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "memfs", *args], capture_output=True,
+                              text=True, cwd=cwd, env=env, timeout=60)
+
+    got = json.loads(here("status", "--json", cwd=other.mnt / "work").stdout)
+    assert got["root"] == str(other.root), got
+    got = json.loads(here("status", "--json", cwd=tmp_path).stdout)
+    assert got["root"] == str(default.root), got  # outside any mount: the default store
+    out = here("undo", cwd=other.mnt / "work")
+    assert out.returncode == 0, out.stderr
+    assert not (other.mnt / "work" / "theirs.txt").exists()  # the test's own writes: one op
+    assert (default.mnt / "work" / "mine.txt").read_text() == "default\n"
+    env["MEMFS_ROOT"] = str(default.root)  # named: it wins over the directory
+    got = json.loads(here("status", "--json", cwd=other.mnt).stdout)
+    assert got["root"] == str(default.root), got

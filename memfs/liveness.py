@@ -214,6 +214,7 @@ class DurableHead:
 
     id: str
     time: float
+    by: str = ""  # what set it: the reflog's reason for a move, else the commit's message
 
 
 def durable_head(root: Path) -> DurableHead | None:
@@ -226,13 +227,14 @@ def durable_head(root: Path) -> DurableHead | None:
     try:
         branch = store.current_branch()
         head = store.head(branch)
-        became = store.commit(head).time_ns / 1e9
+        commit = store.commit(head)
+        became, by = commit.time_ns / 1e9, commit.message
         for move in store.reflog(limit=20):
             if move["branch"] == branch:  # the newest move of this branch's head
-                if move["new"] == head:
-                    became = max(became, move["time"])
+                if move["new"] == head and move["time"] >= became:
+                    became, by = move["time"], move["reason"]
                 break
-        return DurableHead(head, became)
+        return DurableHead(head, became, by)
     finally:
         store.close()
 
@@ -275,8 +277,9 @@ class DeadDaemon:
             # Not its commit: the head moved after it died (a takeover, an undo, a restore).
             return (f"everything fsynced is in the store (its durable head when last seen: "
                     f"{r.head[:12]}); the branch has moved since it died: its head is now "
-                    f"{d.id[:12]}, set at {clock(d.time)} by another host's `memfs takeover` "
-                    f"or an undo or restore")
+                    f"{d.id[:12]}, set at {clock(d.time)} by "
+                    + (f"`{d.by}`" if d.by else "another command")
+                    + " (`memfs log` and `memfs reflog` show what came after it)")
         if d is not None and d.id != r.head:  # it committed after its last record
             return (f"{kept}; changes made after that commit are lost (it died at most "
                     f"{max(0.0, died_by - d.time):.1f} s after it)")

@@ -212,6 +212,9 @@ def test_a_head_moved_after_the_death_is_not_called_the_dead_daemons_commit(moun
     assert loss.startswith(f"everything fsynced is in the store (its durable head when last "
                            f"seen: {head[:12]}); the branch has moved since it died: its head "
                            f"is now {new['head'][:12]}, set at "), loss
+    # by what moved it, from the reflog: it said "another host's `memfs takeover` or an undo
+    # or restore" whatever it was (a user trial met it after a backing command run meanwhile)
+    assert " by `undo " in loss and "takeover" not in loss, loss
     out = subprocess.run(memfs_cmd(mounted.root, "mount", str(mounted.mnt)), capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr

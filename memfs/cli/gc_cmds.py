@@ -194,6 +194,7 @@ def cmd_gc(args) -> int:
         lines.append(f"    the disk {'is' if dry else 'was'} under the space floor: "
                      f"{doc['dropped_for_space']} commit(s) the windows keep "
                      f"{'would go' if dry else 'went'} too, oldest first")
+    lines += _uncommitted_lines(doc)
     shared = doc.get("backend") == "postgresql"
     if doc["dry_run"]:
         todo = "; `memfs gc` does it" if doc["commits_dropped"] or doc["reclaimable_bytes"] \
@@ -215,6 +216,18 @@ def cmd_gc(args) -> int:
         "problems", [])]
     emit(args, doc, "\n".join(lines))
     return 0
+
+
+def _uncommitted_lines(doc: dict) -> list[str]:
+    """What the run could not see: changes in the mount that did not commit before it
+    marked (a full disk even with the reserve given to them). What they free (an rm) is
+    still live to this run."""
+    n = doc.get("uncommitted") or 0
+    if not n:
+        return []
+    return [f"    {n} change(s) in the mount were not committed yet, so what they free (an rm) "
+            "was not collected: the automatic run (gc-auto) collects it once they are in; or "
+            "run `memfs gc` again then (`pending` in `memfs status` at 0)"]
 
 
 def cmd_du(args) -> int:

@@ -52,6 +52,7 @@ LOW_SPACE_EVERY = 10.0
 LOW_SPACE_MAX = 600.0
 AGE_EVERY = 6 * 3600.0
 GROWTH_MIN = 256 << 20
+FOLLOW_UP_EVERY = 1.0  # while a run's uncommitted changes are awaited
 
 
 class Lifecycle:
@@ -69,6 +70,9 @@ class Lifecycle:
         self._last_at = 0.0  # monotonic time of this process's last automatic run
         self._low_every = LOW_SPACE_EVERY  # grows while low-space runs give nothing back
         self._delay = 0.0
+        # mutation_seq a run could not get committed first: once durable_seq reaches it, an
+        # automatic run collects what those changes free
+        self._follow_up: int | None = None
         self._lock = trio.Lock()
         self._poke = trio.Event()
         ws.lifecycle = self
@@ -80,17 +84,21 @@ class Lifecycle:
         while True:
             with trio.move_on_after(wait):
                 await self._poke.wait()
-            wait = CHECK_EVERY
+            wait = CHECK_EVERY if self._follow_up is None else FOLLOW_UP_EVERY
             self._poke = trio.Event()
             if self._delay:  # let the commit of a removal land first
                 await trio.sleep(self._delay)
                 self._delay = 0.0
             if self._lock.locked():
                 continue
+            landed = self._follow_up is not None and self.ws.durable_seq >= self._follow_up
+            if landed:
+                self._follow_up = None  # one follow-up (none with gc-auto off: `memfs gc` said so)
             try:
-                trigger, later = await trio.to_thread.run_sync(self._due)
+                trigger, later = await trio.to_thread.run_sync(self._due, landed)
                 if later is not None:
-                    wait = later  # space is short but the last run was too recent
+                    # space is short but the last run was too recent
+                    wait = later if self._follow_up is None else min(wait, later)
                 if trigger:
                     log.info("automatic garbage collection: %s", trigger)
                     report = await self.collect(trigger=trigger)
@@ -106,12 +114,15 @@ class Lifecycle:
         self._delay = max(self._delay, delay)
         self._poke.set()
 
-    def _due(self) -> tuple[str | None, float | None]:
+    def _due(self, landed: bool = False) -> tuple[str | None, float | None]:
         """Why an automatic run is due now (or None), and when to look again if a run for
-        space is wanted but the last one was too recent (worker thread)."""
+        space is wanted but the last one was too recent (worker thread). `landed`: the
+        changes the last run could not get committed first are in now."""
         policy = self.store.policy()
         if not policy.gc_auto:
             return None, None
+        if landed:
+            return "changes the last run could not commit first are committed now", None
         since = time.monotonic() - self._last_at if self._last_at else float("inf")
         if self.pg is not None:
             return self._due_shared(self.pg, policy, since), None
@@ -160,6 +171,7 @@ class Lifecycle:
     async def collect(self, *, dry_run: bool = False, trigger: str = "manual") -> dict:
         async with self._lock:
             await self.ws.release_views()  # a view only browsed keeps nothing (view_release)
+            uncommitted, for_commit = await self._commit_first(dry_run)
             collector: gc.Collector | PgCollector
             if self.pg is not None:
                 collector = _pg_gc().PgCollector(self.pg, dry_run=dry_run, trigger=trigger,
@@ -173,6 +185,8 @@ class Lifecycle:
             try:
                 report = await trio.to_thread.run_sync(collector.run)
                 doc = report.to_json()
+                doc["uncommitted"] = uncommitted
+                doc["reserve_for_commit"] = for_commit
                 if trigger != "du":  # du shows the store's bytes; memory is not counted there
                     doc["memory"] = await trio.to_thread.run_sync(
                         lambda: memory_step(self.store.root, self.store.policy(), dry_run))
@@ -187,10 +201,41 @@ class Lifecycle:
                 self.last = doc
                 self.ws.room.changed()
                 reserve = self.ws.room.reserve
-                if doc["reserve_released"] or (reserve is not None and not reserve.held()):
+                if doc["reserve_released"] or for_commit or (reserve is not None
+                                                             and not reserve.held()):
                     await trio.to_thread.run_sync(self.ws.room.take_reserve)  # for the next time
                 self.ws.health.poke()
             return doc
+
+    async def _commit_first(self, dry_run: bool) -> tuple[int, int]:
+        """Commit what waits in memory before the run marks, so what a pending rm freed is
+        history the run can drop, not files the head still names (user trial: one run gave
+        back a fraction; two or three more were needed). A commit failing for space gets the
+        reserve (an embedded store's, and not for a dry run, which changes nothing): that
+        is what it is kept for. The changes still not durable, and the reserve's bytes
+        given to the commit."""
+        ws = self.ws
+        if ws.mutation_seq == ws.durable_seq and not ws.root.dirty:
+            return 0, 0
+        released = 0
+        for attempt in range(2):
+            try:
+                await ws.commit()
+                self._follow_up = None
+                return 0, released
+            except Exception as exc:  # noqa: BLE001 - the run goes on; its report says so
+                log.info("garbage collection: the pending changes did not commit first: %s",
+                         exc)
+            if attempt or dry_run or not ws.health.full or ws.room.reserve is None or \
+                    self.embedded is None:
+                break
+            released = await trio.to_thread.run_sync(ws.room.reserve.release)
+            ws.room.changed()
+            if not released:
+                break
+        if not dry_run:
+            self._follow_up = ws.mutation_seq  # collect what they free once they are in
+        return ws.mutation_seq - ws.durable_seq, released
 
     def _pins(self) -> gc.Pins:
         return trio.from_thread.run_sync(pins_of, self.ws)

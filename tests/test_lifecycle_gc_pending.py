@@ -1,0 +1,84 @@
+"""One `memfs gc` after an rm gives back what the rm freed, through a real mount on a 32 MiB
+tmpfs, also when the rm's commit has not landed yet (user trial: the GC marked before it, saw
+the big files still live, gave back a fraction; two or three more runs were needed), and when
+that commit fails because the disk is full (the GC gets it committed first, with the reserve).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+
+import pytest
+from helpers.space import MiB, fill, fsync_path, write_until_enospc
+from helpers.store import store_check
+
+pytestmark = pytest.mark.mount
+
+
+def free_in(m) -> int:
+    sv = os.statvfs(m.mnt)
+    return sv.f_bavail * sv.f_frsize
+
+
+def write_synced(path, size: int, rng: random.Random) -> bytes:
+    """`size` bytes in 1 MiB pieces, each fsynced: no commit is in flight while the next
+    piece asks for room."""
+    data = rng.randbytes(size)
+    with open(path, "wb", buffering=0) as f:
+        for at in range(0, size, MiB):
+            f.write(data[at:at + MiB])
+            os.fsync(f.fileno())
+    return data
+
+
+def test_one_gc_commits_a_pending_rm_first_and_gives_its_space_back(
+        small_fs, mount_factory) -> None:
+    """The rm is still pending (a long commit interval stands for the trial's loaded machine)
+    when `memfs gc` runs: the GC commits it before it marks, so one run gives the big file's
+    space back and a write of that size goes through."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt",
+                      extra_args=("--commit-interval", "600000"))
+    m.cli("config", "gc-auto", "off")  # one manual run, nothing else
+    accepted, exc = write_until_enospc(m.work / "big", random.Random(5), fsync=True)
+    assert exc.errno == errno.ENOSPC
+    os.unlink(m.work / "big")  # not synced: the rm waits in memory
+    assert m.status()["pending"] > 0
+    low = free_in(m)
+    res = m.cli_json("gc")
+    assert res["returned"] >= len(accepted) * 9 // 10, res
+    assert res["uncommitted"] == 0, res
+    assert free_in(m) >= low + len(accepted) * 9 // 10
+    again = write_synced(m.work / "again", len(accepted) * 9 // 10, random.Random(6))
+    m.kill()
+    store_check(m.root)
+    m.remount()
+    assert (m.work / "again").read_bytes() == again
+    assert not (m.work / "big").exists()
+
+
+def test_one_gc_gets_a_failing_rm_committed_with_the_reserve(small_fs, mount_factory) -> None:
+    """Someone else took every byte, so the rm's commit fails for space: `memfs gc` gives the
+    reserve to that commit, then collects what it freed, in one run."""
+    m = mount_factory(root=small_fs / "root", name="small-mnt",
+                      extra_args=("--commit-interval", "600000"))
+    m.cli("config", "gc-auto", "off")
+    accepted, exc = write_until_enospc(m.work / "big", random.Random(7), fsync=True)
+    assert exc.errno == errno.ENOSPC
+    filler = fill(small_fs)
+    os.unlink(m.work / "big")
+    with pytest.raises(OSError) as failed:
+        fsync_path(m.work)
+    assert failed.value.errno == errno.ENOSPC
+    assert m.cli_json("status")["commit_failure"] is not None
+    res = m.cli_json("gc")
+    assert res["returned"] >= len(accepted) * 9 // 10, res
+    assert res["uncommitted"] == 0, res
+    assert m.cli_json("status")["commit_failure"] is None
+    filler.unlink()
+    again = write_synced(m.work / "again", len(accepted) * 8 // 10, random.Random(8))
+    m.kill()
+    store_check(m.root)
+    m.remount()
+    assert (m.work / "again").read_bytes() == again

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from pathlib import Path
 
@@ -80,6 +81,9 @@ def full_message(out, store_backend: str) -> str:
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "full" in text and "Errno" not in text and "Traceback" not in text, text
+    # "full" with MiB free said why (user trial: "full (18.4 MiB free ...)", no more)
+    assert "kept for the commits' own metadata" in text and "waiting in memory" in text, text
+    assert re.search(r"[\d.]+ [KMG]?i?B writable", text), text
     if store_backend == "sqlite":
         assert "memfs gc" in text, text  # what happened, and the remedy
     else:  # gc is refused there: the host's root and its caches are what to free

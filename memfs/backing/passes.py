@@ -174,7 +174,8 @@ class Passes:
             space = self.ws.space()
         except OSError:
             space = None
-        return store_full(what, space, str(self.ws.store.root), self.ws.store.kind != "sqlite")
+        return store_full(what, space, str(self.ws.store.root), self.ws.store.kind != "sqlite",
+                          self.ws.pending_bytes)
 
     def _failed(self, mount: str, exc: OSError) -> MemfsError:
         """An I/O error no observation step classified (a failing disk's EIO, say): the

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import trio
 
 from memfs.errors import MemfsError
-from memfs.store.space import Space, size_text
+from memfs.store.space import Space, headroom, size_text
 
 log = logging.getLogger("memfs.workspace")
 
@@ -86,11 +86,20 @@ def explain(exc: BaseException, space: Space | None, root: str,
     return CommitFailure(code, error, reason, remedy, time.time())
 
 
-def full_words(space: Space | None, root: str, shared: bool) -> tuple[str, str]:
+def full_words(space: Space | None, root: str, shared: bool,
+               waiting: int | None = None) -> tuple[str, str]:
     """What is full, and what frees it. On a store in PostgreSQL the history is the server's
     and no GC runs (docs/lifecycle.md): what fills is this host's root, whose chunk and object
-    caches are copies of rows and may be deleted, even under a running daemon."""
+    caches are copies of rows and may be deleted, even under a running daemon. `waiting`
+    (bytes pending in memory; given where new data was refused): the count is said, so
+    "full" with MiB free is explained (user trial: "full (18.4 MiB free ...)")."""
     free = f"{size_text(space.avail)} free of {size_text(space.size)}" if space else "no space"
+    if space is not None and waiting is not None:
+        room = headroom(space.size)
+        writable = max(0, space.avail - room - waiting)
+        free += (f", less {size_text(room)} kept for the commits' own metadata and "
+                 f"{size_text(waiting)} waiting in memory to be committed: "
+                 f"{size_text(writable)} writable")
     if shared:
         return (f"this host's root is full ({free} at {root}; the store itself is in "
                 "PostgreSQL)",
@@ -101,9 +110,14 @@ def full_words(space: Space | None, root: str, shared: bool) -> tuple[str, str]:
             "history (or free space on that filesystem)")
 
 
-def store_full(what: str, space: Space | None, root: str, shared: bool = False) -> MemfsError:
+def store_full(what: str, space: Space | None, root: str, shared: bool = False,
+               waiting: int = 0) -> MemfsError:
     """A backing-directory pass refused for lack of space in the store, in words."""
-    reason, remedy = full_words(space, root, shared)
+    reason, remedy = full_words(space, root, shared, waiting)
+    if waiting:  # stored by the next commit: counted as taken until it lands
+        remedy += (f"; the {size_text(waiting)} waiting in memory counts as taken until its "
+                   "commit lands, so a pass refused while a commit was in flight may fit "
+                   "once it has")
     return MemfsError(f"{reason}: {what}", f"{remedy}; then `memfs sync`")
 
 

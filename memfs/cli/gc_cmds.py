@@ -178,7 +178,8 @@ def _collect_here(root: Path, dry_run: bool, trigger: str) -> dict:
 
             doc = PgCollector(store, dry_run=dry_run, trigger=trigger).run().to_json()
         else:
-            doc = gc.Collector(store, dry_run=dry_run, trigger=trigger).run().to_json()
+            doc = gc.Collector(store, dry_run=dry_run, trigger=trigger,
+                               all_for_space=True).run().to_json()
         doc["memory"] = memory_step(root, store.policy(), dry_run)
         return doc
     finally:

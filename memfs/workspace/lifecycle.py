@@ -180,7 +180,8 @@ class Lifecycle:
                 collector = gc.Collector(cast(Store, self.embedded), dry_run=dry_run,
                                          trigger=trigger, pins=self._pins,
                                          short_of_space=self.ws.room.refused
-                                         or self.ws.health.full)
+                                         or self.ws.health.full,
+                                         all_for_space=trigger in ("manual", "du"))
             self.running = collector
             try:
                 report = await trio.to_thread.run_sync(collector.run)

@@ -1,9 +1,9 @@
 """One compact table of fingerprint rows, indexed by path: the disk side's per-file memory.
 
 Why: a bound mount keeps a fingerprint row per file between passes (the journal's snapshot,
-memfs.store.journal) and the walk's directory memos name those rows (memfs.reconcile.walk).
-As objects that was a dict entry, a 9-field tuple (112 B) and its inode int per file, and
-a walk fact (80 B) naming it. Here each path has one int index and the row's fields sit in
+memfs.store.journal) and the walk's directory memos name those rows
+(memfs.reconcile.walkfiles). As objects that was a dict entry, a 9-field tuple (112 B) and
+its inode int per file, and a walk fact (80 B) naming it. Here each path has one int index and the row's fields sit in
 `array` columns: sizes, times, inode, device and hash time as int64, the digest as 16 raw
 bytes, kind and MIME type as small codes of an intern table. A caller that needs a record
 gets a `Row` (a NamedTuple) built on demand; the walk compares an lstat record with the

@@ -121,7 +121,7 @@ class FileFact(NamedTuple):
     record's, `seen`: the cache row that vouched for the bytes (a view of the journal
     snapshot's table, memfs.pathtable) or the HashRecord this walk made. A quiet directory's
     facts are not kept between passes: its memo names the rows, and a fact is built when read
-    (memfs.reconcile.walk.WalkFiles). Two facts
+    (memfs.reconcile.walkfiles.WalkFiles). Two facts
     are equal when all the rule and the fast paths read is (`key`), whatever the record's
     hash time."""
 
@@ -190,7 +190,7 @@ class Observation:
     root: RootId
     scope: str
     # Read-only once observed: a dict, or the walk's view over its directory memos
-    # (memfs.reconcile.walk.WalkFiles), whose facts are built when asked for.
+    # (memfs.reconcile.walkfiles.WalkFiles), whose facts are built when asked for.
     files: Mapping[str, FileFact] = field(default_factory=dict)
     listed: set[str] = field(default_factory=set)  # directories listed completely
     # Directories' permission bits (rule.MODE_BITS) as the walk found them: the root (''),

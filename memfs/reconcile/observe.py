@@ -62,7 +62,8 @@ from memfs.reconcile.facts import (  # noqa: F401 - the observation's vocabulary
     sniff,
 )
 from memfs.reconcile.rule import MODE_BITS, MODES
-from memfs.reconcile.walk import DirMemo, WalkFiles, WalkMemo, _Walk  # noqa: F401 - named here too
+from memfs.reconcile.walk import _Walk
+from memfs.reconcile.walkfiles import DirMemo, WalkFiles, WalkMemo  # noqa: F401 - named here too
 
 
 # Over 80 lines by its parameters and their docstring: one walk's options, each a documented

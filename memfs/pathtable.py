@@ -107,6 +107,10 @@ class FingerprintTable(Mapping[str, Row]):
         """A table of a mapping's rows (the mapping itself when it is one)."""
         return rows if isinstance(rows, FingerprintTable) else cls.build(rows.items())
 
+    def add(self, path: str, row: Row) -> None:
+        """One more row, while the table is being built (by one thread; not once handed out)."""
+        self._set(path, row)
+
     def _set(self, path: str, row: Row) -> None:
         i = self.index.get(path)
         if i is None:

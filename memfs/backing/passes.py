@@ -542,7 +542,7 @@ class Passes:
             self.journal.record_evidence(mount, items,  # type: ignore[arg-type]
                                          root=(obs.root.dev, obs.root.ino))
         if obs.hashed:
-            self.journal.put_fingerprints(mount, dict(obs.hashed))  # type: ignore[arg-type]
+            self.journal.put_fingerprints(mount, obs.hashed)  # type: ignore[arg-type]
         return {i.id for i in self.journal.pending_intents(mount)}
 
 

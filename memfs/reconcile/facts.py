@@ -198,7 +198,8 @@ class Observation:
     # gets these (a 0700 directory must not become 0755 there).
     dirs: dict[str, int] = field(default_factory=dict)
     regions: list[Region] = field(default_factory=list)
-    hashed: dict[str, HashRecord] = field(default_factory=dict)  # cache entries to store
+    # Cache entries to store: the walk's HashedFiles (memfs.reconcile.walkfiles), read-only.
+    hashed: Mapping[str, CachedHash] = field(default_factory=dict)
     bytes_read: int = 0
 
     def disk(self, path: str) -> Disk:

@@ -146,12 +146,13 @@ def observe(
         if w.memo_out is not None and scope == "" and memo is not None:
             memo.dirs = w.memo_out
             hits, last = w.hits, memo.last
-            if (hits is not None and not w.files and last is not None
+            whole = hits is not None and not w.files and not w.hashed
+            if (whole and last is not None
                     and len(hits) == len(last[0]) and all(
                         a is b for a, b in zip(hits.values(), last[0].values(), strict=True))):
                 w.obs.files = last[1]
             else:
-                memo.last = (hits, w.obs.files) if hits is not None and not w.files else None
+                memo.last = (hits, w.obs.files) if whole else None
         if not root_unchanged(root_path, rid):
             raise RootUnavailable(
                 f"backing root {os.fspath(root_path)!r} was replaced during observation",

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
-from memfs.pathtable import FingerprintTable
+from memfs.pathtable import FingerprintTable, Row
 from memfs.reconcile.contained import (
     DIR_FLAGS,
     FILE_FLAGS,
@@ -55,8 +55,13 @@ from memfs.reconcile.facts import (
 from memfs.reconcile.lstat import LStat, unpack
 from memfs.reconcile.lstat import records as lstat_records
 from memfs.reconcile.rule import MODE_BITS, MODES
-from memfs.reconcile.walkfiles import DirMemo, WalkFiles, listing_of, records_digest
-from memfs.shared import shared_int
+from memfs.reconcile.walkfiles import (
+    DirMemo,
+    HashedFiles,
+    WalkFiles,
+    listing_of,
+    records_digest,
+)
 
 
 @dataclass
@@ -82,6 +87,8 @@ class _Walk:
     hits: dict[str, DirMemo] | None = None  # memos taken by directory (see WalkMemo.last)
     # The facts this walk decided (the observation's files are these and the memos' taken).
     files: dict[str, FileFact] = field(default_factory=dict)
+    # The files this walk hashed, as columns (the observation's `hashed`, and their facts).
+    hashed: HashedFiles = field(default_factory=HashedFiles)
     # When the current directory's first hash began: every file hashed in the directory
     # records it as its hash time (earlier than its own start, so the racy rule only gets
     # stricter), one int for the directory's rows instead of one per file.
@@ -223,8 +230,12 @@ class _Walk:
             files[path] = new_tuple(FileFact, (path, row(i), False, MODES[bits]))
 
     def result(self) -> Mapping[str, FileFact]:
-        """The observation's files: the decided ones, and the memos' taken (built on demand)."""
-        return self.files if not self.hits else WalkFiles(self.files, self.hits)
+        """The observation's files: the decided ones, the hashed ones and the memos' taken
+        (those two built on demand)."""
+        self.obs.hashed = self.hashed
+        if not self.hits and not self.hashed:
+            return self.files
+        return WalkFiles(self.files, self.hits or {}, self.hashed)
 
     def _not_ignored(self, rel: str, names: list[str]) -> list[str]:
         """The names to stat; the ignored ones become regions."""
@@ -416,16 +427,14 @@ class _Walk:
         if oversize:
             kind = "oversize"
         fp = Fingerprint.of(last)
-        digest = sys.intern(h.hexdigest())
-        # Its ints shared (memfs.shared): the record lives while the observation does.
-        mtime = shared_int(fp.mtime_ns)
-        rec = HashRecord(shared_int(fp.size), mtime,
-                         mtime if fp.ctime_ns == mtime else shared_int(fp.ctime_ns), fp.ino,
-                         shared_int(fp.dev), digest, kind, shared_int(started), mime)
-        self.files[rel] = FileFact(rel, rec, True, MODES[last.st_mode & MODE_BITS])
-        if all(INT64_MIN <= v <= INT64_MAX for v in fp):
-            self.obs.hashed[rel] = rec  # the fact's own record
-        # else: a time past 2262 or an inode number of 2**63 and up does not fit the journal's
-        # integers; such a file is hashed on every pass instead of vouched for.
-
-
+        bits = last.st_mode & MODE_BITS
+        if all(INT64_MIN <= v <= INT64_MAX for v in fp):  # the journal's and the table's ints
+            self.hashed.add(rel, new_tuple(Row, (
+                fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev, h.hexdigest(), kind,
+                started, mime)), bits)
+            return
+        # A time past 2262 or an inode number of 2**63 and up: a fact of its own, never stored
+        # (such a file is hashed on every pass instead of vouched for).
+        rec = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev,
+                         sys.intern(h.hexdigest()), kind, started, mime)
+        self.files[rel] = FileFact(rel, rec, True, MODES[bits])

@@ -15,7 +15,7 @@ from bisect import bisect_left
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-from memfs.pathtable import FingerprintTable
+from memfs.pathtable import FingerprintTable, Row
 from memfs.reconcile.facts import FileFact, Region, new_tuple
 from memfs.reconcile.lstat import LStat
 from memfs.reconcile.rule import MODES
@@ -95,21 +95,68 @@ class DirMemo:
         return len(self.idx) + len(self.specials)
 
 
+class HashedFiles(Mapping[str, Row]):
+    """The files a walk hashed: their fresh fingerprint rows as one path table's columns
+    (memfs.pathtable, a lineage of its own) and their permission bits, not a record and a
+    fact object each. A take-in hashes every file, and those objects (~270 B a file) lived
+    from the walk to the journal's write, the attach's peak: the arenas it filled stayed
+    resident (docs/performance.md). A fact is built when read (`fact`); the journal patches
+    its snapshot from the rows (this is the Mapping of them it is given). Filled by one
+    walk's thread; read-only once the walk is done."""
+
+    __slots__ = ("table", "modes")
+
+    def __init__(self) -> None:
+        self.table = FingerprintTable()
+        self.modes = array("H")  # by the table's index
+
+    def add(self, path: str, row: Row, mode: int) -> None:
+        """One file hashed (once per path in a walk)."""
+        self.table.add(path, row)
+        self.modes.append(mode)
+
+    def fact(self, path: str) -> FileFact | None:
+        i = self.table.at(path)
+        if i is None:
+            return None
+        t = self.table
+        return new_tuple(FileFact, (t.paths[i], t.row(i), True, MODES[self.modes[i]]))
+
+    def __getitem__(self, path: str) -> Row:
+        return self.table[path]
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.table
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.table.paths)
+
+    def __len__(self) -> int:
+        return len(self.table.paths)
+
+
 class WalkFiles(Mapping[str, FileFact]):
-    """An observation's files: those decided by the walk (`own`) and those of the directory
-    memos it took (`memos`, by directory), whose facts are built when asked for. Read-only
-    once the walk is done; any thread may read it."""
+    """An observation's files: those decided by the walk (`own`), those it hashed
+    (`hashed`) and those of the directory memos it took (`memos`, by directory); the facts
+    of the last two are built when asked for. Read-only once the walk is done; any thread
+    may read it."""
 
-    __slots__ = ("own", "memos", "_len")
+    __slots__ = ("own", "memos", "hashed", "_len")
 
-    def __init__(self, own: dict[str, FileFact], memos: dict[str, DirMemo]) -> None:
+    def __init__(self, own: dict[str, FileFact], memos: dict[str, DirMemo],
+                 hashed: HashedFiles | None = None) -> None:
         self.own, self.memos = own, memos
-        self._len = len(own) + sum(map(len, memos.values()))
+        self.hashed = hashed if hashed else None
+        self._len = len(own) + sum(map(len, memos.values())) + len(hashed or ())
 
     def get(self, path: str, default: object = None) -> FileFact | None:  # type: ignore[override]
         got = self.own.get(path)
         if got is not None:
             return got
+        if self.hashed is not None:
+            got = self.hashed.fact(path)
+            if got is not None:
+                return got
         memo = self.memos.get(path.rpartition("/")[0])
         if memo is not None:
             got = memo.fact(path)
@@ -126,6 +173,8 @@ class WalkFiles(Mapping[str, FileFact]):
 
     def __iter__(self) -> Iterator[str]:
         yield from self.own
+        if self.hashed is not None:
+            yield from self.hashed
         for memo in self.memos.values():
             yield from memo.paths()
 
@@ -145,6 +194,9 @@ class WalkFiles(Mapping[str, FileFact]):
             if theirs.get(d) is not memo and any(
                     get(p) != memo.fact(p) for p in memo.paths()):
                 return False
+        if self.hashed is not None and any(
+                get(p) != self.hashed.fact(p) for p in self.hashed):
+            return False
         # Every path here is there with an equal fact, and there are as many: equal.
         return all(get(p) == f for p, f in self.own.items())
 

@@ -275,15 +275,16 @@ class Journal(IntentLog):
             if key[0] != mount or count != self._count_before:
                 continue
             prefix = key[1]
-            fp_items = [(p, v) for p, v in (fingerprints or {}).items() if _under(p, prefix)]
+            fps_in = fingerprints or {}
+            fp_items = [p for p in fps_in if _under(p, prefix)]  # their rows read as patched
             ev_items = {intern(p): v if v is None else intern(v)
                         for p, v in (evidence or {}).items() if _under(p, prefix)}
             md_items = {intern(p): v if v is None or not 0 <= v < len(_MODES) else _MODES[v]
                         for p, v in (modes or {}).items() if _under(p, prefix)}
             new_ev, new_fps, new_mds = ev, fps, mds
             if fp_items:
-                new_fps = fps.patched((intern(p), row) for p, row in fp_items)
-                new_ev = snapshot.with_rows(ev, new_fps, (intern(p) for p, _ in fp_items))
+                new_fps = fps.patched((intern(p), fps_in[p]) for p in fp_items)
+                new_ev = snapshot.with_rows(ev, new_fps, (intern(p) for p in fp_items))
             if ev_items:
                 new_ev = snapshot.with_evidence(new_ev, ev_items)
             if new_ev is not ev or md_items:
@@ -468,19 +469,21 @@ class Journal(IntentLog):
             return PassInputs((row[0], row[1]) if row else None, evidence, pending, fps, modes)
         return self._read(q)
 
-    def put_fingerprints(self, mount: str, rows: dict[str, FingerprintRow | None]) -> None:
-        """Store (or with None, drop) cached fingerprints."""
+    def put_fingerprints(self, mount: str,
+                         rows: Mapping[str, FingerprintRow | None]) -> None:
+        """Store (or with None, drop) cached fingerprints. `rows` may build its rows when
+        read (a walk's HashedFiles): they are read one at a time, never listed."""
         with self._write() as c:
             c.executemany("DELETE FROM journal_fingerprints WHERE mount=? AND "
                           "path=CAST(? AS TEXT)",
-                          [(mount, _db(p)) for p, r in rows.items() if r is None])
+                          ((mount, _db(p)) for p, r in rows.items() if r is None))
             c.executemany(
                 "INSERT OR REPLACE INTO journal_fingerprints (mount, path, size, mtime_ns, "
                 "ctime_ns, ino, dev, digest, kind, hashed_at_ns, mime) VALUES "
                 "(?,CAST(? AS TEXT),?,?,?,?,?,?,?,?,?)",
-                [(mount, _db(p), r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
+                ((mount, _db(p), r.size, r.mtime_ns, r.ctime_ns, r.ino, r.dev, r.digest, r.kind,
                   r.hashed_at_ns, getattr(r, "mime", None)) for p, r in rows.items()
-                 if r is not None])
+                 if r is not None))
             self._patch_memo(c, mount, fingerprints=rows)
 
 

@@ -31,33 +31,14 @@ from memfs.workspace.workspace import Workspace
 
 FILES = 20_000
 PER_DIR = 100
-# The daemon's RSS grown per file, attached and idle (see test_a_bound_mount_holds_its_bound):
-# 2.34-2.37 KB measured (3 runs, 2026-12-02) once P is not copied when it holds no agreed
-# absence and the ref digests keep no key tuple (tracemalloc: 1432 -> 1367 B of Python objects
-# a file; 2.35 KB in one run before on the same machine, so the step is under the noise here
-# and its proof is the two tests below that check those objects), but 2.43-2.46 KB with
-# another test file running beside it (scripts/test's two workers: 3 runs), so the bound stays
-# above that; 2.38-2.46 KB measured (4 runs, main with patches, PostgreSQL GC and pipelining
-# merged) once a
-# committed take-in keeps no nodes (the passes read the files from the tree rows; what fails
-# without that is tests/test_backing_unbuilt.py, which checks the nodes themselves);
-# 2.51-2.56 KB with a node per file on the same code, 2.44-2.55 KB at the session's start,
-# 3.35 KB before the compact facts and memos, the walk's records as the journal's rows,
-# shared ints, shared unloaded data and slotted decisions, 3.63-3.87 KB before the heap trim
-# and the shared ints and Contents, 5.36 KB before the compact nodes and memos. Run to run the
-# figure moves ~70 B, as much as the last step gained, so the bound is a regression guard
-# above the noise, not the proof of that step. Lower it as the figure drops (the target is
-# well under 1 KB: docs/lifecycle.md says what is left).
-# 2.37-2.39 KB measured (2 runs, 2026-12-02, load 7-8) once the journal snapshot's P and modes
-# are overlays of its rows (2.44 KB for the code before in the same session): under the noise
-# here too, so the bound stays; tests/test_journal_snapshot.py checks those maps are gone.
-# 2335-2528 B measured (9 runs, median 2458, 2026-12-02, load 2-5) once the fingerprint rows
-# and the walk's facts are one path table (2351-2409 B, median 2398, for the code before, 6
-# runs, alternated): ~0.2 KB of Python objects a file fewer, but at 20k the arenas the
-# take-in's peak set stay and the columns come on top (at 100k the RSS falls ~140 B a file:
-# docs/performance.md). The bound is not raised; it is now within the noise here. The tests
-# below (-k columns, -k quiet_walk) check the table's cost.
-BOUND_PER_FILE = 2520
+# The daemon's RSS grown per file, attached and idle (see test_a_bound_mount_holds_its_bound).
+# A regression guard above the run-to-run noise (~100 B), lowered as the figure drops; the
+# target is well under 1 KB (docs/lifecycle.md, "Memory"). History (20k files): 5.36 KB before
+# the compact nodes and memos, 3.6-3.9 KB before the heap trim and shared ints, 3.35 KB before
+# the compact facts, 2.35-2.53 KB through the path tables (bound 2520, within that noise);
+# 2070-2212 B once the walk keeps the files it hashes as columns (7 runs, 2026-12-02, load
+# 6-9, main beside at 2352-2424 B: docs/performance.md, "The take-in's hashed files").
+BOUND_PER_FILE = 2320
 
 
 def tree(disk: Path, n: int) -> None:

@@ -39,8 +39,7 @@ def git(repo: Path, *args: str) -> str:
 @pytest.fixture
 def repo(mounted, tmp_path: Path):
     """A git checkout with a 755 script and a 644 file, bound to `work` (watch off)."""
-    if mounted.native:
-        pytest.skip("needs a real memfs daemon")
+    mounted.require_real()
     if shutil.which("git") is None:
         pytest.fail("git is missing (Debian package git; scripts/_setup.sh installs it)")
     disk = tmp_path / "proj"
@@ -341,8 +340,7 @@ def test_a_hard_linked_draft_is_not_carried_not_owed(repo):
 def test_attach_makes_the_mount_directory_with_the_backing_roots_bits(mounted, tmp_path: Path):
     """`memfs attach p D` with no `p` in the mount makes it with D's bits: a 0750 project
     directory is not 0755 in the mount."""
-    if mounted.native:
-        pytest.skip("needs a real memfs daemon")
+    mounted.require_real()
     disk = tmp_path / "proj"
     (disk / "private").mkdir(parents=True)
     (disk / "private" / "k.txt").write_text("k\n")

@@ -41,8 +41,7 @@ def xattr(p: Path, name: str = "user.memfs.state") -> str | None:
 @pytest.fixture
 def backed(mounted, tmp_path: Path):
     """A mount with `work` bound to a backing directory holding a.txt, b.txt, sub/c.txt."""
-    if mounted.native:
-        pytest.skip("needs a real memfs daemon")
+    mounted.require_real()
     disk = tmp_path / "disk"
     (disk / "sub").mkdir(parents=True)
     (disk / "a.txt").write_text("a1\n")

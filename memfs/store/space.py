@@ -68,6 +68,12 @@ def headroom(size: int) -> int:
     return max(2 * MiB, min(64 * MiB, size // 100))
 
 
+def writable(space: Space, waiting: int) -> int:
+    """What new data may still take: free space less the headroom and less the bytes
+    already waiting in memory for a commit (the room's rule, and what a refusal says)."""
+    return max(0, space.avail - waiting - headroom(space.size))
+
+
 def reserve_size(size: int) -> int:
     """1/64 of the filesystem, at least 1 MiB and at most 16 MiB."""
     return max(MiB, min(16 * MiB, size // 64))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import trio
 
 from memfs.errors import MemfsError
-from memfs.store.space import Space, headroom, size_text
+from memfs.store.space import Space, headroom, size_text, writable
 
 log = logging.getLogger("memfs.workspace")
 
@@ -95,11 +95,9 @@ def full_words(space: Space | None, root: str, shared: bool,
     "full" with MiB free is explained (user trial: "full (18.4 MiB free ...)")."""
     free = f"{size_text(space.avail)} free of {size_text(space.size)}" if space else "no space"
     if space is not None and waiting is not None:
-        room = headroom(space.size)
-        writable = max(0, space.avail - room - waiting)
-        free += (f", less {size_text(room)} kept for the commits' own metadata and "
-                 f"{size_text(waiting)} waiting in memory to be committed: "
-                 f"{size_text(writable)} writable")
+        free += (f", less {size_text(headroom(space.size))} kept for the commits' own "
+                 f"metadata and {size_text(waiting)} waiting in memory to be committed: "
+                 f"{size_text(writable(space, waiting))} writable")
     if shared:
         return (f"this host's root is full ({free} at {root}; the store itself is in "
                 "PostgreSQL)",

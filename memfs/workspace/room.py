@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from memfs.store.space import Reserve, Space, headroom
+from memfs.store.space import Reserve, Space, headroom, writable
 from memfs.workspace.health import full_words
 from memfs.workspace.nodes import fail
 
@@ -67,7 +67,7 @@ class Room:
         """What writes may still take: the store filesystem's available space, less what
         waits in memory to be committed and the headroom its commits need."""
         sp = self.space()
-        return max(0, sp.avail - self._ws.pending_bytes - headroom(sp.size))
+        return writable(sp, self._ws.pending_bytes)
 
     def fits(self, nbytes: int) -> bool:
         """Do `nbytes` of new data fit in what is free, less what already waits? A no is

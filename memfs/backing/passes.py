@@ -168,6 +168,17 @@ class Passes:
                     self.states.of(mount).last_error = str(exc)
                     raise
 
+    async def _room_for(self, contents: Mapping[str, bytes]) -> None:
+        """Before a batch is taken in: if its bytes do not fit while a group commit is
+        writing (that commit's chunks are on the disk and still pending, counted twice),
+        wait for the commit to end, as a write through the mount does (room.settle), so
+        the take-in is not refused for room it has. The batch's own check (put_file's
+        require_room) still decides, on the figures after the wait."""
+        need = sum(len(data) for data in contents.values())
+        since = trio.current_time()
+        while await self.ws.room.settle(need, since):
+            pass
+
     def _full(self, what: str) -> MemfsError:
         """The store's filesystem is full: what could not be done, with the remedy."""
         try:
@@ -397,6 +408,7 @@ class Passes:
                 self._fetch, b, obs, batch, sp.take, got.evidence, s_view, on.branch,
                 sp.record_modes)
             intent_ids.update(ids)
+            await self._room_for(contents)
             await self.ws.changes_open()  # no change while a history operation holds them off
             # No await from this check to the end of the batch's tree change.
             changed = self.view.epoch != on.epoch or self.ws.branch != on.branch

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from memfs.errors import MemfsError
 from memfs.liveness import read_record
-from memfs.rootdir import control_socket
+from memfs.rootdir import control_socket, socket_address
 
 MAX_LINE = 64 << 20
 PROGRESS_EVERY = 1.0  # seconds between the daemon's progress lines for a running request
@@ -91,7 +91,8 @@ def call(root: Path, op: str, stall: float | None = None, *, show_progress: bool
     last: dict | None = None
     try:
         try:
-            sock.connect(str(path))
+            with socket_address(path) as address:
+                sock.connect(address)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             raise NoDaemon(str(path)) from exc
         sock.sendall(json.dumps({"op": op, "args": args, "progress": True}).encode() + b"\n")

@@ -20,7 +20,11 @@ copied, backed up or deleted as one folder:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+SUN_PATH_MAX = 107  # bytes of a Unix socket's path the kernel's sockaddr_un holds (108, NUL)
 
 
 def resolve_root(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -54,3 +58,20 @@ def receipts_dir(root: Path) -> Path:
 
 def control_socket(root: Path) -> Path:
     return root / "control.sock"
+
+
+@contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """The address to bind or connect the Unix socket at `path` by: the path itself, or,
+    longer than sun_path holds (a root deep in a long HOME or TMPDIR: "AF_UNIX path too
+    long"), the same file through an O_PATH descriptor of its directory,
+    /proc/self/fd/N/NAME, open only while the caller binds or connects."""
+    text = str(path)
+    if len(os.fsencode(text)) <= SUN_PATH_MAX:
+        yield text
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)

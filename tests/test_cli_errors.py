@@ -303,3 +303,23 @@ def test_a_command_run_inside_a_mount_acts_on_that_mounts_store(mount_factory, t
     env["MEMFS_ROOT"] = str(default.root)  # named: it wins over the directory
     got = json.loads(here("status", "--json", cwd=other.mnt).stdout)
     assert got["root"] == str(default.root), got
+
+
+@pytest.mark.mount
+def test_a_root_deeper_than_a_socket_path_holds_is_served(mount_factory, tmp_path: Path):
+    """CI ran with TMPDIR one directory deeper and `memfs mount` died with a traceback,
+    `OSError: AF_UNIX path too long`: a Unix socket's path holds 107 bytes, and a root deep in
+    a long HOME or TMPDIR puts control.sock past that. The daemon binds it, and the CLI
+    reaches it, through the root's directory descriptor instead."""
+    root = tmp_path / ("a-long-directory-name-" * 5) / "memfs"
+    assert len(os.fsencode(str(root / "control.sock"))) > 107
+    m = mount_factory(root=root, name="deep")
+    (m.work / "f").write_text("one\n")
+    out = memfs(m.root, "sync")
+    assert out.returncode == 0, out.stdout + out.stderr
+    st = json.loads(memfs(m.root, "status", "--json").stdout)
+    assert st.get("pending") == 0, st  # the daemon's own answer: only it knows pending
+    subprocess.run(["sh", "-c", f"echo two > '{m.work / 'f'}'"], check=True,
+                   start_new_session=True)  # a process group of its own: an operation
+    assert memfs(m.root, "undo").returncode == 0
+    assert (m.work / "f").read_text() == "one\n"  # seen through the mount at once: the daemon's

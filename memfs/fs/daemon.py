@@ -27,7 +27,7 @@ from memfs.errors import MemfsError
 from memfs.fs.longops import Requests
 from memfs.fs.operations import MemfsOperations
 from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
-from memfs.rootdir import control_socket
+from memfs.rootdir import control_socket, socket_address
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.hosts import Hosts
 from memfs.workspace.lifecycle import Lifecycle
@@ -264,7 +264,8 @@ async def _control_server(ws: Workspace, backing: Backing, ops: MemfsOperations,
     if path.exists():
         path.unlink()
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    await sock.bind(str(path))
+    with socket_address(path) as address:
+        await sock.bind(address)
     os.chmod(path, 0o600)
     sock.listen(16)
     requests = Requests(lambda: _doing(ws, backing))

@@ -130,3 +130,50 @@ def test_write_beyond_free_space_is_enospc_and_store_survives(small_fs, mount_fa
     m.remount()
     read_all(m.work)
     assert file_digest(m.work / "keep.bin") == hashlib.sha256(keep).hexdigest()
+
+
+# Linux's VFS refuses an xattr name above 255 bytes (XATTR_NAME_MAX: ERANGE) and a value above
+# 65536 bytes (XATTR_SIZE_MAX: E2BIG) before any filesystem sees it. ext4 with 4 KiB blocks keeps
+# all of a file's xattrs in one block: one value of at most 4040 bytes under a short name, and
+# ENOSPC beyond (measured on 6.18); tmpfs takes 65536. memfs takes a value up to 4096 bytes and a
+# file's names and values up to 65536 bytes together, and refuses more with E2BIG, changing nothing.
+XATTR_VALUE_MAX = 4096
+XATTR_NODE_TOTAL_MAX = 65536
+
+
+def test_xattr_limits_refuse_with_e2big_and_change_nothing(mounted, native_dir: Path) -> None:
+    for d in (native_dir, mounted.work):  # the kernel's own limits, the same on both
+        p = d / "vfs"
+        p.write_text("x")
+        assert errno_of(lambda p=p: os.setxattr(p, "user." + "n" * 251, b"v")) == errno.ERANGE
+        os.setxattr(p, "user." + "n" * 250, b"v")  # 255 bytes: taken
+        assert errno_of(lambda p=p: os.setxattr(p, "user.big", b"v" * 65537)) == errno.E2BIG
+    mounted.require_real()
+    p = mounted.work / "x"
+    p.write_text("x")
+    os.setxattr(p, "user.keep", b"old")
+    os.setxattr(p, "user.full", b"f" * XATTR_VALUE_MAX)
+    assert os.getxattr(p, "user.full") == b"f" * XATTR_VALUE_MAX
+    before = os.stat(p)
+    for size in (XATTR_VALUE_MAX + 1, 65536):  # 65536: the most the kernel passes on
+        assert errno_of(lambda s=size: os.setxattr(p, "user.keep", b"n" * s)) == errno.E2BIG
+        assert errno_of(lambda s=size: os.setxattr(p, "user.new", b"n" * s)) == errno.E2BIG
+    assert os.getxattr(p, "user.keep") == b"old"
+    assert sorted(os.listxattr(p)) == ["user.full", "user.keep"]
+    assert os.stat(p).st_ctime_ns == before.st_ctime_ns  # not even a ctime change
+
+    # The whole set is bounded too: values of 4096 under 9-byte names fill 65536 bytes at 15
+    # and a sixteenth is refused, while replacing one of them (same size) still works.
+    q = mounted.work / "many"
+    q.write_text("x")
+    names = [f"user.n{i:03d}" for i in range(16)]
+    for name in names[:15]:
+        os.setxattr(q, name, b"v" * XATTR_VALUE_MAX)
+    assert 15 * (9 + XATTR_VALUE_MAX) <= XATTR_NODE_TOTAL_MAX < 16 * (9 + XATTR_VALUE_MAX)
+    assert errno_of(lambda: os.setxattr(q, names[15], b"v" * XATTR_VALUE_MAX)) == errno.E2BIG
+    os.setxattr(q, names[0], b"w" * XATTR_VALUE_MAX)
+    assert os.getxattr(q, names[0]) == b"w" * XATTR_VALUE_MAX
+    assert sorted(os.listxattr(q)) == names[:15]
+    mounted.remount()  # what was taken is kept, and only that
+    assert os.getxattr(p, "user.keep") == b"old"
+    assert sorted(os.listxattr(q)) == names[:15]

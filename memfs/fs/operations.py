@@ -28,7 +28,7 @@ from memfs.fs.invalidation import Invalidations
 from memfs.fs.memory_view import MemDir, MemFile, MemoryView
 from memfs.fs.view_release import ViewEntries
 from memfs.fs.virtual import VDir, VFile, VirtualTree
-from memfs.fs.xattrs import check_settable, user_value
+from memfs.fs.xattrs import check_fits, check_settable, user_value
 from memfs.workspace.agent_memory import open_memory
 from memfs.workspace.nodes import KIND_OF_MODE, Node, WorkspaceError
 from memfs.workspace.pinning import views_published
@@ -543,6 +543,7 @@ class MemfsOperations(pyfuse3.Operations):
         check_settable(name)
         await self._enter(ctx)
         node = self._wnode(inode)  # after the wait: an undo may have replaced it
+        check_fits(node.xattrs, name, value)
         self.ws.set_xattr(node, name, value)
 
     async def getxattr(self, inode, name, ctx):

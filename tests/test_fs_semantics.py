@@ -384,6 +384,56 @@ def test_sparse_file_reports_only_stored_blocks(work: Path, native_dir: Path) ->
         assert os.stat(p).st_blocks * 512 < 8 * MiB, f"{d}: {os.stat(p).st_blocks} blocks"
 
 
+def _blocks_files(d: Path) -> dict[str, int]:
+    """Files whose st_blocks ext4 and tmpfs agree on (4 KiB pages), made in `d`; each name ->
+    the st_blocks both report. Linux/ext4 figures: an empty file 0, a byte 8 (one 4 KiB block),
+    5000 bytes 16, 3 MiB + 1 byte 6152, a byte written 10 MiB past the start of an empty file 8
+    (the hole takes nothing), `truncate -s 1G` 0."""
+    (d / "empty").write_bytes(b"")
+    (d / "one").write_bytes(b"x")
+    (d / "five-k").write_bytes(b"y" * 5000)
+    (d / "three-m").write_bytes(os.urandom(3 * MiB + 1))
+    with open(d / "seeked", "wb") as f:
+        f.seek(10 * MiB)
+        f.write(b"z")
+    with open(d / "truncated", "wb") as f:
+        f.truncate(1 << 30)
+    return {"empty": 0, "one": 8, "five-k": 16, "three-m": 6152, "seeked": 8, "truncated": 0}
+
+
+def _du_k(p: Path) -> int:
+    return int(subprocess.run(["du", "-k", str(p)], capture_output=True, text=True,
+                              check=True).stdout.split()[0])
+
+
+def test_st_blocks_counts_4k_blocks_holding_data_as_native(mounted, native_dir: Path) -> None:
+    """memfs counted bytes (a 1-byte file had st_blocks 1, `du` 1K); native filesystems count
+    the 4 KiB blocks that hold data, and du, ls -s and tar -S read that."""
+    for d in (native_dir, mounted.work):
+        want = _blocks_files(d)
+        got = {name: int(subprocess.run(["stat", "-c", "%b", str(d / name)], capture_output=True,
+                                        text=True, check=True).stdout) for name in want}
+        assert got == want, d
+        assert {name: _du_k(d / name) for name in want} == {n: b // 2 for n, b in want.items()}, d
+        ls = subprocess.run(["ls", "-s", "--block-size=512", str(d / "one")], capture_output=True,
+                            text=True, check=True).stdout
+        assert ls.split()[0] == "8", ls
+    mounted.require_real()
+    fsync_dir(mounted.work)  # committed: the same figures, and again once reloaded
+    assert {n: os.stat(mounted.work / n).st_blocks for n in want} == want
+    mounted.remount()
+    assert {n: os.stat(mounted.work / n).st_blocks for n in want} == want
+    # Where memfs is coarser than ext4: 4 KiB written into the middle of a hole counts the
+    # whole 1 MiB piece it lands in (2048 blocks; ext4 and tmpfs: 8), before and after commit.
+    p = mounted.work / "middle"
+    with open(p, "wb") as f:
+        f.truncate(1 << 30)
+        f.seek(512 * MiB)
+        f.write(b"m" * 4096)
+    assert os.stat(p).st_blocks == 2048
+    assert _du_k(p) == 1024
+
+
 def test_rename_whiteout_is_refused(work: Path) -> None:
     (work / "a").write_text("a")
     with pytest.raises(OSError) as exc:

@@ -36,7 +36,7 @@ def entry_attributes(ws: Workspace, mem: MemoryView,
     else:
         _generated_attributes(ws, mem, node, a)
     if isinstance(node, Node) and node.kind == FILE:
-        a.st_blocks = (ws.stored_bytes(node) + 511) // 512
+        a.st_blocks = ws.allocated_bytes(node) // 512
     else:
         a.st_blocks = (a.st_size + 511) // 512
     return a

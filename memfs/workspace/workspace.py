@@ -70,6 +70,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memfs.workspace")
 
+# st_blocks counts a file's pieces in the block a native filesystem allocates (ext4's and
+# tmpfs's 4 KiB page), not in bytes: `du` of a 1-byte file is 4 KiB on both.
+ALLOC_UNIT = 4096
 DIRTY_BYTES_MAX = 48 << 20  # writers wait for a commit beyond this (bounds the daemon's RSS)
 
 # The commit snapshot, undo's remap, fsck and GC walk trees of any depth without recursion;
@@ -406,13 +409,17 @@ class Workspace(HistoryOps):
         f.mtime_ns = f.ctime_ns = now_ns()
         self._touch(f)
 
-    def stored_bytes(self, f: Node) -> int:
-        """Bytes a file really holds (its pieces, not its holes): st_blocks for du, tar -S."""
+    def allocated_bytes(self, f: Node) -> int:
+        """What a file takes as a native filesystem counts it, for st_blocks (du, ls -s,
+        tar -S): each piece that holds data, not the holes, its part of the file rounded up to
+        ALLOC_UNIT (a 1-byte file takes 4 KiB, as on ext4 and tmpfs). A piece counts its whole
+        part of the file, written or committed alike, so the figure never moves at a commit."""
         if f.kind != FILE or f.data is None or not f.data.size:
             return 0
         fd = self._load_data(f)
         present = set(fd.chunks) | set(fd.dirty) | set(fd.spill.present if fd.spill else ())
-        return sum(min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) for i in present if i * CHUNK_SIZE < fd.size)
+        return sum(-(-min(CHUNK_SIZE, fd.size - i * CHUNK_SIZE) // ALLOC_UNIT) * ALLOC_UNIT
+                   for i in present if i * CHUNK_SIZE < fd.size)
 
     async def room_settled(self, f: Node, off: int, size: int, since: float) -> bool:
         """Before a write: wait for a commit in flight if the write does not fit until its

@@ -307,3 +307,43 @@ def test_status_does_not_call_a_starting_daemons_bindings_not_mounted(backed):
     finally:
         holder.kill()
         holder.wait()
+
+
+def _history(m) -> tuple[str, int]:
+    """(the branch head, how many commits `memfs log` lists): what a listing must not move."""
+    log = m.cli_json("log", "-n", "0")
+    return m.cli_json("status")["head"], len(log["commits"] if isinstance(log, dict) else log)
+
+
+def test_ls_states_writes_no_history_with_the_daemon_dead_or_alive(backed):
+    """A user trial saw `memfs ls --states` without a daemon make a commit. It makes none of its
+    own: with disk unchanged the head and the commit count stay put, alive, after `memfs
+    umount` and after a SIGKILL. The one commit a listing can lead to is disk's change taken in
+    by its observation ("reconciler: disk changes in work"), as the daemon's listing takes it
+    (docs/reconciliation.md, "States"): the same commit, dead or alive."""
+    m, disk = backed
+    for step in ("alive", "umount", "kill"):
+        if step == "umount":
+            m.umount()
+        elif step == "kill":
+            m.remount()
+            m.kill()
+        before = _history(m)
+        for _ in range(2):
+            m.cli("ls", "--states")
+            m.cli("ls", "--states", "work/sub")
+        if step == "alive":
+            m.cli("sync")  # nothing on disk changed: nothing to commit either
+        assert _history(m) == before, step
+    taken = []
+    for step in ("dead", "alive"):
+        if step == "alive":
+            m.remount()
+        (disk / "a.txt").write_text(f"a changed on disk while {step}\n")
+        _, count = _history(m)
+        m.cli("ls", "--states")
+        assert _history(m)[1] == count + 1, step
+        assert m.cli("show", "HEAD:work/a.txt").stdout == f"a changed on disk while {step}\n"
+        top = m.cli("log", "-n", "1", "--paths").stdout.splitlines()
+        taken.append([top[0].split("  ", 2)[2], *top[1:]])  # without its id and time
+    assert taken[0] == taken[1] and "work/a.txt" in " ".join(taken[0]), taken

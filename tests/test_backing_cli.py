@@ -347,3 +347,28 @@ def test_ls_states_writes_no_history_with_the_daemon_dead_or_alive(backed):
         top = m.cli("log", "-n", "1", "--paths").stdout.splitlines()
         taken.append([top[0].split("  ", 2)[2], *top[1:]])  # without its id and time
     assert taken[0] == taken[1] and "work/a.txt" in " ".join(taken[0]), taken
+
+
+def test_ls_states_lists_a_disk_symlink_as_a_link_not_a_directory(backed):
+    """`ls --states` printed every incomplete region with a trailing slash, so a disk symlink
+    (not followed) read as a directory: `work/link/ (symlink (following is off))`. It marks
+    them as `ls -F` does: a symlink `name@`, a directory `name/` (`.git`, ignored), and says
+    which in --json (`kind`)."""
+    m, disk = backed
+    os.symlink("a.txt", disk / "link")
+    os.symlink("sub", disk / "dirlink")
+    os.symlink("nowhere", disk / "dangling")
+    (disk / ".git").mkdir()
+    (disk / "sub" / ".git").write_text("gitdir: ../.git/worktrees/sub\n")  # a worktree's file
+    native = subprocess.run(["ls", "-AF", str(disk)], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert {"link@", "dirlink@", "dangling@", ".git/"} <= set(native)
+    out = m.cli("ls", "--states").stdout
+    incomplete = {line.split()[1] for line in out.splitlines() if line.startswith("incomplete")}
+    assert incomplete == {"work/link@", "work/dirlink@", "work/dangling@", "work/.git/",
+                          "work/sub/.git"}, out
+    regions = {r["path"]: r["kind"] for r in m.cli_json("ls", "--states")["mounts"][0]["regions"]}
+    assert regions == {"link": "symlink", "dirlink": "symlink", "dangling": "symlink",
+                       ".git": "dir", "sub/.git": ""}, regions
+    status = {r["path"]: r["kind"] for r in m.cli_json("status")["backing"]["work"]["regions"]}
+    assert status == regions

@@ -467,7 +467,7 @@ class Passes:
             conflicts=sorted(sp.record_conflicts),
             discarded=[Discard(d.path, d.was, d.op) for d in sp.discarded],
             unverified=sorted(sp.unverified),
-            regions=[RegionRow(r.path, r.reason) for r in obs.regions],
+            regions=[RegionRow(r.path, r.reason, r.kind) for r in obs.regions],
             incomplete="the tree was replaced while the pass applied" if changed else None,
             bytes_read=obs.bytes_read, error=refusal.message if refusal else None,
             remedy=refusal.remedy if refusal else None)

@@ -57,9 +57,10 @@ class Discard:
 class RegionRow:
     path: str
     reason: str
+    kind: str = ""  # memfs.reconcile.facts.Region.kind: "dir", "symlink", or "" (unknown)
 
     def to_json(self) -> Json:
-        return {"path": self.path, "reason": self.reason}
+        return {"path": self.path, "reason": self.reason, "kind": self.kind}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from memfs.backing.paths import under
 from memfs.backing.progress import PassProgress
+from memfs.reconcile.facts import Region
 from memfs.reconcile.observe import Observation
 from memfs.reconcile.plan import PassPlan, SyncPlan
 from memfs.reconcile.rule import ABSENT
@@ -27,7 +28,7 @@ class MountState:
 
     states: dict[str, StateRow] = field(default_factory=dict)
     disk_only: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, MIME)
-    regions: dict[str, str] = field(default_factory=dict)
+    regions: dict[str, Region] = field(default_factory=dict)
     unavailable: tuple[str, str] | None = None  # (what happened, remedy)
     last_pass: float | None = None
     last_error: str | None = None
@@ -97,7 +98,7 @@ def record_states(st: MountState, scope: str, obs: Observation, plan: PassPlan,
         if state == "disk-only" and (fact := obs.files.get(path)) is not None:
             st.disk_only[path] = (fact.size, fact.mime)
     for r in obs.regions:
-        st.regions[r.path] = r.reason
+        st.regions[r.path] = r
 
 
 __all__ = ["MountState", "StateRow", "States", "record_states"]

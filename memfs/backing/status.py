@@ -30,7 +30,7 @@ def listing(states: States, mount: str, scope: str = "") -> Listing:
         info = st.disk_only.get(p) if s == "disk-only" else None
         entries.append(Entry(p, s, c) if info is None else Entry(p, s, c, info[0], info[1]))
     return Listing(mount, scope, st.unavailable, entries,
-                   [RegionRow(p, r) for p, r in sorted(st.regions.items())
+                   [RegionRow(p, r.reason, r.kind) for p, r in sorted(st.regions.items())
                     if under(p, scope) or under(scope, p)])
 
 
@@ -59,7 +59,8 @@ def render(bindings: Bindings, states: States, journal: Journal,
             "conflicts": sorted(p for p, (s, _) in st.states.items() if s == "conflict"),
             "workspace_deleted": sorted(p for p, (s, _) in st.states.items()
                                         if s == "workspace-deleted"),
-            "regions": [{"path": p, "reason": r} for p, r in sorted(st.regions.items())],
+            "regions": [{"path": p, "reason": r.reason, "kind": r.kind}
+                        for p, r in sorted(st.regions.items())],
             # The last count (memfs.backing.owed, refreshed before status is answered).
             "owed": None if refusing or (o := owed(mount)) is None else o.to_json(),
             # Changes no materialize writes (hard links), apart from what disk owes.

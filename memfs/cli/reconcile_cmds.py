@@ -85,6 +85,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_ls)
 
 
+# How `ls --states` marks an incomplete region's path, as `ls -F` does: a directory `name/`,
+# a symlink `name@` (it used to show every region with a slash, a disk symlink as a directory).
+REGION_MARKS = {"dir": "/", "symlink": "@"}
+
+
 def _ask(args, op: str, **kw) -> dict:
     """The daemon's answer, or the same request run on the store directly."""
     root = resolve_root(args.root)
@@ -322,7 +327,8 @@ def cmd_ls(args) -> int:
                 kind += f" ({e['note']})"
             lines.append(f"{e['state']:<32} {m['mount']}/{e['path']}{kind}")
         for r in m["regions"]:
-            lines.append(f"{'incomplete':<32} {m['mount']}/{r['path']}/ ({r['reason']})")
+            mark = REGION_MARKS.get(r.get("kind", ""), "")
+            lines.append(f"{'incomplete':<32} {m['mount']}/{r['path']}{mark} ({r['reason']})")
     emit(args, res, "\n".join(lines) or "(nothing)")
     # As sync and materialize: a mount that could not be observed is a failure to list it.
     return 1 if any(not m["available"] for m in res["mounts"]) else 0

@@ -177,12 +177,18 @@ class FileFact(NamedTuple):
         return hash(self.key())
 
 
+REGION_DIR, REGION_LINK = "dir", "symlink"  # Region.kind, where the walk knows it
+
+
 @dataclass(frozen=True)
 class Region:
-    """A part of the tree not (completely) observed; it proves no absence."""
+    """A part of the tree not (completely) observed; it proves no absence. `kind` says what
+    is there where the walk saw it (REGION_DIR, REGION_LINK; "" for a file or unknown), so a
+    listing shows a symlink as one, not as a directory."""
 
     path: str
     reason: str
+    kind: str = ""
 
 
 @dataclass

@@ -40,6 +40,8 @@ from memfs.reconcile.facts import (
     HEAD,
     INT64_MAX,
     INT64_MIN,
+    REGION_DIR,
+    REGION_LINK,
     SPECIAL_MIME,
     VCS_DIRS,
     CachedHash,
@@ -104,18 +106,19 @@ class _Walk:
                 return "ignored"
         return None
 
-    def region(self, rel: str, reason: str) -> None:
-        self.obs.regions.append(Region(rel, reason))
+    def region(self, rel: str, reason: str, kind: str = "") -> None:
+        self.obs.regions.append(Region(rel, reason, kind))
 
     def walk_dir(self, chain: list[DirLink], rel: str) -> None:
         fd = chain[-1].fd
         try:
             names = os.listdir(fd)
         except PermissionError:
-            self.region(rel, "unreadable")
+            self.region(rel, "unreadable", REGION_DIR)
             return
         except OSError as exc:
-            self.region(rel, f"unlistable ({errno.errorcode.get(exc.errno or 0, exc.errno)})")
+            self.region(rel, f"unlistable ({errno.errorcode.get(exc.errno or 0, exc.errno)})",
+                        REGION_DIR)
             return
         # A listing counts only if, once listed, the directory is still the one its path names
         # (all the way up): otherwise its names may be another directory's, or outside the root.
@@ -133,14 +136,14 @@ class _Walk:
             self.on_walked(len(names))
         if cut is not None:
             # Reported, never silent: the whole directory proves nothing from here on.
-            self.region(rel, f"walk limit of {self.limit} entries reached")
+            self.region(rel, f"walk limit of {self.limit} entries reached", REGION_DIR)
             return
         self.obs.listed.add(rel)
         for name, child, st in subdirs:
             try:
                 sub = os.open(name, DIR_FLAGS, dir_fd=fd)
             except PermissionError:
-                self.region(child, "unreadable")
+                self.region(child, "unreadable", REGION_DIR)
                 continue
             except OSError:
                 self.region(child, "swapped")  # became a symlink, a file, or vanished
@@ -184,7 +187,7 @@ class _Walk:
         else:
             old = None
             mark = len(regions)
-            statted = self._not_ignored(rel, names)
+            statted = self._not_ignored(fd, rel, names)
             ignored = regions[mark:]
         recs = lstat_records(fd, statted)
         recs_digest = records_digest(recs) if self.memo_out is not None or old is not None else b""
@@ -237,8 +240,9 @@ class _Walk:
             return self.files
         return WalkFiles(self.files, self.hits or {}, self.hashed)
 
-    def _not_ignored(self, rel: str, names: list[str]) -> list[str]:
-        """The names to stat; the ignored ones become regions."""
+    def _not_ignored(self, fd: int, rel: str, names: list[str]) -> list[str]:
+        """The names to stat; the ignored ones become regions, each with its kind from one
+        lstat (`.git/` is listed as a directory, a `.git` file of a worktree as a file)."""
         prefix = rel + "/" if rel else ""
         if not self.ignore and not any(n[0] == "." or n in VCS_DIRS for n in names):
             return names  # TEMP_PREFIX starts with a dot too
@@ -247,7 +251,7 @@ class _Walk:
             if self.ignore or name[0] == "." or name in VCS_DIRS:
                 why = self.ignored(prefix + name, name)
                 if why:
-                    self.region(prefix + name, why)
+                    self.region(prefix + name, why, _kind_at(fd, name))
                     continue
             out.append(name)
         return out
@@ -322,17 +326,17 @@ class _Walk:
 
     def symlink(self, chain: list[DirLink], name: str, rel: str) -> None:
         if not self.follow_symlinks:
-            self.region(rel, "symlink (following is off)")
+            self.region(rel, "symlink (following is off)", REGION_LINK)
             return
         try:
             target = os.readlink(name, dir_fd=chain[-1].fd)
         except OSError:
-            self.region(rel, "symlink (unreadable)")
+            self.region(rel, "symlink (unreadable)", REGION_LINK)
             return
         base = posixpath.dirname(rel)
         resolved = posixpath.normpath(posixpath.join(base, target))
         if target.startswith("/") or resolved == ".." or resolved.startswith("../"):
-            self.region(rel, "symlink pointing outside the root")
+            self.region(rel, "symlink pointing outside the root", REGION_LINK)
             return
         # Follow one level, inside the root only, through dir fds: the target must be a regular
         # file reached without further links.
@@ -342,16 +346,18 @@ class _Walk:
                 raise Refused("a link to the root", reason="not-a-file")
             sub = open_chain(self.root_fd, parts[:-1])
         except (Refused, OSError):
-            self.region(rel, "symlink to something other than a file inside the root")
+            self.region(rel, "symlink to something other than a file inside the root",
+                        REGION_LINK)
             return
         try:
             st = os.stat(parts[-1], dir_fd=sub[-1].fd, follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode):
-                self.region(rel, "symlink to something other than a file inside the root")
+                self.region(rel, "symlink to something other than a file inside the root",
+                            REGION_LINK)
                 return
             self.file(sub[-1].fd, parts[-1], rel, st)
         except OSError:
-            self.region(rel, "symlink (dangling)")
+            self.region(rel, "symlink (dangling)", REGION_LINK)
         finally:
             close_chain(sub)
 
@@ -438,3 +444,12 @@ class _Walk:
         rec = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev,
                          sys.intern(h.hexdigest()), kind, started, mime)
         self.files[rel] = FileFact(rel, rec, True, MODES[bits])
+
+
+def _kind_at(dir_fd: int, name: str) -> str:
+    """What `name` in `dir_fd` is, as a Region's kind (never followed; "" if it went)."""
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return ""
+    return REGION_DIR if stat.S_ISDIR(mode) else REGION_LINK if stat.S_ISLNK(mode) else ""

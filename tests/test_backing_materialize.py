@@ -61,3 +61,53 @@ def test_field_report_no_evidence_after_restart(mounted, tmp_path):
     res = m.cli_json("materialize", "--force", "work/legacy.txt")["mounts"]["work"]
     assert res["written"] == ["legacy.txt"]
     assert (disk / "legacy.txt").read_text() == "old store copy\n"
+
+
+def _tree(d) -> list[str]:
+    """Every path under `d` (directories with a trailing slash), sorted."""
+    out = []
+    for top, dirs, files in os.walk(d):
+        rel = os.path.relpath(top, d)
+        out += [os.path.normpath(os.path.join(rel, n)) + "/" for n in dirs]
+        out += [os.path.normpath(os.path.join(rel, n)) for n in files]
+    return sorted(out)
+
+
+def test_a_moved_directory_leaves_no_empty_directories_on_disk(backed, tmp_path):
+    """`mv old new` in the mount, then `materialize --apply-deletions`: the files moved on
+    disk, but `old/` and `old/deep/` stayed behind, empty (a native mv leaves none). The
+    directories the removals left empty now go too; one the workspace still holds stays (a
+    native `rm` of its last file keeps it), and so does one holding what memfs never took
+    (an ignored .git), with or without a daemon."""
+    m, disk = backed
+    for d in (disk, tmp_path / "native"):
+        (d / "old" / "deep").mkdir(parents=True)
+        (d / "old" / "a.txt").write_text("a\n")
+        (d / "old" / "deep" / "b.txt").write_text("b\n")
+        (d / "odd" / "kept" / ".git").mkdir(parents=True)  # ignored: memfs never takes it
+        (d / "odd" / "kept" / "f.txt").write_text("f\n")
+        (d / "odd" / "gone").mkdir()
+        (d / "odd" / "gone" / "g.txt").write_text("g\n")
+    native = tmp_path / "native"
+    (native / "a.txt").write_text("a1\n")
+    (native / "b.txt").write_text("b1\n")
+    (native / "sub").mkdir()
+    (native / "sub" / "c.txt").write_text("c1\n")
+    m.cli("sync")
+    for d in (m.work, native):
+        os.rename(d / "old", d / "new")
+        os.unlink(d / "sub" / "c.txt")  # sub/ itself stays in the workspace
+        os.unlink(d / "odd" / "kept" / "f.txt")
+        os.unlink(d / "odd" / "gone" / "g.txt")
+        os.rmdir(d / "odd" / "gone")
+    res = m.cli_json("materialize", "--apply-deletions")["mounts"]["work"]
+    assert _tree(disk) == _tree(native)
+    assert res["removed_dirs"] == ["odd/gone", "old/deep", "old"], res  # deepest first
+    # Without a daemon: the same, through the store directly.
+    for d in (m.work, native):
+        os.rename(d / "new", d / "newer")
+    m.umount()
+    out = m.cli("materialize", "--apply-deletions").stdout.splitlines()
+    assert _tree(disk) == _tree(native)
+    assert [line for line in out if line.endswith("(left empty)")] == [
+        "removed  work/new/deep/ (left empty)", "removed  work/new/ (left empty)"], out

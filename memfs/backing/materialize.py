@@ -121,6 +121,11 @@ class Materializer:
 
         delay = self.push_delay()
 
+        def store_dirs(candidates: Iterable[str]) -> set[str]:
+            """Asked from the worker thread after the unlinks: the workspace's directories
+            among `candidates` (kept on disk), read on the loop."""
+            return trio.from_thread.run_sync(self.view.dirs_held, mount, list(candidates))
+
         def still_selected() -> bool:  # asked from the worker thread before each effect
             if delay > 0:
                 time.sleep(delay)
@@ -132,7 +137,7 @@ class Materializer:
             result = run_materialize(self.journal, mount, b.dir,
                                      RootId(obs.root.dev, obs.root.ino), mplan, content,
                                      branch=branch, still_selected=still_selected,
-                                     dir_modes=dir_modes)
+                                     dir_modes=dir_modes, store_dirs=store_dirs)
             if not result.refused and not result.interrupted and pinned != branch:
                 # Disk now holds this branch (nothing owed counts too: it already did). A push
                 # cut short by a branch change leaves the pin as it was.
@@ -148,7 +153,8 @@ class Materializer:
             mount, branch, self.bindings.pins.get(mount), result.written, result.removed,
             result.skipped, result.deletions_left, result.failed, result.refused,
             PIN_REMEDY.format(pinned=pinned, branch=branch)
-            if result.refused and pinned is not None else None, result.interrupted)
+            if result.refused and pinned is not None else None, result.interrupted,
+            result.removed_dirs)
 
     def _sources(self, mount: str, mplan: MaterializePlan, nodes: Mapping[str, Node],
                  s_view: Mapping[str, Content], held: set[int] | None,

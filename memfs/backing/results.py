@@ -113,10 +113,12 @@ class MaterializeDone:
     refused: str | None
     remedy: str | None
     interrupted: str | None
+    removed_dirs: list[str] = field(default_factory=list)  # left empty by `removed`: rmdir'd
 
     def to_json(self) -> Json:
         return {"mount": self.mount, "branch": self.branch, "pinned": self.pinned,
-                "written": self.written, "removed": self.removed, "skipped": self.skipped,
+                "written": self.written, "removed": self.removed,
+                "removed_dirs": self.removed_dirs, "skipped": self.skipped,
                 "deletions_left": self.deletions_left, "failed": self.failed,
                 "refused": self.refused, "remedy": self.remedy,
                 "interrupted": self.interrupted}

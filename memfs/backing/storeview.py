@@ -243,6 +243,21 @@ class StoreView:
                 out[at] = node.mode & MODE_BITS
         return out
 
+    def dirs_held(self, mount: str, paths: Iterable[str]) -> set[str]:
+        """Which of `paths` (by rel) the store holds as directories: a materialize leaves
+        those on disk when it empties them. Loop (it may load a directory's nodes)."""
+        top = self.mount_node(mount)
+        out: set[str] = set()
+        for path in paths:
+            node = top
+            for part in components(path):
+                node = None if node is None else self.ws.children(node).get(name_to_bytes(part))
+                if node is None or node.kind != DIR:
+                    break
+            else:
+                out.add(path)
+        return out
+
     def nodes(self, mount: str, scope: str = "") -> tuple[StoreFiles, list[RefKey]]:
         """Every committed-or-draft file of the mount under scope (disk-only nodes excluded),
         read-only, and the committed refs whose digest is not cached yet. Remembered while

@@ -251,6 +251,7 @@ def cmd_materialize(args) -> int:
             continue
         lines += [f"wrote    {mount}/{p}" for p in r["written"]]
         lines += [f"removed  {mount}/{p}" for p in r["removed"]]
+        lines += [f"removed  {mount}/{p}/ (left empty)" for p in r.get("removed_dirs", [])]
         lines += [f"left     {mount}/{p} (deleted in the workspace; --apply-deletions removes it)"
                   for p in r["deletions_left"]]
         lines += [f"skipped  {mount}/{s['path']} ({s['state']}): {s['reason']} — {s['remedy']}"

@@ -13,14 +13,21 @@ the one-way imports (reconcile never imports the workspace or the FUSE layer).
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal, Protocol, TypeVar
 
 from memfs.errors import MemfsError
-from memfs.reconcile.contained import Refused, RootId
-from memfs.reconcile.effects import EffectFailed, Written, unlink_file, write_file
+from memfs.reconcile.contained import Refused, RootId, RootUnavailable
+from memfs.reconcile.effects import (
+    EffectFailed,
+    Written,
+    remove_empty_dir,
+    unlink_file,
+    write_file,
+)
 from memfs.reconcile.materialize_plan import MaterializePlan
 from memfs.reconcile.rule import ABSENT, Decision, Pending, _Absent
 from memfs.testing import crash_point
@@ -135,6 +142,7 @@ class MaterializeResult:
 
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    removed_dirs: list[str] = field(default_factory=list)  # left empty by `removed`
     skipped: list[dict[str, str]] = field(default_factory=list)
     deletions_left: list[str] = field(default_factory=list)
     failed: list[dict[str, str]] = field(default_factory=list)
@@ -147,6 +155,7 @@ def run_materialize(
     mplan: MaterializePlan, content: Callable[[str], tuple[bytes | Iterable[bytes], str]], *,
     branch: str | None = None, still_selected: Callable[[], bool] = lambda: True,
     dir_modes: Mapping[str, int] | None = None,
+    store_dirs: Callable[[Iterable[str]], set[str]] = lambda dirs: set(dirs),
 ) -> MaterializeResult:
     """Carry out a materialize plan through the write-ahead steps. `content(path)` gives the
     workspace's bytes and their digest; `dir_modes` the permission bits of the workspace's
@@ -155,7 +164,10 @@ def run_materialize(
 
     `still_selected()` is asked before each effect: once the branch (or tree) the plan was
     made on is no longer selected, the bytes in hand belong to a tree nobody sees, so nothing
-    more is written and the rest stays owed (`interrupted`)."""
+    more is written and the rest stays owed (`interrupted`).
+
+    After the unlinks, the directories they left empty go too, deepest first, unless
+    `store_dirs(candidates)` (the ones the workspace holds as directories) names them."""
     out = MaterializeResult(deletions_left=list(mplan.deletions_left), refused=mplan.refused)
     out.skipped = [{"path": s.path, "state": s.state, "reason": s.reason, "remedy": s.remedy}
                    for s in mplan.skipped]
@@ -185,7 +197,29 @@ def run_materialize(
     for w in mplan.writes:
         if w.after_unlinks:
             write(w)
+    _prune_dirs(out, root_path, root, store_dirs)
     return out
+
+
+def _prune_dirs(out: MaterializeResult, root_path: str | os.PathLike[str], root: RootId,
+                store_dirs: Callable[[Iterable[str]], set[str]]) -> None:
+    """rmdir the directories above what `out` removed that are now empty and that the
+    workspace does not hold (its empty directories are kept, as a native `rm` keeps them)."""
+    if not out.removed or out.interrupted:
+        return
+    above = {posixpath.dirname(p) for p in out.removed}
+    for d in list(above):
+        while d:
+            above.add(d)
+            d = posixpath.dirname(d)
+    above.discard("")
+    kept = store_dirs(sorted(above))
+    for d in sorted(above - kept, key=lambda p: (-p.count("/"), p)):
+        try:
+            if remove_empty_dir(root_path, d, root=root):
+                out.removed_dirs.append(d)
+        except (Refused, RootUnavailable):
+            return  # the root moved, or a barrier failed: the files' removals stand
 
 
 def _record(out: MaterializeResult, path: str, done: list[str],

@@ -380,6 +380,36 @@ def unlink_file(
         os.close(root_fd)
 
 
+def remove_empty_dir(root_path: str | os.PathLike[str], rel: str, *, root: RootId) -> bool:
+    """rmdir the directory at `rel` if it is empty (a materialize removed its last file and
+    the workspace has no directory there: a `mv` of a directory leaves none on disk, as a
+    native mv does). True if it went. Not empty, gone, not a directory, or refused by the OS:
+    False, disk untouched. Through the held chain like every effect; no intent is needed, as
+    an empty directory holds nothing to lose and a crash leaves at worst the empty directory."""
+    root_s = os.fspath(root_path)
+    parts = components(rel)
+    if not parts:
+        return False  # never the root
+    root_fd, rid = open_root(root_s, root)
+    chain: list[DirLink] = []
+    try:
+        try:
+            chain = open_chain(root_fd, parts[:-1])
+        except (OSError, Refused):
+            return False
+        if not _where_ok(chain, root_s, rid):
+            return False
+        try:
+            os.rmdir(parts[-1], dir_fd=chain[-1].fd)
+        except OSError:
+            return False  # ENOTEMPTY (something is there), ENOENT, ENOTDIR (a link), EACCES
+        _fsync_chain(chain, rel)
+        return True
+    finally:
+        close_chain(chain)
+        os.close(root_fd)
+
+
 def is_scratch(name: str) -> bool:
     """Is this one of write_file's scratch names (TEMP_PREFIX and 16 hex digits)? Only those
     are swept: a user's own `.memfs-tmp-notes` is not ours to remove."""

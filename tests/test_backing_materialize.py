@@ -111,3 +111,26 @@ def test_a_moved_directory_leaves_no_empty_directories_on_disk(backed, tmp_path)
     assert _tree(disk) == _tree(native)
     assert [line for line in out if line.endswith("(left empty)")] == [
         "removed  work/new/deep/ (left empty)", "removed  work/new/ (left empty)"], out
+
+
+def test_a_file_made_and_removed_at_a_disk_symlink_leaves_nothing_unverified(backed):
+    """Disk has a symlink memfs does not follow; a file made at that name in the mount is
+    skipped by materialize (right: nothing is written through a symlink). Once it is removed
+    again, its tombstone read as `unverified` at every listing and materialize, forever, and
+    `memfs sync PATH` could not clear it. Nothing is owed there now: the workspace has no file,
+    disk never had one memfs agreed on, and the symlink is listed as its region."""
+    m, disk = backed
+    os.symlink("a.txt", disk / "link")
+    m.cli("sync")
+    (m.work / "link").write_text("a file where disk has a symlink\n")
+    res = m.cli_json("materialize")["mounts"]["work"]
+    assert [s["path"] for s in res["skipped"]] == ["link"], res
+    os.unlink(m.work / "link")
+    for _ in range(2):  # and again once the daemon starts afresh from the stored intent
+        res = m.cli_json("materialize", "--apply-deletions")["mounts"]["work"]
+        assert res["skipped"] == [] and res["removed"] == [] and res["written"] == [], res
+        listed = m.cli_json("ls", "--states")["mounts"][0]
+        assert "link" not in {e["path"] for e in listed["entries"]}, listed
+        assert [(r["path"], r["kind"]) for r in listed["regions"]] == [("link", "symlink")]
+        assert os.readlink(disk / "link") == "a.txt"  # disk's symlink untouched
+        m.remount()

@@ -28,6 +28,7 @@ PNG = Content("f" * 32, "binary")
 BIG = Content(None, "oversize")
 TOMB = PathIntent(tombstone=True)
 ORIGIN = PathIntent(origin_store=True)
+LINK = DiskUnknown("symlink (following is off)", link=True)
 
 # (name, D, S, P, intent, action, state, detail-or-conflict-kind, record)
 CASES = [
@@ -89,6 +90,16 @@ CASES = [
     ("unreadable disk", DiskUnknown("unreadable"), TA, A, NO_INTENT, Action.UNVERIFIED,
      State.UNVERIFIED, None, None),
     ("damaged intent is unverified, never absent", TA, ABSENT, A, PathIntent(damaged=True),
+     Action.UNVERIFIED, State.UNVERIFIED, None, None),
+    # a disk symlink (never taken, written or removed) where the workspace made and removed
+    # a file: nothing owed, not unverified forever; a file there still is unverified
+    ("disk symlink, file made and removed in the workspace", LINK, ABSENT, NO_EVIDENCE, TOMB,
+     Action.NOTHING, None, None, None),
+    ("disk symlink, P absent, tombstone", LINK, ABSENT, ABSENT, TOMB, Action.NOTHING, None,
+     None, None),
+    ("disk symlink over a file disk agreed on, deleted in the workspace", LINK, ABSENT, A, TOMB,
+     Action.UNVERIFIED, State.UNVERIFIED, None, None),
+    ("disk symlink where the workspace has a file", LINK, TA, NO_EVIDENCE, ORIGIN,
      Action.UNVERIFIED, State.UNVERIFIED, None, None),
 ]
 
@@ -294,7 +305,8 @@ def test_not_done_adoption_is_decided_from_its_prior():
 
 digests = st.sampled_from([A, B, C])
 contents = st.builds(Content, digests, st.sampled_from(["text", "binary", "oversize"]))
-disks = st.one_of(st.just(ABSENT), contents, st.just(BIG), st.just(DiskUnknown("unreadable")))
+disks = st.one_of(st.just(ABSENT), contents, st.just(BIG), st.just(DiskUnknown("unreadable")),
+                  st.just(LINK))
 stores = st.one_of(st.just(ABSENT), contents)
 evidence = st.one_of(st.just(NO_EVIDENCE), st.just(ABSENT), digests)
 pendings = st.one_of(
@@ -331,9 +343,14 @@ def test_rule_invariants(d, s, p, intent):
         effective_p = pend.new
         assert dec.record is None  # not completed here
         assert not (dec.owes == "write" and sv == pend.new)  # nor replayed
-    # Nothing is decided from what could not be seen.
+    # Nothing is decided from what could not be seen, except that nothing is owed at a disk
+    # symlink where the workspace has no file and P no agreed file.
     if intent.damaged or isinstance(d, DiskUnknown):
-        assert dec.action == Action.UNVERIFIED and dec.record is None and dec.owes is None
+        nothing = (not intent.damaged and isinstance(d, DiskUnknown) and d.link and s is ABSENT
+                   and p in (NO_EVIDENCE, ABSENT) and intent.pending is None
+                   and intent.conflict is None)
+        want = Action.NOTHING if nothing else Action.UNVERIFIED
+        assert dec.action == want and dec.record is None and dec.owes is None, dec
         return
     # Never drop a draft: taking disk over the store needs the store to be what disk agreed on,
     # or a path the store never had and never deleted.

@@ -215,7 +215,7 @@ class Observation:
             return shared_content(fact.digest, fact.kind, fact.mode)
         for r in self.regions:
             if r.path == "" or path == r.path or path.startswith(r.path + "/"):
-                return DiskUnknown(r.reason)
+                return DiskUnknown(r.reason, link=path == r.path and r.kind == REGION_LINK)
         if not _under(path, self.scope):
             return DiskUnknown("outside the observed scope")
         if path in self.listed:

@@ -90,9 +90,11 @@ class Content:
 @dataclass(frozen=True, slots=True)
 class DiskUnknown:
     """Disk could not be observed at this path (unreadable, symlinked, ignored, special, swapped,
-    outside the listed scope). It proves neither presence nor absence."""
+    outside the listed scope). It proves neither presence nor absence. `link`: what is there
+    is a symlink, seen at this very path (memfs never takes one in, writes or removes it)."""
 
     reason: str
+    link: bool = False
 
 
 Disk = _Absent | Content | DiskUnknown
@@ -405,6 +407,9 @@ def _decide_content(d: Disk, s: Store, p: Evidence, intent: PathIntent) -> Decis
         return Decision(Action.UNVERIFIED, State.UNVERIFIED,
                         reason="branch intent is damaged; a path sync replaces it")
     if isinstance(d, DiskUnknown):
+        if _nothing_at_a_link(d, s, p, intent):
+            return Decision(Action.NOTHING, None, reason="disk has a symlink here, which memfs "
+                            "neither takes in nor removes; the workspace has no file here")
         return Decision(Action.UNVERIFIED, State.UNVERIFIED, reason=f"disk unknown: {d.reason}")
 
     pending = intent.pending
@@ -432,6 +437,15 @@ def _decide_content(d: Disk, s: Store, p: Evidence, intent: PathIntent) -> Decis
     if p is not NO_EVIDENCE:
         return _decide_known(d, s, p, intent)
     return _decide_unknown(d, s, intent)
+
+
+def _nothing_at_a_link(d: DiskUnknown, s: Store, p: Evidence, intent: PathIntent) -> bool:
+    """A disk symlink where the workspace has no file and disk never had one memfs agreed on
+    (a file made in the mount at a disk symlink's name, then removed: its tombstone): nothing
+    is owed either way, since no materialize writes or unlinks through a symlink. It used to
+    read unverified forever; the symlink itself is listed as its incomplete region."""
+    return (d.link and s is ABSENT and (p is NO_EVIDENCE or p is ABSENT)
+            and intent.pending is None and intent.conflict is None)
 
 
 def _agree(d: Disk, p: Evidence, *, clear_conflict: bool = False, reason: str = "") -> Decision:

@@ -4,6 +4,7 @@ conflict's workspace side only when named and forced, and the states that follow
 from __future__ import annotations
 
 import os
+import subprocess
 
 from helpers.backing_mount import states
 
@@ -134,3 +135,26 @@ def test_a_file_made_and_removed_at_a_disk_symlink_leaves_nothing_unverified(bac
         assert [(r["path"], r["kind"]) for r in listed["regions"]] == [("link", "symlink")]
         assert os.readlink(disk / "link") == "a.txt"  # disk's symlink untouched
         m.remount()
+
+
+def test_a_file_replaced_by_a_symlink_in_the_mount_is_a_workspace_deletion(backed):
+    """`ln -sf b.txt a.txt` in a bound mount renames a symlink over the synced file. The
+    rename noted no removal of the file it replaced, so a.txt read `not-in-branch` ("this
+    branch does not have it") instead of a workspace deletion, and, once the link was gone
+    too, `materialize --apply-deletions` said "nothing owed" and kept disk's a.txt forever.
+    Now it is deleted in the workspace, as a file replaced by a directory is
+    (docs/reconciliation.md, "Type changes"): removed from disk only by --apply-deletions, once
+    the link (which no materialize writes) is gone too."""
+    m, disk = backed
+    subprocess.run(["ln", "-sf", "b.txt", str(m.work / "a.txt")], check=True)
+    assert os.readlink(m.work / "a.txt") == "b.txt"
+    assert states(m)["work/a.txt"] == ("workspace-deleted", None)
+    res = m.cli_json("materialize")["mounts"]["work"]
+    # While the link is there it is what materialize names: not writable, disk's file kept.
+    assert [(s["path"], s["state"]) for s in res["skipped"]] == [("a.txt", "not-writable")], res
+    assert (disk / "a.txt").read_text() == "a1\n"
+    os.unlink(m.work / "a.txt")
+    assert states(m)["work/a.txt"] == ("workspace-deleted", None)
+    res = m.cli_json("materialize", "--apply-deletions")["mounts"]["work"]
+    assert res["removed"] == ["a.txt"] and not (disk / "a.txt").exists(), res
+    assert "work/a.txt" not in states(m)

@@ -335,12 +335,19 @@ class MemfsOperations(pyfuse3.Operations):
         if self.backed.disk_only(old, name_old) or self.backed.disk_only(new, name_new):
             raise pyfuse3.FUSEError(errno.EROFS)
         old_path, new_path = old.path() + b"/" + name_old, new.path() + b"/" + name_new
+        # What the rename replaces is removed through the mount: a symlink moved over a file
+        # (`ln -sf`) left the file's path with no tombstone, so it read not-in-branch and
+        # `materialize --apply-deletions` kept disk's copy of a file the workspace replaced.
+        replaced = None if flags & pyfuse3.RENAME_EXCHANGE else \
+            self.ws.children(new).get(name_new)
         self.ws.rename(old, name_old, new, name_new, flags)
         moved = self.ws.lookup(new, name_new)
         if flags & pyfuse3.RENAME_EXCHANGE:
             backing.note_created(self.ws.lookup(old, name_old), old_path)
         else:
             backing.note_removed(moved, old_path)
+            if replaced is not None and replaced is not moved:
+                backing.note_removed(replaced, new_path)
         backing.note_created(moved, new_path)
 
     # -- files ------------------------------------------------------------------------

@@ -29,6 +29,11 @@ MEMFS_CRASH_AT.
 - `pass_fault()`: while MEMFS_TEST_PASS_FAULT names a file that exists, every backing pass
   fails at its start with EIO, as a failing disk's read would (a daemon started so meets it
   in its first pass); removing the file ends it.
+- `pins_fault(conn)`: while MEMFS_TEST_PINS_FAULT names a file that exists, the server ends
+  the connection of every publish of this host's pins (memfs.store.pg.pins.publish_checked)
+  at its start (`pg_terminate_backend` of its own backend): the publish meets a real lost
+  connection at the moment that matters, while the host's other connections go on working;
+  removing the file is the server back.
 
 Any thread; FAULT_HOOKS is written only by tests, before the code under test runs.
 """
@@ -52,6 +57,7 @@ WALK_DELAY_ENV = "MEMFS_TEST_WALK_DELAY"
 PLAN_SPIN_ENV = "MEMFS_TEST_PLAN_SPIN"
 JOURNAL_FAULT_ENV = "MEMFS_TEST_JOURNAL_FAULT"
 PASS_FAULT_ENV = "MEMFS_TEST_PASS_FAULT"
+PINS_FAULT_ENV = "MEMFS_TEST_PINS_FAULT"
 
 FAULT_HOOKS: dict[str, Callable[[], None]] = {}
 
@@ -129,7 +135,16 @@ def pass_fault() -> None:
         raise OSError(errno.EIO, "Input/output error (injected)", trigger)
 
 
+def pins_fault(conn) -> None:  # conn: a psycopg connection (psycopg is an optional extra)
+    """The injected lost connection of a pins publish (module docstring), while its file
+    exists; raises psycopg's OperationalError, as the server's end of it."""
+    trigger = os.environ.get(PINS_FAULT_ENV)
+    if trigger and os.path.exists(trigger):
+        conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
 __all__ = ["COMMIT_GATE_ENV", "CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV",
-           "PLAN_SPIN_ENV", "PUSH_DELAY_ENV", "PUSH_GATE_ENV", "SCAN_DELAY_ENV", "WALK_DELAY_ENV",
-           "commit_gate", "crash_point", "journal_fault", "pass_fault", "plan_spin", "push_delay",
-           "push_gate", "scan_delay", "walk_delay"]
+           "PINS_FAULT_ENV", "PLAN_SPIN_ENV", "PUSH_DELAY_ENV", "PUSH_GATE_ENV",
+           "SCAN_DELAY_ENV", "WALK_DELAY_ENV", "commit_gate", "crash_point", "journal_fault",
+           "pass_fault", "pins_fault", "plan_spin", "push_delay", "push_gate", "scan_delay",
+           "walk_delay"]

@@ -84,12 +84,14 @@ def publish_checked(store: PgStore, hostname: str, pins: Pins, seconds: float,
 
     from memfs.store.pg import schema
     from memfs.store.pg.conn import server_error
+    from memfs.testing import pins_fault
 
     reader = store._reader
     with reader.lock:
         conn = reader.get()
         try:
             with conn.transaction():
+                pins_fault(conn)
                 conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (schema.SWEEP_KEY,))
                 if commits:
                     there = {r[0] for r in conn.execute(

@@ -289,3 +289,38 @@ def test_a_file_held_open_after_a_switch_to_the_writers_branch_survives_a_gc(ab_
         holder.kill()
         holder.wait()
     assert a.cli_json("fsck")["ok"]
+
+
+def test_a_view_swept_while_its_hosts_row_had_lapsed_is_gone_whole(ab, pg_url: str) -> None:
+    """b lists a view of an old commit (its names are then in b's memory) and is paused past
+    its row's life (8 s here): a's `memfs gc` keeps nothing of the lapsed row and drops and
+    sweeps that commit. When b resumes, its next publish finds its row no longer live and
+    checks every view's commit, not only new views': the swept view is not pinned again
+    (b's row used to name its tree again, as if it had been kept), and it is gone here
+    whole: a listing, which b could answer from memory, and a read both say absent (they
+    used to list names whose bytes read EIO)."""
+    a, b = ab
+    _, _, cid = _shown_on_b(a, b)
+    _deleted_on_a(a, b)
+    view = b.mnt / ".memfs" / "history" / cid / "work"
+    assert {"gone", "old"} <= set(os.listdir(view))
+    tree = tree_of(pg_url, cid)
+    wait_for(lambda: tree in (published(pg_url, "host-b") or ([], []))[0],
+             "host b to publish its view")
+    os.kill(b.proc.pid, signal.SIGSTOP)  # b renews nothing until the run is done
+    try:
+        wait_for(lambda: expired(pg_url, "host-b"), "host b's row to lapse (8 s)", timeout=30)
+        res = a.cli_json("gc")
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)
+    assert res["commits_dropped"] >= 1 and res["chunk_bytes_freed"] >= 4 * MiB, res
+    # The run deleted the lapsed row: the next one is b's publish after it resumed.
+    again = wait_for(lambda: published(pg_url, "host-b"), "host b to publish again")
+    assert tree not in again[0], "a lapsed row was published again naming a swept view"
+    with pytest.raises(FileNotFoundError):
+        os.listdir(view)
+    with pytest.raises(FileNotFoundError):
+        (view / "gone").read_bytes()
+    assert "pins had lapsed" in b.log_text()
+    assert a.cli_json("fsck")["ok"]
+

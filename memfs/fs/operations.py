@@ -394,6 +394,8 @@ class MemfsOperations(pyfuse3.Operations):
             return h.data[off:off + size]
         if h.node.id in self.ws.disk_only:
             return await self.ws.backing.read_disk(h.node, off, size)
+        if h.node.id in self.ws.swept:  # its view's commit was swept (pinning): never part
+            raise pyfuse3.FUSEError(errno.EIO)
         await self.ws.warm(h.node, off, size)
         return self.ws.read(h.node, off, size)
 

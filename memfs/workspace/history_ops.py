@@ -28,6 +28,7 @@ from memfs.store import history, undo
 from memfs.store.history import Checkpoint, Mark
 from memfs.store.undo import UndoPlan
 from memfs.workspace.nodes import Node, WorkspaceError
+from memfs.workspace.unload import loaded_below
 
 if TYPE_CHECKING:
     from memfs.workspace.attribution import Attribution
@@ -59,6 +60,7 @@ class HistoryOps:
     _view_keys: dict[int, tuple[str, str]]  # view root id -> its key while cached
     _view_roots: dict[int, Node]  # every view root the kernel may still hold (GC pins them)
     _immutable: set[int]  # ids of view roots of past commits by id (never another tree)
+    swept: set[int]  # ids of nodes of views dropped as swept (drop_swept_view): reads EIO
     pin_gate: PinPublisher | None  # told of each new view root (a store in PostgreSQL)
 
     root: Node
@@ -242,6 +244,18 @@ class HistoryOps:
         self._immutable.discard(node.id)
         self._view_roots.pop(node.id, None)
         self.nodes.pop(node.id, None)
+
+    def drop_swept_view(self, node: Node) -> None:
+        """A view whose commit a GC on another host dropped and may have swept while this
+        host's pins had lapsed (memfs.workspace.pinning): it and all loaded below it go at
+        once, held or not, so no request shows part of it. The kernel's next request on one
+        of its inodes is ESTALE (it looks the path up again: absent); a file still open in
+        it reads EIO (`swept`)."""
+        for below in loaded_below(node):
+            self.nodes.pop(below.id, None)
+            self.swept.add(below.id)
+        self.swept.add(node.id)
+        self.forget_view(node)
 
     def immutable_view(self, node: Node) -> bool:
         """Is this node inside a past commit's view (not a branch's or a checkpoint's, which

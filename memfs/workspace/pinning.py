@@ -15,6 +15,16 @@ commit a GC dropped meanwhile is forgotten and answered as absent; one that coul
 published (the server away) fails with EIO and is published at the next try. So no GC run
 on another host sweeps what a view shows here, however late the periodic look would be.
 
+A row that lapsed (this daemon paused, or cut off from the server, past its life) kept
+nothing meanwhile: a run on another host may have dropped and swept any view's commit. The
+publish finds its row no longer live and checks every view's commit (pins.publish_checked);
+a view whose commit is gone is dropped whole at once (Workspace.drop_swept_view): a lookup
+of its name says absent, a request on an inode of it the kernel still holds says ESTALE
+(the kernel looks the path up again: absent), a read of a file still open in it EIO. Never
+part of a swept tree (a listing from memory beside reads that fail), and never a row that
+names it again. EIO rather than the bytes still cached for an open file: which ones are
+cached is chance, and a view is the commit whole or not at all.
+
 Likewise before this host moves a head off a file it holds open (a commit of its unlink,
 an undo, a restore: `before_head_moves`), a grown set is published first. A host that
 follows a branch another host writes pins the commit it shows (lifecycle.pins_of): the
@@ -85,6 +95,8 @@ class PinPublisher:
         self.published_at = 0.0  # trio clock
         self.failing: str | None = None  # the last publish's error, while it fails
         self.fresh: dict[int, str] = {}  # view root id -> its commit, not yet published
+        self.views: dict[int, str] = {}  # every view root id -> its commit (pruned at publish)
+        self._lapsing = False  # the last publish found it so (one warning a lapse)
         self._lock = trio.Lock()  # one publish at a time, each of the set computed under it
         self._stopped = False
 
@@ -97,6 +109,7 @@ class PinPublisher:
     def made(self, node_id: int, commit_id: str) -> None:
         """A new view root (loop; Workspace._remember_view): not usable until `shown`."""
         self.fresh[node_id] = commit_id
+        self.views[node_id] = commit_id
 
     async def shown(self) -> Shown:
         """Publish the fresh views now, before the kernel is answered (loop)."""
@@ -117,20 +130,27 @@ class PinPublisher:
 
     async def before_head_moves(self, *, in_tree: bool = False) -> None:
         """Before this host moves a branch head off what it holds open (loop: a commit of
-        an unlink, with `in_tree` an undo or a restore): a set grown since the last publish
-        is published first, so a run on another host that plans after the move still keeps
-        it. A failure is logged (the move needs the same server; the next look tries again)."""
+        an unlink, with `in_tree` an undo or a restore): a set grown since the last publish,
+        or one published long ago (its row may have lapsed), is published first, so a run
+        on another host that plans after the move still keeps it. A failure is logged (the
+        move needs the same server; the next look tries again)."""
         async with self._lock:
-            if self._stopped:
-                return
-            pins = pins_of(self.ws, in_tree=in_tree)
-            if not self.fresh and self.published is not None and \
-                    pins.trees <= self.published[0] and pins.refs <= self.published[1]:
-                return
-            try:
-                self._forget(await self._publish(pins))
-            except Exception as exc:  # noqa: BLE001 - the server away: the move fails too
-                self._failed(exc)
+            for _ in range(TRIES):
+                if self._stopped:
+                    return
+                pins = pins_of(self.ws, in_tree=in_tree)
+                if not self.fresh and self.published is not None and \
+                        trio.current_time() - self.published_at < self.ttl / 2 and \
+                        pins.trees <= self.published[0] and pins.refs <= self.published[1]:
+                    return
+                try:
+                    gone = await self._publish(pins)
+                except Exception as exc:  # noqa: BLE001 - the server away: the move fails too
+                    self._failed(exc)
+                    return
+                if not gone:
+                    return
+                self._forget(gone)  # views of dropped commits: the set changed
 
     async def before_showing(self, commit_id: str, tree: str, table: str | None) -> None:
         """Before this host shows another host's commit (loop, the commit lock held by
@@ -169,38 +189,62 @@ class PinPublisher:
         if not self.fresh and key == self.published and \
                 trio.current_time() - self.published_at < self.ttl / 4:
             return
-        try:
-            self._forget(await self._publish())
-        except Exception as exc:  # noqa: BLE001 - the server away: the next look tries again
-            self._failed(exc)
+        for _ in range(TRIES):
+            try:
+                gone = await self._publish()
+            except Exception as exc:  # noqa: BLE001 - the server away: the next look tries
+                self._failed(exc)
+                return
+            if not gone:
+                return
+            self._forget(gone)
 
     async def _publish(self, pins: Pins | None = None, also: set[str] | None = None
                        ) -> set[str]:
         """One checked publish of the set as it is now, or `pins` (under `_lock`): the
-        commits of fresh views, or of `also`, found gone (nothing was published then), else
-        none."""
+        commits of fresh views, or of `also`, or (the row lapsed) of any view, found gone
+        (nothing was published then), else none."""
         fresh = dict(self.fresh)
+        views = {nid: cid for nid, cid in self.views.items() if nid in self.ws._view_roots}
+        self.views = views
         pins = pins if pins is not None else pins_of(self.ws)
         now = trio.current_time()
-        gone = await trio.to_thread.run_sync(host_pins.publish_checked, self.store,
-                                             self.hostname, pins, self.ttl,
-                                             set(fresh.values()) | (also or set()))
-        if not gone:
+        checked = await trio.to_thread.run_sync(
+            host_pins.publish_checked, self.store, self.hostname, pins, self.ttl,
+            set(fresh.values()) | (also or set()), set(views.values()))
+        if checked.lapsed and self.published is not None and not self._lapsing:
+            log.warning("this host's pins had lapsed on the server (not renewed within %.0f "
+                        "s): every view's commit was checked again%s", self.ttl,
+                        f"; {len(checked.gone)} commit(s) gone" if checked.gone else "")
+        self._lapsing = checked.lapsed
+        if not checked.gone:
             for node_id in fresh:  # views made during the publish stay fresh
                 self.fresh.pop(node_id, None)
             self.failing = None
             self.published, self.published_at = (frozenset(pins.trees),
                                                   frozenset(pins.refs)), now
-        return gone
+        return checked.gone
 
     def _forget(self, gone: set[str]) -> set[int]:
-        """Forget the fresh views of dropped commits (a later lookup says absent)."""
-        out = {nid for nid, cid in self.fresh.items() if cid in gone}
-        for node_id in out:
-            del self.fresh[node_id]
+        """Forget the views of dropped commits: fresh ones (a later lookup says absent), and
+        published ones a run swept while this host's row had lapsed (dropped whole)."""
+        out = set()
+        for node_id, cid in [*self.views.items(), *self.fresh.items()]:
+            if cid not in gone or node_id in out:
+                continue
+            out.add(node_id)
+            was_fresh = self.fresh.pop(node_id, None) is not None
+            self.views.pop(node_id, None)
             node = self.ws._view_roots.get(node_id)
-            if node is not None:
+            if node is None:
+                continue
+            if was_fresh:
                 self.ws.forget_view(node)
+                continue
+            log.warning("the view of commit %s was dropped and swept by a garbage collection "
+                        "on another host while this host's pins had lapsed: it is gone here "
+                        "too", cid[:12])
+            self.ws.drop_swept_view(node)
         return out
 
     def _failed(self, exc: Exception) -> None:

@@ -124,6 +124,7 @@ class Workspace(HistoryOps):
         self._views: OrderedDict[tuple[str, str], Node] = OrderedDict()
         self._view_keys: dict[int, tuple[str, str]] = {}
         self._view_roots: dict[int, Node] = {}  # every view root until the kernel forgets it
+        self.swept: set[int] = set()  # nodes of views dropped as swept (HistoryOps)
         self._immutable: set[int] = set()
         # On a store in PostgreSQL, the daemon's publisher of this host's pins: it hears of
         # each new view root, published before the kernel sees it (memfs.workspace.pinning).

@@ -16,7 +16,14 @@ commit does, checks that the views' commits are still in `commits`, and replaces
 So no GC step that deletes rows runs inside it, and either the publish commits first (the
 drop step and every sweep batch read the table under SWEEP_KEY exclusive: they keep it) or
 the drop step came first and the check finds the commit gone (the view is refused, absent,
-not half swept). A commit still there is kept by the run in course, whole. A follower's
+not half swept). A commit still there is kept by the run in course, whole.
+
+Only a live row kept anything: a host paused or cut off past ttl() let its row expire, and a
+run meanwhile kept none of it and may have swept any view's commit. So the same transaction
+reads this host's row first, and when it is no longer live (expired, or deleted by a run's
+finish) every view's commit is checked (`shown`), not only the new ones: the set is never
+published again as if it had been kept whole. A live row was live since it was written (only
+this host writes it, each time further ahead), so every run since kept it. A follower's
 next commit to show is published the same way before it is shown (a host that follows a
 branch pins the commit it shows), and so is a set that grew before this host moves a head.
 Other changes of the set are published within PUBLISH_EVERY seconds.
@@ -29,6 +36,7 @@ store's own reader (a worker thread of the daemon, or the GC thread).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memfs.store.refs import TREE, Ref
@@ -75,11 +83,26 @@ def _row(store: PgStore, hostname: str, pins: Pins, seconds: float) -> tuple:
             [_ref_text(r) for r in sorted(pins.refs)])
 
 
+@dataclass
+class Checked:
+    """What publish_checked found: `gone`, commits no longer in the database (then nothing
+    was written); `lapsed`, this host's row was no longer live, so every view's commit was
+    checked."""
+
+    gone: set[str] = field(default_factory=set)
+    lapsed: bool = False
+
+
+_LIVE = "SELECT 1 FROM host_pins WHERE host = %s AND expires > " + _NOW
+
+
 def publish_checked(store: PgStore, hostname: str, pins: Pins, seconds: float,
-                    commits: set[str]) -> set[str]:
+                    commits: set[str], shown: set[str] | frozenset[str] = frozenset()
+                    ) -> Checked:
     """`publish`, under SWEEP_KEY shared, if every commit of `commits` (those of views not
-    yet published) is still in the database; else nothing is written and the commits gone
-    are returned (their views are refused: a GC dropped them and may have swept them)."""
+    yet published) is still in the database, and of `shown` (every view's) too when this
+    host's row is no longer live (module docstring); else nothing is written and the commits
+    gone are returned (their views are refused: a GC dropped them and may have swept them)."""
     import psycopg
 
     from memfs.store.pg import schema
@@ -93,16 +116,18 @@ def publish_checked(store: PgStore, hostname: str, pins: Pins, seconds: float,
             with conn.transaction():
                 pins_fault(conn)
                 conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (schema.SWEEP_KEY,))
-                if commits:
+                lapsed = conn.execute(_LIVE, (store.host,)).fetchone() is None
+                want = set(commits) | set(shown) if lapsed else set(commits)
+                if want:
                     there = {r[0] for r in conn.execute(
-                        "SELECT id FROM commits WHERE id = ANY(%s)", (sorted(commits),))}
-                    if commits - there:
-                        return commits - there
+                        "SELECT id FROM commits WHERE id = ANY(%s)", (sorted(want),))}
+                    if want - there:
+                        return Checked(want - there, lapsed)
                 conn.execute(_UPSERT, _row(store, hostname, pins, seconds))
         except psycopg.OperationalError as exc:
             reader.drop()
             raise server_error(store.url, exc) from None
-    return set()
+    return Checked(set(), lapsed)
 
 
 def withdraw(store: PgStore) -> None:

@@ -324,3 +324,86 @@ def test_a_view_swept_while_its_hosts_row_had_lapsed_is_gone_whole(ab, pg_url: s
     assert "pins had lapsed" in b.log_text()
     assert a.cli_json("fsck")["ok"]
 
+
+FAULT = "MEMFS_TEST_PINS_FAULT"  # while its file exists, b's pins publishes lose the server
+
+
+@pytest.fixture
+def ab_fault(mount_factory, pg_url: str, tmp_path):
+    """a and b, b's pins publishes made to fail at will (memfs.testing.pins_fault); b's
+    periodic look late, so only the publish before a move matters. Returns the trigger."""
+    trigger = tmp_path / "pins-fault"
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b",
+                      env={**LATE, FAULT: str(trigger)})
+    a.require_real()
+    return a, b, trigger
+
+
+def _head(m) -> str:
+    return m.cli_json("log", "-n", "1")[0]["id"]
+
+
+def _refused(out, what: str) -> None:
+    assert out.returncode != 0, f"{what} went ahead with its pins unpublished: {out.stdout}"
+    assert f"{what} was refused" in out.stderr, out.stderr
+    assert "could not be published" in out.stderr and "nothing was changed" in out.stderr
+    assert "retry once the PostgreSQL server answers" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+
+
+def test_an_undo_whose_pins_cannot_be_published_first_is_refused(ab_fault) -> None:
+    """b works on a branch of its own and holds a file open that an undo would take out of
+    the tree. While b's publish loses the server, `memfs undo` is refused with the reason
+    and the remedy, and nothing changed: head, tree, the open file (it used to be logged
+    and the undo went ahead, the file's bytes kept by no row). Retried once the server
+    answers, it goes through."""
+    a, b, trigger = ab_fault
+    b.cli("branch", "create", "b-work")
+    b.cli("branch", "switch", "b-work")
+    data = os.urandom(MiB)
+    write_synced(b.work / "f", data)
+    b.cli("sync")
+    head = _head(b)
+    with open(b.work / "f", "rb") as held:
+        trigger.touch()
+        _refused(b.cli("undo", "--commits", "1", check=False), "memfs undo")
+        assert _head(b) == head
+        assert b.cli_json("branch", "list")["current"] == "b-work"
+        assert read(b.work / "f") == data
+        assert held.read() == data
+        trigger.unlink()  # the server answers again
+        b.cli("undo", "--commits", "1")
+        assert _head(b) != head and not (b.work / "f").exists()
+        held.seek(0)
+        assert held.read() == data
+
+
+def test_a_switch_to_another_hosts_branch_whose_head_cannot_be_published_is_refused(
+        ab_fault) -> None:
+    """b works on a branch of its own while a writes main; b's switch to main would show
+    a's head, which b must publish first (a's next commit leaves it named by no head).
+    While b's publish loses the server the switch is refused with the reason and the
+    remedy, and nothing changed: b's branch, head, tree, and it still writes there (the
+    switch used to go ahead, the shown commit published by nobody). Retried once the
+    server answers, it goes through."""
+    a, b, trigger = ab_fault
+    b.cli("branch", "create", "b-work")
+    b.cli("branch", "switch", "b-work")
+    write_synced(b.work / "mine", b"mine")
+    b.cli("sync")
+    head = _head(b)
+    write_synced(a.work / "theirs", b"theirs")  # on main
+    trigger.touch()
+    _refused(b.cli("branch", "switch", "main", check=False), "memfs branch switch main")
+    assert b.cli_json("branch", "list")["current"] == "b-work"
+    assert _head(b) == head
+    assert read(b.work / "mine") == b"mine" and not (b.work / "theirs").exists()
+    write_synced(b.work / "after", b"after")  # still b-work's writer
+    trigger.unlink()  # the server answers again
+    b.cli("branch", "switch", "main")
+    assert b.cli_json("branch", "list")["current"] == "main"
+    assert read(b.work / "theirs") == b"theirs" and not (b.work / "mine").exists()
+    b.cli("branch", "switch", "b-work")
+    assert read(b.work / "after") == b"after"
+

@@ -80,7 +80,7 @@ async def _write_and_apply(ws: Workspace, plan: snapshot.CommitPlan, text: str) 
     """The commit thread's write, then the apply on the loop (or the failure kept)."""
     try:
         if ws.pin_gate is not None:  # what this commit leaves only held open: published first
-            await ws.pin_gate.before_head_moves()
+            await ws.pin_gate.before_head_moves("a commit")
         commit = await trio.to_thread.run_sync(ws._write, plan, text)
     except Exception as exc:
         ws.last_error = f"{type(exc).__name__}: {exc}"

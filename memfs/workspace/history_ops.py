@@ -8,7 +8,7 @@ another process: the loop never waits for it) while new changes are held off
 (memfs.workspace.hold), and replace the tree back on the loop before they may go on, so no
 change can slip in between and be lost. The names (checkpoints, marks, branches) are written
 in a worker thread too, once what was pending is committed. Loop thread, except the store
-steps (`_undo_step`, `_restore_head`, `_switch_store`, `_checkpoint_step`: worker threads,
+steps (`_undo_step`, `_restore_head`, `_checkpoint_step`: worker threads,
 handed their inputs, touching only the store).
 """
 
@@ -102,7 +102,7 @@ class HistoryOps:
         async with self._commit_lock, self._settled("before restore", "restore"):
             branch = self.branch
             known = resolved[1] if resolved[0] == branch else None
-            await self._pins_before_move()
+            await self._pins_before_move("memfs restore")
             target, old = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
             self._replace_tree(target)
             return target, old
@@ -121,22 +121,24 @@ class HistoryOps:
         # memory on the embedded store (no thread hop before the settle, as before leases).
         claim = (self.store.claim(name) if self.store.kind == "sqlite"
                  else await trio.to_thread.run_sync(self.store.claim, name))
-        async with self._commit_lock, self._settled("before switch", "branch switch"):
-            old = self.branch
-            head = await trio.to_thread.run_sync(self._switch_store, name)
-            self.branch = name
-            self.read_only = None if claim.writable else claim.reason()
-            if self.read_only is not None and self.hosts is not None:  # another host's head:
-                head = await self.hosts.published_to_show(name, head)  # in every host's GC
-            self._replace_tree(head)
+        try:
+            async with self._commit_lock, self._settled("before switch", "branch switch"):
+                old = self.branch
+                head = await trio.to_thread.run_sync(self.store.head, name)
+                if not claim.writable and self.hosts is not None:  # another host's head:
+                    # in every host's GC before it is shown (NotPublished: nothing moved)
+                    head = await self.hosts.published_to_show(name, head)
+                await trio.to_thread.run_sync(self.store.set_current_branch, name)
+                self.branch = name
+                self.read_only = None if claim.writable else claim.reason()
+                self._replace_tree(head)
+        except BaseException:
+            if claim.writable and name != self.branch:  # refused: the lease claimed goes
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.store.release, name)
+            raise
         if old != name:
             await trio.to_thread.run_sync(self.store.release, old)
-        return head
-
-    def _switch_store(self, name: str) -> str:
-        """switch's store step (worker thread): the branch selected; returns its head."""
-        head = self.store.head(name)
-        self.store.set_current_branch(name)
         return head
 
     async def create_branch(self, name: str, at: str | None) -> str:
@@ -171,7 +173,7 @@ class HistoryOps:
 
     async def _undo(self, plan_fn: Callable[[str], UndoPlan]) -> UndoPlan:
         async with self._commit_lock, self._settled("before undo", "undo"):
-            await self._pins_before_move()
+            await self._pins_before_move("memfs undo")
             plan = await trio.to_thread.run_sync(self._undo_step, plan_fn, self.head,
                                                  self.branch)
             self._replace_tree(plan.target)  # in the loop turn the thread's result came in
@@ -185,11 +187,12 @@ class HistoryOps:
         self.store.reset_head(branch, plan.target, plan.reason)
         return plan
 
-    async def _pins_before_move(self) -> None:
+    async def _pins_before_move(self, what: str) -> None:
         """Other hosts' GC: the files held open here that the head's move takes out of the
-        tree are published before it (memfs.workspace.pinning)."""
+        tree are published before it (memfs.workspace.pinning; NotPublished refuses the
+        move, before anything moved)."""
         if self.pin_gate is not None:
-            await self.pin_gate.before_head_moves(in_tree=True)
+            await self.pin_gate.before_head_moves(what, in_tree=True)
 
     # -- names -------------------------------------------------------------------------------
     async def checkpoint(self, name: str, at: str | None = None, *,

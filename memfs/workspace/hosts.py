@@ -16,7 +16,8 @@ selected branch, and the branch followed while another host writes it.
   followed, it publishes it (memfs.workspace.pinning.before_showing), still pinning the one
   it shows; a commit a GC dropped meanwhile is not shown (the newer head is), and while the
   publish fails the follower keeps showing the commit it published before, and retries.
-  A branch switch to a branch another host writes publishes its head the same way first.
+  A branch switch to a branch another host writes publishes its head the same way first,
+  and is refused (NotPublished, nothing changed) while it cannot be.
 
 On the embedded store every claim succeeds and no other host moves a head, so this is idle.
 Loop thread; every store call runs in a worker thread; the store's watcher and lease threads
@@ -34,7 +35,7 @@ import trio
 from memfs.store.pg.pins import PUBLISH_EVERY
 from memfs.store.store import CommitDropped
 from memfs.store.trees import DIR, decode_dir
-from memfs.workspace.pinning import TRIES, NotShown
+from memfs.workspace.pinning import TRIES, NotPublished, NotShown
 
 log = logging.getLogger("memfs.hosts")
 PREFETCH_LIMIT = 10_000  # directory objects read ahead per followed commit
@@ -146,8 +147,10 @@ class Hosts:
     async def published_to_show(self, branch: str, head: str) -> str:
         """Before a branch switch shows `head` of a branch another host writes (loop, the
         commit lock held): published as a followed commit is; a head dropped meanwhile is
-        read again (the one returned is shown). A publish that fails is logged, and the
-        switch goes on: the next look publishes it."""
+        read again (the one returned is shown). NotPublished if it cannot be published (the
+        server away): the switch is refused, as it would show a commit no run elsewhere
+        keeps once the writer moves on."""
+        what = f"memfs branch switch {branch}"
         for _ in range(TRIES):
             try:
                 await self._publish(head)
@@ -156,12 +159,10 @@ class Hosts:
                 pass
             except NotShown as exc:
                 if not exc.dropped:
-                    log.warning("branch %s's head %s is shown unpublished for other hosts' "
-                                "garbage collection until the next look: %s", branch,
-                                head[:12], exc)
-                    return head
+                    raise NotPublished(what, str(exc)) from None
             head = await trio.to_thread.run_sync(self.store.head, branch)
-        return head
+        raise NotPublished(what, f"branch {branch}'s head kept being dropped by garbage "
+                           "collection")
 
     def _published(self, head: str) -> bool:
         return self.ws.pin_gate is None or self.pinned == head

@@ -26,7 +26,9 @@ names it again. EIO rather than the bytes still cached for an open file: which o
 cached is chance, and a view is the commit whole or not at all.
 
 Likewise before this host moves a head off a file it holds open (a commit of its unlink,
-an undo, a restore: `before_head_moves`), a grown set is published first. A host that
+an undo, a restore: `before_head_moves`), a grown set is published first, and the move is
+refused (NotPublished: nothing changed) if it cannot be; so is a branch switch to a branch
+another host writes whose head cannot be published (memfs.workspace.hosts). A host that
 follows a branch another host writes pins the commit it shows (lifecycle.pins_of): the
 writer's next commit leaves it named by no head, and a run may start before this host hears
 of that commit. So before it shows a commit (memfs.workspace.hosts: at start and at each
@@ -51,6 +53,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from memfs.errors import MemfsError
 from memfs.store.pg import pins as host_pins
 from memfs.store.refs import INODES, Ref
 from memfs.workspace.lifecycle import pins_of
@@ -83,6 +86,18 @@ class NotShown(Exception):  # noqa: N818 - an outcome the follower acts on, not 
         super().__init__(error or f"commit {commit_id[:12]} was dropped by garbage collection")
         self.commit_id = commit_id
         self.dropped = error is None
+
+
+class NotPublished(MemfsError):  # noqa: N818 - a refusal, named for what it says
+    """A head move (`what`: an undo, a restore, a branch switch, a commit) refused because
+    this host's pins could not be published first for other hosts' GC: nothing changed."""
+
+    def __init__(self, what: str, error: str) -> None:
+        super().__init__(f"{what} was refused: what this host shows and holds open could not "
+                         f"be published first for other hosts' garbage collection ({error}); "
+                         "nothing was changed",
+                         "retry once the PostgreSQL server answers this host (`memfs status` "
+                         "says whether it does)")
 
 
 class PinPublisher:
@@ -128,12 +143,12 @@ class PinPublisher:
         out.failed = "the views' commits kept being dropped by garbage collection"
         return out
 
-    async def before_head_moves(self, *, in_tree: bool = False) -> None:
-        """Before this host moves a branch head off what it holds open (loop: a commit of
-        an unlink, with `in_tree` an undo or a restore): a set grown since the last publish,
-        or one published long ago (its row may have lapsed), is published first, so a run
-        on another host that plans after the move still keeps it. A failure is logged (the
-        move needs the same server; the next look tries again)."""
+    async def before_head_moves(self, what: str, *, in_tree: bool = False) -> None:
+        """Before this host moves a branch head off what it holds open (loop: `what`, a
+        commit of an unlink, with `in_tree` an undo or a restore): a set grown since the
+        last publish, or one published long ago (its row may have lapsed), is published
+        first, so a run on another host that plans after the move still keeps it.
+        NotPublished if it cannot be: the caller moves nothing."""
         async with self._lock:
             for _ in range(TRIES):
                 if self._stopped:
@@ -145,12 +160,14 @@ class PinPublisher:
                     return
                 try:
                     gone = await self._publish(pins)
-                except Exception as exc:  # noqa: BLE001 - the server away: the move fails too
+                except Exception as exc:  # noqa: BLE001 - the server away: refused
                     self._failed(exc)
-                    return
+                    raise NotPublished(what, _said(exc)) from None
                 if not gone:
                     return
                 self._forget(gone)  # views of dropped commits: the set changed
+            raise NotPublished(what, "the views' commits kept being dropped by garbage "
+                               "collection")
 
     async def before_showing(self, commit_id: str, tree: str, table: str | None) -> None:
         """Before this host shows another host's commit (loop, the commit lock held by
@@ -169,7 +186,7 @@ class PinPublisher:
                     gone = await self._publish(pins, also={commit_id})
                 except Exception as exc:  # noqa: BLE001 - the follower retries
                     self._failed(exc)
-                    raise NotShown(commit_id, str(exc)) from None
+                    raise NotShown(commit_id, _said(exc)) from None
                 if commit_id in gone:
                     raise NotShown(commit_id)
                 if not gone:
@@ -260,6 +277,11 @@ class PinPublisher:
             await trio.to_thread.run_sync(host_pins.withdraw, self.store)
         except Exception as exc:  # noqa: BLE001 - the row expires on its own
             log.warning("could not withdraw this host's pins (they expire): %s", exc)
+
+
+def _said(exc: Exception) -> str:
+    """What happened, without the remedy of its own (the refusal names the one that fits)."""
+    return exc.message if isinstance(exc, MemfsError) else str(exc)
 
 
 async def views_published(ws: Workspace) -> set[int]:

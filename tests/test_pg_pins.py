@@ -407,3 +407,36 @@ def test_a_switch_to_another_hosts_branch_whose_head_cannot_be_published_is_refu
     b.cli("branch", "switch", "b-work")
     assert read(b.work / "after") == b"after"
 
+
+def test_a_followers_pins_are_published_at_start(mount_factory, pg_url: str, tmp_path) -> None:
+    """b mounts to follow a's branch with its periodic look an hour late: the commit it
+    shows is in its row as soon as the mount is up. b holds a file of it open at once (read
+    none of it) and is stopped; a deletes the file, commits (b's commit is then named by no
+    head) and collects: the run keeps it, and b reads every byte."""
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
+    a.require_real()
+    keep_nothing_by_age(a)
+    a.cli("config", "keep-reflog", "0")
+    gone = os.urandom(2 * MiB)
+    write_synced(a.work / "gone", gone)
+    shown = tree_of(pg_url, _head(a))
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=LATE)
+    assert published(pg_url, "host-b") == ([shown], []), "b's start did not publish its pins"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(b.work / "gone")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"open\n"
+        os.kill(b.proc.pid, signal.SIGSTOP)  # b hears of nothing until the run is done
+        try:
+            (a.work / "gone").unlink()
+            write_synced(a.work / "new", b"new")
+            res = a.cli_json("gc")
+        finally:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        assert res["commits_dropped"] >= 1, res
+        got, _ = holder.communicate(b"read\n", timeout=120)
+        assert got == gone, "a file open on a host that had just started lost its bytes"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert a.cli_json("fsck")["ok"]

@@ -352,28 +352,31 @@ def _refused(out, what: str) -> None:
     assert "Traceback" not in out.stderr, out.stderr
 
 
-def test_an_undo_whose_pins_cannot_be_published_first_is_refused(ab_fault) -> None:
-    """b works on a branch of its own and holds a file open that an undo would take out of
-    the tree. While b's publish loses the server, `memfs undo` is refused with the reason
-    and the remedy, and nothing changed: head, tree, the open file (it used to be logged
-    and the undo went ahead, the file's bytes kept by no row). Retried once the server
-    answers, it goes through."""
+@pytest.mark.parametrize("move", ["undo", "restore"])
+def test_an_undo_whose_pins_cannot_be_published_first_is_refused(ab_fault, move: str) -> None:
+    """b works on a branch of its own and holds a file open that an undo (or a restore to
+    before it) would take out of the tree. While b's publish loses the server, the move is
+    refused with the reason and the remedy, and nothing changed: head, tree, the open file
+    (it used to be logged and the move went ahead, the file's bytes kept by no row).
+    Retried once the server answers, it goes through."""
     a, b, trigger = ab_fault
     b.cli("branch", "create", "b-work")
     b.cli("branch", "switch", "b-work")
+    before = _head(b)
     data = os.urandom(MiB)
     write_synced(b.work / "f", data)
     b.cli("sync")
     head = _head(b)
+    args = ("undo", "--commits", "1") if move == "undo" else ("restore", before)
     with open(b.work / "f", "rb") as held:
         trigger.touch()
-        _refused(b.cli("undo", "--commits", "1", check=False), "memfs undo")
+        _refused(b.cli(*args, check=False), f"memfs {move}")
         assert _head(b) == head
         assert b.cli_json("branch", "list")["current"] == "b-work"
         assert read(b.work / "f") == data
         assert held.read() == data
         trigger.unlink()  # the server answers again
-        b.cli("undo", "--commits", "1")
+        b.cli(*args)
         assert _head(b) != head and not (b.work / "f").exists()
         held.seek(0)
         assert held.read() == data

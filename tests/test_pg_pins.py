@@ -24,6 +24,8 @@ from test_pg_hosts import read, wait_for, write_synced
 pytestmark = pytest.mark.mount
 MiB = 1 << 20
 LEASE = {"MEMFS_LEASE_SECONDS": "2"}  # pins then live 8 s without a renewal
+# b's periodic look comes far too late (its row, with the default lease, lives 60 s).
+LATE = {"MEMFS_PINS_EVERY": "3600"}
 
 
 def published(url: str, host: str) -> tuple[list[str], list[str]] | None:
@@ -50,13 +52,31 @@ def pinned_refs(url: str, host: str) -> int:
 
 
 @pytest.fixture
-def ab(mount_factory, pg_url: str, tmp_path):
+def host_a(mount_factory, pg_url: str, tmp_path):
+    """Host a, mounted first: it writes main."""
     a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
-    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=LEASE)
     a.require_real()
+    return a
+
+
+@pytest.fixture
+def host_b(mount_factory, pg_url: str, tmp_path):
+    """Host b, mounted when called with its daemon's environment (after host a: it follows
+    a's branch)."""
+    return lambda env: mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=env)
+
+
+def collecting(a):
+    """a's GC keeps nothing by age and no reflog: a run drops every commit that no head,
+    checkpoint or host's pins name."""
     keep_nothing_by_age(a)
     a.cli("config", "keep-reflog", "0")
-    return a, b
+    return a
+
+
+@pytest.fixture
+def ab(host_a, host_b):
+    return collecting(host_a), host_b(LEASE)
 
 
 def _shown_on_b(a, b) -> tuple[bytes, bytes, str]:
@@ -125,20 +145,11 @@ def test_a_dead_hosts_pins_expire(ab, pg_url: str) -> None:
     assert published(pg_url, "host-b") is None, "the expired row was not deleted"
 
 
-# b's periodic look comes far too late (its row, with the default lease, lives 60 s).
-LATE = {"MEMFS_PINS_EVERY": "3600"}
-
-
 @pytest.fixture
-def ab_late(mount_factory, pg_url: str, tmp_path):
+def ab_late(host_a, host_b):
     """a and b, b's periodic publisher made late: only the publish before a view is shown
     can keep it (memfs.workspace.pinning)."""
-    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
-    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=LATE)
-    a.require_real()
-    keep_nothing_by_age(a)
-    a.cli("config", "keep-reflog", "0")
-    return a, b
+    return collecting(host_a), host_b(LATE)
 
 
 def test_a_view_opened_just_before_a_gc_elsewhere_reads_every_byte(ab_late) -> None:
@@ -329,15 +340,11 @@ FAULT = "MEMFS_TEST_PINS_FAULT"  # while its file exists, b's pins publishes los
 
 
 @pytest.fixture
-def ab_fault(mount_factory, pg_url: str, tmp_path):
+def ab_fault(host_a, host_b, tmp_path):
     """a and b, b's pins publishes made to fail at will (memfs.testing.pins_fault); b's
     periodic look late, so only the publish before a move matters. Returns the trigger."""
     trigger = tmp_path / "pins-fault"
-    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
-    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b",
-                      env={**LATE, FAULT: str(trigger)})
-    a.require_real()
-    return a, b, trigger
+    return host_a, host_b({**LATE, FAULT: str(trigger)}), trigger
 
 
 def _head(m) -> str:
@@ -411,19 +418,16 @@ def test_a_switch_to_another_hosts_branch_whose_head_cannot_be_published_is_refu
     assert read(b.work / "after") == b"after"
 
 
-def test_a_followers_pins_are_published_at_start(mount_factory, pg_url: str, tmp_path) -> None:
+def test_a_followers_pins_are_published_at_start(host_a, host_b, pg_url: str) -> None:
     """b mounts to follow a's branch with its periodic look an hour late: the commit it
     shows is in its row as soon as the mount is up. b holds a file of it open at once (read
     none of it) and is stopped; a deletes the file, commits (b's commit is then named by no
     head) and collects: the run keeps it, and b reads every byte."""
-    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE)
-    a.require_real()
-    keep_nothing_by_age(a)
-    a.cli("config", "keep-reflog", "0")
+    a = collecting(host_a)
     gone = os.urandom(2 * MiB)
     write_synced(a.work / "gone", gone)
     shown = tree_of(pg_url, _head(a))
-    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=LATE)
+    b = host_b(LATE)
     assert published(pg_url, "host-b") == ([shown], []), "b's start did not publish its pins"
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(b.work / "gone")],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)

@@ -30,10 +30,11 @@ ROUNDS = 15
 
 
 def _commits(store, n: int) -> list[tuple[str, str]]:
-    """n commits' rows (id, tree), made in one statement."""
+    """n commits' rows (id, tree: 40 hex digits, as memfs's ids), made in one statement."""
     store._query(
-        "INSERT INTO commits SELECT encode(sha256(('c' || i)::bytea), 'hex'), "
-        "100000000 + i, NULL, encode(sha256(('t' || i)::bytea), 'hex'), 'main', i, '', '' "
+        "INSERT INTO commits SELECT left(encode(sha256(('c' || i)::bytea), 'hex'), 40), "
+        "100000000 + i, NULL, left(encode(sha256(('t' || i)::bytea), 'hex'), 40), 'main', "
+        "i, '', '' "
         "FROM generate_series(1, %s) AS i RETURNING 1", (n,))
     return [(r[0], r[1]) for r in store._query(
         "SELECT id, tree FROM commits WHERE seq > 100000000 ORDER BY seq")]

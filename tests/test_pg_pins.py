@@ -10,6 +10,7 @@ EIO once a's run had swept the rows. b, following a's branch, also pins the comm
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -302,36 +303,55 @@ def test_a_file_held_open_after_a_switch_to_the_writers_branch_survives_a_gc(ab_
     assert a.cli_json("fsck")["ok"]
 
 
+# Holds a file open in a process of its own and reads it once told, saying what the read
+# got (its length, or its errno).
+HOLD_AND_TELL = ("import sys; f = open(sys.argv[1], 'rb'); print('open', flush=True); "
+                 "sys.stdin.readline()\n"
+                 "try:\n    print('read', len(f.read()))\n"
+                 "except OSError as exc:\n    print('error', exc.errno)")
+
+
 def test_a_view_swept_while_its_hosts_row_had_lapsed_is_gone_whole(ab, pg_url: str) -> None:
-    """b lists a view of an old commit (its names are then in b's memory) and is paused past
-    its row's life (8 s here): a's `memfs gc` keeps nothing of the lapsed row and drops and
-    sweeps that commit. When b resumes, its next publish finds its row no longer live and
-    checks every view's commit, not only new views': the swept view is not pinned again
-    (b's row used to name its tree again, as if it had been kept), and it is gone here
-    whole: a listing, which b could answer from memory, and a read both say absent (they
-    used to list names whose bytes read EIO)."""
+    """b lists a view of an old commit (its names are then in b's memory), a process holds a
+    file of it open (b read none of it), and b is paused past its row's life (8 s here):
+    a's `memfs gc` keeps nothing of the lapsed row and drops and sweeps that commit. When b
+    resumes, its next publish finds its row no longer live and checks every view's commit,
+    not only new views': the swept view is not pinned again (b's row used to name its tree
+    again, as if it had been kept, the view held open so nothing else let it go), and it is
+    gone here whole: a listing, which b could answer from memory, and a new open say
+    absent, and the open file reads EIO."""
     a, b = ab
     _, _, cid = _shown_on_b(a, b)
     _deleted_on_a(a, b)
     view = b.mnt / ".memfs" / "history" / cid / "work"
     assert {"gone", "old"} <= set(os.listdir(view))
     tree = tree_of(pg_url, cid)
-    wait_for(lambda: tree in (published(pg_url, "host-b") or ([], []))[0],
-             "host b to publish its view")
-    os.kill(b.proc.pid, signal.SIGSTOP)  # b renews nothing until the run is done
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_AND_TELL, str(view / "gone")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        wait_for(lambda: expired(pg_url, "host-b"), "host b's row to lapse (8 s)", timeout=30)
-        res = a.cli_json("gc")
+        assert holder.stdout is not None and holder.stdout.readline() == b"open\n"
+        wait_for(lambda: tree in (published(pg_url, "host-b") or ([], []))[0],
+                 "host b to publish its view")
+        os.kill(b.proc.pid, signal.SIGSTOP)  # b renews nothing until the run is done
+        try:
+            wait_for(lambda: expired(pg_url, "host-b"), "host b's row to lapse (8 s)",
+                     timeout=30)
+            res = a.cli_json("gc")
+        finally:
+            os.kill(b.proc.pid, signal.SIGCONT)
+        assert res["commits_dropped"] >= 1 and res["chunk_bytes_freed"] >= 4 * MiB, res
+        # The run deleted the lapsed row: the next one is b's publish after it resumed.
+        again = wait_for(lambda: published(pg_url, "host-b"), "host b to publish again")
+        assert tree not in again[0], "a lapsed row was published again naming a swept view"
+        with pytest.raises(FileNotFoundError):
+            os.listdir(view)
+        with pytest.raises(FileNotFoundError):
+            (view / "gone").read_bytes()
+        got, _ = holder.communicate(b"read\n", timeout=60)
+        assert got == f"error {errno.EIO}\n".encode(), got
     finally:
-        os.kill(b.proc.pid, signal.SIGCONT)
-    assert res["commits_dropped"] >= 1 and res["chunk_bytes_freed"] >= 4 * MiB, res
-    # The run deleted the lapsed row: the next one is b's publish after it resumed.
-    again = wait_for(lambda: published(pg_url, "host-b"), "host b to publish again")
-    assert tree not in again[0], "a lapsed row was published again naming a swept view"
-    with pytest.raises(FileNotFoundError):
-        os.listdir(view)
-    with pytest.raises(FileNotFoundError):
-        (view / "gone").read_bytes()
+        holder.kill()
+        holder.wait()
     assert "pins had lapsed" in b.log_text()
     assert a.cli_json("fsck")["ok"]
 

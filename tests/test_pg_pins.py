@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import psycopg
 import pytest
@@ -353,6 +354,41 @@ def test_a_view_swept_while_its_hosts_row_had_lapsed_is_gone_whole(ab, pg_url: s
         holder.kill()
         holder.wait()
     assert "pins had lapsed" in b.log_text()
+    assert a.cli_json("fsck")["ok"]
+
+
+def test_a_followers_swept_commit_is_not_published_again_after_a_lapse(ab, pg_url: str
+                                                                        ) -> None:
+    """b follows a's branch and is paused past its row's life; a deletes a file, commits
+    (the commit b shows is then no head) and collects: b's lapsed row kept nothing, so the
+    run drops and sweeps the commit b shows. When b resumes, no row of b names that commit's
+    tree again (b's first publish used to, the periodic look's or the follow's, as if it had
+    been kept): its lapsed check covers the commit it shows too, and b follows a's head."""
+    a, b = ab
+    write_synced(a.work / "gone", os.urandom(2 * MiB))
+    wait_for(lambda: (b.work / "gone").exists(), "host b to follow a's commit")
+    shown = tree_of(pg_url, _head(a))
+    wait_for(lambda: published(pg_url, "host-b") == ([shown], []), "host b to publish it")
+    os.kill(b.proc.pid, signal.SIGSTOP)  # b renews nothing until the run is done
+    try:
+        wait_for(lambda: expired(pg_url, "host-b"), "host b's row to lapse (8 s)", timeout=30)
+        (a.work / "gone").unlink()
+        write_synced(a.work / "new", b"new")
+        head = _head(a)
+        res = a.cli_json("gc")
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)
+    assert res["commits_dropped"] >= 1 and res["chunk_bytes_freed"] >= 2 * MiB, res
+    rows, deadline = [], time.monotonic() + 5  # every row b publishes meanwhile
+    while time.monotonic() < deadline:
+        row = published(pg_url, "host-b")
+        if row is not None and row not in rows:
+            rows.append(row)
+        time.sleep(0.01)
+    assert not [r for r in rows if shown in r[0]], f"a swept commit was pinned again: {rows}"
+    wait_for(lambda: read(b.work / "new") == b"new", "host b to follow a's head")
+    wait_for(lambda: published(pg_url, "host-b") == ([tree_of(pg_url, head)], []),
+             "host b to publish only the commit it shows")
     assert a.cli_json("fsck")["ok"]
 
 

@@ -70,6 +70,11 @@ class Hosts:
     def _lost(self, branch: str) -> None:
         self._to_loop(("lost", branch, ""))
 
+    def refollow(self) -> None:
+        """Loop: show the selected branch's head now (the commit shown was swept by a GC
+        while this host's pins had lapsed: memfs.workspace.pinning)."""
+        self._send.send_nowait(("refollow", self.ws.branch, ""))
+
     def _to_loop(self, item: tuple[str, str, str]) -> None:
         try:
             trio.from_thread.run_sync(self._send.send_nowait, item, trio_token=self._token)
@@ -85,6 +90,7 @@ class Hosts:
             if what == "lost":
                 self.ws.read_only = (f"this host lost the lease of branch {branch} (another "
                                      "host took it over)")
+            if what in ("lost", "refollow"):
                 head = await trio.to_thread.run_sync(self.store.head, branch)
             if self.ws.read_only is None:
                 continue  # our own branch: nobody else may move it (the lease fences them)

@@ -23,7 +23,9 @@ of its name says absent, a request on an inode of it the kernel still holds says
 (the kernel looks the path up again: absent), a read of a file still open in it EIO. Never
 part of a swept tree (a listing from memory beside reads that fail), and never a row that
 names it again. EIO rather than the bytes still cached for an open file: which ones are
-cached is chance, and a view is the commit whole or not at all.
+cached is chance, and a view is the commit whole or not at all. The commit a follower shows
+(below) is checked with them: one found gone leaves the set, and the follower shows the
+branch's head (Hosts.refollow).
 
 Likewise before this host moves a head off a file it holds open (a commit of its unlink,
 an undo, a restore: `before_head_moves`), a grown set is published first, and the move is
@@ -112,6 +114,7 @@ class PinPublisher:
         self.fresh: dict[int, str] = {}  # view root id -> its commit, not yet published
         self.views: dict[int, str] = {}  # every view root id -> its commit (pruned at publish)
         self._lapsing = False  # the last publish found it so (one warning a lapse)
+        self.swept_shown: tuple[str, str, str | None] | None = None  # (commit, tree, table)
         self._lock = trio.Lock()  # one publish at a time, each of the set computed under it
         self._stopped = False
 
@@ -224,11 +227,15 @@ class PinPublisher:
         fresh = dict(self.fresh)
         views = {nid: cid for nid, cid in self.views.items() if nid in self.ws._view_roots}
         self.views = views
-        pins = pins if pins is not None else pins_of(self.ws)
+        pins = self._without_swept(pins if pins is not None else pins_of(self.ws))
+        following = self._following()
         now = trio.current_time()
         checked = await trio.to_thread.run_sync(
             host_pins.publish_checked, self.store, self.hostname, pins, self.ttl,
-            set(fresh.values()) | (also or set()), set(views.values()))
+            set(fresh.values()) | (also or set()),
+            set(views.values()) | ({following} if following else set()))
+        if following is not None and following in checked.gone:
+            self._shown_swept(following)
         if checked.lapsed and self.published is not None and not self._lapsing:
             log.warning("this host's pins had lapsed on the server (not renewed within %.0f "
                         "s): every view's commit was checked again%s", self.ttl,
@@ -241,6 +248,40 @@ class PinPublisher:
             self.published, self.published_at = (frozenset(pins.trees),
                                                   frozenset(pins.refs)), now
         return checked.gone
+
+    def _following(self) -> str | None:
+        """The commit this host shows of a branch another host writes (in its pins: checked
+        after a lapse as views are), unless already found swept."""
+        ws = self.ws
+        if ws.read_only is None or not ws.root.ref:
+            return None
+        if self.swept_shown is not None and self.swept_shown[0] == ws.head:
+            return None
+        return ws.head
+
+    def _shown_swept(self, commit_id: str) -> None:
+        """The commit this follower shows was dropped by a GC while this host's row had
+        lapsed: its tree leaves the set (a row naming it would keep nothing), and the
+        follower shows the branch's head now (memfs.workspace.hosts)."""
+        log.warning("commit %s, which this host shows, was dropped by a garbage collection on "
+                    "another host while this host's pins had lapsed: showing the branch's "
+                    "head instead", commit_id[:12])
+        self.swept_shown = (commit_id, self.ws.root.ref or "", self.ws.inodes.table)
+        if self.ws.hosts is not None:
+            self.ws.hosts.refollow()
+
+    def _without_swept(self, pins: Pins) -> Pins:
+        """`pins` without the tree of a shown commit found swept, while it is still shown."""
+        swept = self.swept_shown
+        if swept is None:
+            return pins
+        if swept[0] != self.ws.head:
+            self.swept_shown = None  # the follower moved on
+            return pins
+        out = type(pins)(set(pins.trees) - {swept[1]}, set(pins.refs))
+        if swept[2]:
+            out.refs.discard(Ref(INODES, swept[2]))
+        return out
 
     def _forget(self, gone: set[str]) -> set[int]:
         """Forget the views of dropped commits: fresh ones (a later lookup says absent), and

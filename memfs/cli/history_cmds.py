@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from memfs.cli.answer import ask
+from memfs.cli.cutoff_text import cut_off_lines, mountpoint
 from memfs.cli.history_text import (
     change_lines,
     commit_line,
@@ -151,13 +152,7 @@ def _commit_pending(args) -> None:
 
 
 def _mountpoint(args) -> Path | None:
-    import json
-
-    try:
-        doc = json.loads((_root(args) / "daemon.lock").read_text() or "{}")
-    except (OSError, ValueError):
-        return None
-    return Path(doc["mountpoint"]) if doc.get("mountpoint") else None
+    return mountpoint(_root(args))
 
 
 def _store_path(args, path: str) -> str:
@@ -339,7 +334,7 @@ def cmd_undo(args) -> int:
         else:
             plan = undo.plan_operations(store, head, kw["ops"], disk_too=disk_too)
         store.reset_head(branch, plan.target, plan.reason)
-        return plan.to_json()
+        return {**plan.to_json(), "cut_off": []}  # no daemon: no file is open in a mount
 
     res = _ask(args, "undo", direct, **kw, **({"disk_too": True} if disk_too else {}))
     n = res["commits"]
@@ -358,13 +353,14 @@ def cmd_undo(args) -> int:
         lines.append("  with it, after it, changing only times: "
                      + ", ".join(f"`{q}`" for q in dict.fromkeys(res["quiet"])))
     lines.append(f"  to redo: memfs restore {res['old_head'][:12]}")
+    cut = cut_off_lines(res, _root(args))
     running = _still_running(res.get("procs") or [])
     if running:
         lines.append("  still running: " + ", ".join(f"{comm} (pid {pid})" for pid, comm in running)
-                     + ": what it writes through files it already has open goes to the ones "
-                     "the undo replaced, and is lost; stop it, and run it again if it should "
-                     "go on")
-    emit(args, res, "\n".join(lines))
+                     + ": its writes through files the undo replaced fail (ESTALE), and what "
+                     "it writes elsewhere is a new change; stop it, and run it again if it "
+                     "should go on")
+    emit(args, res, "\n".join(lines + cut))
     return 0
 
 

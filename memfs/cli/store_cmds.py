@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 
 from memfs.cli.answer import ask
+from memfs.cli.cutoff_text import cut_off_lines
 from memfs.cli.main import add_json_flag, emit
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
@@ -66,14 +67,14 @@ def cmd_restore(args) -> int:
         target = history.resolve(store, args.rev)
         old = store.head(store.current_branch())
         store.reset_head(store.current_branch(), target, f"restore {args.rev}")
-        return {"head": target, "old_head": old}
+        return {"head": target, "old_head": old, "cut_off": []}  # no daemon: nothing open
 
     res = _ask(args, "restore", direct, rev=args.rev)
     text = f"head is now {res['head'][:12]}"
     if res["old_head"] != res["head"]:  # what the branch held until now stays one command away
         text += (f" (it was {res['old_head'][:12]})\n  to go back: memfs restore "
                  f"{res['old_head'][:12]}")
-    emit(args, res, text)
+    emit(args, res, "\n".join([text, *cut_off_lines(res, _root(args))]))
     return 0
 
 
@@ -96,10 +97,11 @@ def cmd_branch(args) -> int:
 
     def direct_switch(store: Store) -> dict:
         store.set_current_branch(args.name)
-        return {"branch": args.name, "head": store.head(args.name)}
+        return {"branch": args.name, "head": store.head(args.name), "cut_off": []}
 
     res = _ask(args, "branch_switch", direct_switch, name=args.name)
-    emit(args, res, f"switched to {args.name} ({res['head'][:12]})")
+    emit(args, res, "\n".join([f"switched to {args.name} ({res['head'][:12]})",
+                               *cut_off_lines(res, _root(args))]))
     return 0
 
 

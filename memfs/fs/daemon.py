@@ -29,6 +29,7 @@ from memfs.fs.operations import MemfsOperations
 from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
 from memfs.rootdir import control_socket, socket_address
 from memfs.workspace.agent_memory import recover_reviews
+from memfs.workspace.cutoff import CutOff
 from memfs.workspace.hosts import Hosts
 from memfs.workspace.lifecycle import Lifecycle
 from memfs.workspace.pinning import PinPublisher
@@ -321,16 +322,17 @@ async def _handle_client(conn, ws: Workspace, backing: Backing, ops: MemfsOperat
         log.info("control client went away: %s", exc)
 
 
-async def _undo(ws: Workspace, args: dict) -> dict:
+async def _undo(ws: Workspace, args: dict, cut: list[CutOff]) -> dict:
     """`memfs undo`: N operations (default), `commits` N commits, or `to` a moment. A bare
     `steps` is what an older CLI sends: commits."""
     disk_too = bool(args.get("disk_too"))
     if args.get("to") is not None:
-        return (await ws.undo_to(str(args["to"]), disk_too=disk_too)).to_json()
+        return (await ws.undo_to(str(args["to"]), disk_too=disk_too, cut_off=cut)).to_json()
     if args.get("commits") is not None or args.get("steps") is not None:
         n = int(args["commits"] if args.get("commits") is not None else args["steps"])
-        return (await ws.undo_commits(n, disk_too=disk_too)).to_json()
-    return (await ws.undo_operations(int(args.get("ops", 1)), disk_too=disk_too)).to_json()
+        return (await ws.undo_commits(n, disk_too=disk_too, cut_off=cut)).to_json()
+    return (await ws.undo_operations(int(args.get("ops", 1)), disk_too=disk_too,
+                                     cut_off=cut)).to_json()
 
 
 async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: str,
@@ -361,10 +363,11 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
     if op == "branch_list":
         return {"current": ws.branch, "branches": await trio.to_thread.run_sync(store.branches)}
     result: object
+    cut: list[CutOff] = []  # the writers an undo, restore or switch cut off
     if op == "undo":
-        result = await _undo(ws, args)
+        result = await _undo(ws, args, cut)
     elif op == "restore":
-        head, old_head = await ws.restore(args["rev"])
+        head, old_head = await ws.restore(args["rev"], cut_off=cut)
         result = {"head": head, "old_head": old_head}
     elif op == "checkpoint":
         made = await ws.checkpoint(args["name"], args.get("at"), force=bool(args.get("force")))
@@ -377,7 +380,8 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
     elif op == "branch_create":
         result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
     elif op == "branch_switch":
-        result = {"branch": args["name"], "head": await ws.switch_branch(args["name"])}
+        result = {"branch": args["name"],
+                  "head": await ws.switch_branch(args["name"], cut_off=cut)}
     elif op in ("gc", "du"):
         lifecycle = ws.lifecycle
         assert lifecycle is not None  # the daemon installs one before serving
@@ -394,5 +398,7 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
         raise MemfsError(f"unknown control request {op!r}", "upgrade the CLI and daemon together")
     if op in ("undo", "restore", "branch_switch", "takeover"):
         await backing.pass_all()  # disk-only nodes are not in any commit: show them again
+    if op in ("undo", "restore", "branch_switch") and isinstance(result, dict):
+        result = {**result, "cut_off": [c.to_json() for c in cut]}
     await ops.drain_invalidations()
     return result

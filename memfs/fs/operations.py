@@ -201,6 +201,8 @@ class MemfsOperations(pyfuse3.Operations):
             return self._attr(mem)
         await self._enter(ctx)
         node = self._wnode(inode)
+        if fields.update_size:  # ftruncate through a handle a history operation cut off
+            self.ws.writers.check(fh)
         self._ctx(ctx)
         self.ws.setattr(
             node,
@@ -269,6 +271,7 @@ class MemfsOperations(pyfuse3.Operations):
         node = self._new(parent_inode, name, FILE, mode, ctx)
         fh = self.handles.open(Handle(node, writable=True, who=(ctx.pid, ctx.uid)))
         self.ws.backing.hold_writer(node)  # released like any writable handle
+        self.ws.writers.opened(fh, node, ctx.pid)  # an undo may cut it off
         return pyfuse3.FileInfo(fh=fh, keep_cache=True), self._counted(node)
 
     @guard
@@ -381,6 +384,7 @@ class MemfsOperations(pyfuse3.Operations):
         fh = self.handles.open(Handle(node, writable=bool(writing), who=(ctx.pid, ctx.uid)))
         if writing:
             self.ws.backing.hold_writer(node)  # a pass leaves this node in place
+            self.ws.writers.opened(fh, node, ctx.pid)  # an undo may cut it off
         # A disk-only file is read from disk, which changes without memfs (a same-size rewrite
         # with its mtime kept leaves the same node): the kernel drops its pages at each open.
         return pyfuse3.FileInfo(fh=fh, keep_cache=node.id not in self.ws.disk_only)
@@ -406,6 +410,7 @@ class MemfsOperations(pyfuse3.Operations):
             return self.mem.write(h.mem, off, buf)
         if h.node is None:
             raise pyfuse3.FUSEError(errno.EROFS)
+        self.ws.writers.check(fh)  # its file was replaced by an undo, restore or switch
         await self.ws.warm(h.node, off, len(buf), writing=True)
         if self.ws.over_dirty_limit():
             await self.ws.commit()
@@ -417,6 +422,7 @@ class MemfsOperations(pyfuse3.Operations):
                 await self.ws.before_change()
             if not await self.ws.room_settled(h.node, off, len(buf), since):
                 break
+        self.ws.writers.check(fh)  # a history operation the wait let finish may have cut it off
         n = self.ws.write(h.node, off, buf)
         if self.ws.wants_spill(h.node):  # unlinked but open: its data goes to disk
             await self.ws.spill(h.node)
@@ -449,13 +455,18 @@ class MemfsOperations(pyfuse3.Operations):
             self.mem.released(h.mem)
         if h is not None and h.node is not None and h.writable:
             self.ws.backing.release_writer(h.node)
+            self.ws.writers.released(fh)
         if h is not None and h.node is not None and h.node.parent is None \
                 and not self.lookups.get(h.node.id):
             self.ws.forget(h.node.id)
 
     @guard
     async def fsync(self, fh, datasync):
+        """A handle a history operation cut off (before or while the commit ran) fails with
+        ESTALE: what it would sync is not in the tree."""
+        self.ws.writers.check(fh)
         await self._sync()
+        self.ws.writers.check(fh)
 
     async def _sync(self) -> None:
         try:

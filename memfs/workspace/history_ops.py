@@ -32,6 +32,7 @@ from memfs.workspace.unload import loaded_below
 
 if TYPE_CHECKING:
     from memfs.workspace.attribution import Attribution
+    from memfs.workspace.cutoff import CutOff
     from memfs.workspace.hold import ChangeHold
     from memfs.workspace.hooks import BackingHooks
     from memfs.workspace.hosts import Hosts
@@ -70,7 +71,15 @@ class HistoryOps:
     backing: BackingHooks
 
     async def _commit_locked(self, message: str = "") -> str | None: ...
-    def _replace_tree(self, commit_id: str) -> None: ...
+    def _replace_tree(self, commit_id: str, by: str) -> list[CutOff]:
+        raise NotImplementedError  # Workspace's (memfs.workspace.replace, then the cut-offs)
+
+    def _replace(self, commit_id: str, by: str, cut_off: list[CutOff] | None) -> None:
+        """The tree replaced (memfs.workspace.replace); the writers it cut off go to
+        `cut_off`, for the command to name (memfs.workspace.cutoff)."""
+        cut = self._replace_tree(commit_id, by)
+        if cut_off is not None:
+            cut_off.extend(cut)
 
     # -- settling, restore, branches ---------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -91,9 +100,11 @@ class HistoryOps:
             await self._commit_locked(message)  # returns at once when nothing is dirty
             yield
 
-    async def restore(self, rev: str) -> tuple[str, str]:
+    async def restore(self, rev: str, *, cut_off: list[CutOff] | None = None,
+                      ) -> tuple[str, str]:
         """Move the branch head to `rev` (the old head stays in the reflog): (new head, old
-        head), so the command can say how to come back."""
+        head), so the command can say how to come back. `cut_off` (here and in the other
+        moves): where the writers the replacement cut off are added."""
         # `rev` as it reads now; then disk's changes so far, against this tree (the restore
         # rewinds past whatever that pass commits).
         async with self._commit_lock, self._settled("before restore", "restore"):
@@ -104,7 +115,7 @@ class HistoryOps:
             known = resolved[1] if resolved[0] == branch else None
             await self._pins_before_move("memfs restore")
             target, old = await trio.to_thread.run_sync(self._restore_head, branch, rev, known)
-            self._replace_tree(target)
+            self._replace(target, "memfs restore", cut_off)
             return target, old
 
     def _restore_head(self, branch: str, rev: str, target: str | None) -> tuple[str, str]:
@@ -115,7 +126,7 @@ class HistoryOps:
         self.store.reset_head(branch, target, f"restore {rev}")
         return target, old
 
-    async def switch_branch(self, name: str) -> str:
+    async def switch_branch(self, name: str, *, cut_off: list[CutOff] | None = None) -> str:
         self.store.head(name)  # an unknown branch is refused before anything moves
         # Its writer lease: a round trip on PostgreSQL (a worker thread), an answer from
         # memory on the embedded store (no thread hop before the settle, as before leases).
@@ -131,7 +142,7 @@ class HistoryOps:
                 await trio.to_thread.run_sync(self.store.set_current_branch, name)
                 self.branch = name
                 self.read_only = None if claim.writable else claim.reason()
-                self._replace_tree(head)
+                self._replace(head, "memfs branch switch", cut_off)
         except BaseException:
             if claim.writable and name != self.branch:  # refused: the lease claimed goes
                 with trio.CancelScope(shield=True):
@@ -154,29 +165,34 @@ class HistoryOps:
         """The last `steps` commits; returns the new head."""
         return (await self.undo_commits(steps, disk_too=disk_too)).target
 
-    async def undo_commits(self, count: int, *, disk_too: bool = False) -> UndoPlan:
+    async def undo_commits(self, count: int, *, disk_too: bool = False,
+                           cut_off: list[CutOff] | None = None) -> UndoPlan:
         """The last `count` commits (`memfs undo --commits N`)."""
         if count < 1:
             raise WorkspaceError(errno.EINVAL, "undo takes a positive number of commits")
         return await self._undo(lambda head: undo.plan_commits(self.store, head, count,
-                                                               disk_too=disk_too))
+                                                               disk_too=disk_too), cut_off)
 
-    async def undo_operations(self, count: int = 1, *, disk_too: bool = False) -> UndoPlan:
+    async def undo_operations(self, count: int = 1, *, disk_too: bool = False,
+                              cut_off: list[CutOff] | None = None) -> UndoPlan:
         """The last `count` operations (`memfs undo [N]`; memfs.store.opspan's rule)."""
         return await self._undo(lambda head: undo.plan_operations(self.store, head, count,
-                                                                  disk_too=disk_too))
+                                                                  disk_too=disk_too), cut_off)
 
-    async def undo_to(self, where: str, *, disk_too: bool = False) -> UndoPlan:
+    async def undo_to(self, where: str, *, disk_too: bool = False,
+                      cut_off: list[CutOff] | None = None) -> UndoPlan:
         """Back to a revision or a moment on this branch's history (`memfs undo --to`)."""
         return await self._undo(lambda head: undo.plan_to(self.store, head, where,
-                                                          disk_too=disk_too))
+                                                          disk_too=disk_too), cut_off)
 
-    async def _undo(self, plan_fn: Callable[[str], UndoPlan]) -> UndoPlan:
+    async def _undo(self, plan_fn: Callable[[str], UndoPlan],
+                    cut_off: list[CutOff] | None) -> UndoPlan:
         async with self._commit_lock, self._settled("before undo", "undo"):
             await self._pins_before_move("memfs undo")
             plan = await trio.to_thread.run_sync(self._undo_step, plan_fn, self.head,
                                                  self.branch)
-            self._replace_tree(plan.target)  # in the loop turn the thread's result came in
+            # in the loop turn the thread's result came in
+            self._replace(plan.target, "memfs undo", cut_off)
             return plan
 
     def _undo_step(self, plan_fn: Callable[[str], UndoPlan], head: str, branch: str,

@@ -144,7 +144,7 @@ class Hosts:
                                 "the lease was lost were never committed and are dropped")
                 log.error("%s", self.dropped)
                 ws.last_error = self.dropped
-            ws._replace_tree(head)
+            ws._replace_tree(head, f"another host's commit on {ws.branch}")
             ws._recount_dirty()
             ws.durable_seq = ws.mutation_seq
             ws.dirty_since = None

@@ -59,6 +59,7 @@ def status(ws: Workspace) -> dict:
         "last_commit_error": ws.last_error,
         "commit_failure": ws.health.failure.to_json() if ws.health.failure else None,
         "changes_held": ws.hold.status(),  # a history operation finishing: writes wait
+        "cut_off": ws.writers.status(),  # writers an undo/restore/switch cut off, still open
         "space": ws.room.status(),
         "retention": retention(ws),
         **({"gc": ws.lifecycle.status()} if ws.lifecycle is not None else {}),

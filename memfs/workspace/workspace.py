@@ -42,6 +42,7 @@ from memfs.store.trees import (
 from memfs.workspace import groupcommit, loading, namespace, snapshot, unload, warm
 from memfs.workspace import status as ws_status
 from memfs.workspace.attribution import CURRENT, Attribution
+from memfs.workspace.cutoff import CutOff, OpenWriters
 from memfs.workspace.health import CommitHealth
 from memfs.workspace.history_ops import HistoryOps
 from memfs.workspace.hold import ChangeHold
@@ -116,6 +117,9 @@ class Workspace(HistoryOps):
         self._last_op: str | None = None
         self._commit_lock = trio.Lock()
         self.hold = ChangeHold()  # new changes wait while a history operation finishes
+        # Handles open for writing, and those a tree replacement cut off (the FUSE layer
+        # registers them; memfs.workspace.cutoff).
+        self.writers = OpenWriters()
         self._wake = trio.Event()  # set by the first change after a commit
         self._urgent = trio.Event()  # set when dirty data should not wait for the interval
         self._durable = trio.Event()
@@ -557,12 +561,15 @@ class Workspace(HistoryOps):
         return snapshot.write(self, plan, message)
 
     # -- history (the operations: memfs.workspace.history_ops) ------------------------
-    def _replace_tree(self, commit_id: str) -> None:
+    def _replace_tree(self, commit_id: str, by: str) -> list[CutOff]:
         """Show another commit's tree, keeping inode numbers for paths that survive
-        (memfs.workspace.replace)."""
+        (memfs.workspace.replace); `by` names the operation. Returns the handles open for
+        writing on files it took away, now cut off (memfs.workspace.cutoff)."""
+        writing = self.writers.paths(self._attached)
         self.backing.before_tree_replace()  # which backed files the new tree changes
         replace_tree(self, commit_id)
         self.backing.tree_replaced()
+        return self.writers.cut(writing, self._attached, by)
 
     def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
         """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),

@@ -1,0 +1,125 @@
+"""Handles open for writing across a tree replacement: which the replacement cut off.
+
+An undo, restore, branch switch (or another host's commit followed after a takeover) replaces
+the live tree. A handle open for writing on a file the new tree removed or holds another
+version of would otherwise write into a node no tree names: its bytes vanish with success.
+The history operation wins instead: such a handle is cut off, and the FUSE layer answers its
+later write, fsync and truncate with ESTALE (reads go on answering what the node had). A
+writer whose file the replacement kept as it was is left alone, and a handle open only for
+reading is never cut off: nothing it does can land anywhere.
+
+The FUSE layer registers each writable handle of a live-tree file at open and drops it at
+release; `Workspace._replace_tree` takes the paths before and asks which handles lost their
+file after. Who holds the handle (comm) is read from /proc when it is cut off, not at open:
+no cost on the open path, and the program a shell's `>` exec'd is named rather than the shell.
+
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from memfs.store.trees import name_to_str
+from memfs.workspace.nodes import Node, WorkspaceError
+
+log = logging.getLogger("memfs.workspace")
+
+
+@dataclass(frozen=True)
+class CutOff:
+    """One handle a tree replacement cut off: the file's path in the mount as it was, who
+    opened it, and which operation cut it off."""
+
+    path: str
+    pid: int
+    comm: str
+    by: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": self.path, "pid": self.pid, "comm": self.comm, "by": self.by}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> CutOff:
+        return cls(str(doc["path"]), int(doc["pid"]), str(doc["comm"]), str(doc["by"]))
+
+    def error(self) -> WorkspaceError:
+        """ESTALE, naming what happened and the remedy."""
+        return WorkspaceError(errno.ESTALE, (
+            f"{self.path} was replaced by {self.by} while open for writing here; "
+            "open it again to write the file the tree has now"))
+
+
+@dataclass
+class _Writer:
+    node: Node
+    pid: int
+
+
+def _comm(pid: int) -> str:
+    """The program behind `pid` (the kernel's comm), or "?" once it has gone."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip() or "?"
+    except OSError:
+        return "?"
+
+
+class OpenWriters:
+    """Writable handles of live-tree files, by the FUSE layer's handle number, and the ones
+    a tree replacement cut off (until released)."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, _Writer] = {}
+        self._cut: dict[int, CutOff] = {}
+
+    def opened(self, fh: int, node: Node, pid: int) -> None:
+        self._open[fh] = _Writer(node, pid)
+
+    def released(self, fh: int) -> None:
+        self._open.pop(fh, None)
+        self._cut.pop(fh, None)
+
+    def refusal(self, fh: int | None) -> WorkspaceError | None:
+        """ESTALE for a handle a replacement cut off, else None (one dict lookup)."""
+        if fh is None or not self._cut:
+            return None
+        cut = self._cut.get(fh)
+        return cut.error() if cut is not None else None
+
+    def check(self, fh: int | None) -> None:
+        refused = self.refusal(fh)
+        if refused is not None:
+            raise refused
+
+    def paths(self, attached: Callable[[Node], bool]) -> dict[int, str]:
+        """Before a replacement: each writer's path, for those whose file the tree names."""
+        return {fh: name_to_str(w.node.path()) for fh, w in self._open.items()
+                if attached(w.node)}
+
+    def cut(self, before: dict[int, str], attached: Callable[[Node], bool],
+            by: str) -> list[CutOff]:
+        """After a replacement: cut off each writer that had a file in the old tree and
+        has none in the new one (removed, or another version under a new inode)."""
+        done = []
+        for fh, path in before.items():
+            w = self._open.get(fh)
+            if w is None or attached(w.node):
+                continue
+            cut = CutOff(path, w.pid, _comm(w.pid), by)
+            self._cut[fh] = cut
+            del self._open[fh]
+            log.warning("cut off: %s, open for writing by %s (pid %d), replaced by %s",
+                        path, cut.comm, cut.pid, by)
+            done.append(cut)
+        return done
+
+    def status(self) -> list[dict[str, object]]:
+        """The cut-off handles still open (`.memfs/status`'s `cut_off`)."""
+        return [c.to_json() for c in self._cut.values()]
+
+
+__all__ = ["CutOff", "OpenWriters"]

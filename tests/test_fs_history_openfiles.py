@@ -1,0 +1,250 @@
+"""Files held open for writing across an undo, a restore and a branch switch, through a real
+mount, by real processes (docs/guarantees.md, "Files open across an undo").
+
+The history operation wins: a handle open for writing on a file the operation replaced or
+removed is cut off, and its later write, fsync and ftruncate fail with ESTALE, so none of its
+bytes land in the new tree (resurrecting a file the undo removed, clobbering restored content)
+or vanish with success. Reads through it keep answering what it had. The command names each
+writer it cut off (path, comm, pid; `cut_off` in --json); a handle open only for reading is
+not named. A file opened after the operation works as usual, and what the writer wrote before
+the operation stays in history (one restore away).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.files import gone, write_durably
+
+pytestmark = pytest.mark.mount
+
+COMM = "memfs-writer"  # the writer's comm, which the CLI should name
+
+# A process that opens one file and obeys commands on stdin, one a line, answering "ok",
+# "ok DATA" (a read's bytes, hex) or "err ERRNONAME" on stdout. It names itself COMM first
+# (the daemon reads /proc/PID/comm when the file is opened).
+WRITER = r"""
+import errno, os, sys
+name, path, flags = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open("/proc/self/comm", "w") as f:
+    f.write(name)
+fd = os.open(path, flags, 0o644)
+print("ok", os.getpid(), flush=True)
+for line in sys.stdin:
+    cmd, _, arg = line.rstrip("\n").partition(" ")
+    try:
+        if cmd == "write":
+            os.write(fd, arg.encode() + b"\n")
+            out = "ok"
+        elif cmd == "fsync":
+            os.fsync(fd)
+            out = "ok"
+        elif cmd == "truncate":
+            os.ftruncate(fd, int(arg))
+            out = "ok"
+        elif cmd == "read":
+            out = "ok " + os.pread(fd, 4096, 0).hex()
+        elif cmd == "close":
+            os.close(fd)
+            out = "ok"
+        else:
+            out = "err EINVAL"
+    except OSError as exc:
+        out = "err " + errno.errorcode.get(exc.errno, str(exc.errno))
+    print(out, flush=True)
+"""
+
+
+class Holder:
+    """A separate process (its own process group: its own operation) holding `path` open."""
+
+    def __init__(self, path: Path, flags: int, name: str = COMM) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, name, str(path), str(flags)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)
+        first = self._answer()
+        assert first.startswith("ok "), f"the holder could not open {path}: {first}"
+        self.pid = int(first.split()[1])
+
+    def _answer(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"the holder died: {self.proc.communicate()}")
+        return line.strip()
+
+    def do(self, cmd: str) -> str:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self._answer()
+
+    def read(self) -> bytes:
+        got = self.do("read")
+        assert got.startswith("ok"), f"a read through the held handle failed: {got}"
+        return bytes.fromhex(got[3:])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+
+    def __enter__(self) -> Holder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+WRITE = os.O_RDWR | os.O_APPEND
+CREATE = os.O_RDWR | os.O_CREAT | os.O_APPEND
+
+
+def cli(m, *args: str) -> subprocess.CompletedProcess[str]:  # noqa: ANN001
+    return m.cli(*args)
+
+
+def cli_json(m, *args: str) -> dict:  # noqa: ANN001
+    return json.loads(m.cli(*args, "--json").stdout)
+
+
+def status(m) -> dict:  # noqa: ANN001
+    with open(m.mnt / ".memfs" / "status") as f:
+        return json.load(f)
+
+
+def assert_cut_off(w: Holder) -> None:
+    """Every later change through the handle is refused with ESTALE."""
+    assert w.do("write after") == "err ESTALE"
+    assert w.do("fsync") == "err ESTALE"
+    assert w.do("truncate 0") == "err ESTALE"
+    assert w.do("write again") == "err ESTALE"
+
+
+def test_a_writer_held_across_undo_is_cut_off(mounted) -> None:
+    """A logger's file, made by its own process (its own operation), is taken away by `memfs
+    undo`: its next write and fsync answer ESTALE instead of succeeding into a file nobody
+    can see; the file stays gone; what it wrote before is in history (restore brings it)."""
+    m = mounted
+    m.require_real()
+    log = m.work / "log.txt"
+    with Holder(log, CREATE) as w:
+        assert w.do("write one") == "ok"
+        assert w.do("fsync") == "ok"
+        res = cli_json(m, "undo")
+        assert gone(log), "the undo should have taken the logger's file away"
+        assert [c["path"] for c in res["cut_off"]] == ["work/log.txt"], res
+        assert res["cut_off"][0]["pid"] == w.pid and res["cut_off"][0]["comm"] == COMM, res
+        assert_cut_off(w)
+        assert w.read() == b"one\n", "a read through the cut-off handle answers what it had"
+        assert gone(log), "a write through the cut-off handle brought the file back"
+        assert w.do("close") == "ok"
+        assert gone(log)
+        assert "log.txt" not in os.listdir(m.work)
+        cli(m, "restore", res["old_head"])  # nothing written before the undo is lost
+        assert log.read_bytes() == b"one\n"
+
+
+def test_a_writer_held_across_restore_is_cut_off(mounted) -> None:
+    """An editor holding doc.txt open for writing while `memfs restore` brings back an older
+    version: its later write, ftruncate and fsync fail with ESTALE, and `cat` shows the
+    restored content, not the editor's bytes."""
+    m = mounted
+    m.require_real()
+    doc = m.work / "doc.txt"
+    write_durably(doc, b"v1\n")
+    v1 = status(m)["head"]
+    with Holder(doc, WRITE) as w:
+        assert w.do("write v2") == "ok"
+        assert w.do("fsync") == "ok"
+        assert doc.read_bytes() == b"v1\nv2\n"
+        res = cli_json(m, "restore", v1)
+        assert [(c["path"], c["pid"]) for c in res["cut_off"]] == [("work/doc.txt", w.pid)]
+        assert doc.read_bytes() == b"v1\n"
+        assert_cut_off(w)
+        assert doc.read_bytes() == b"v1\n", "the cut-off handle's bytes clobbered the restore"
+        out = subprocess.run(["cat", str(doc)], capture_output=True, check=True)
+        assert out.stdout == b"v1\n"
+
+
+def test_a_writer_held_across_branch_switch_is_cut_off(mounted) -> None:
+    """`memfs branch switch` to a branch where the file holds something else: the handle
+    open on main's file is cut off, and nothing it writes reaches either branch."""
+    m = mounted
+    m.require_real()
+    doc = m.work / "doc.txt"
+    write_durably(doc, b"main\n")
+    cli(m, "branch", "create", "other")
+    write_durably(doc, b"main two\n")
+    with Holder(doc, WRITE) as w:
+        res = cli_json(m, "branch", "switch", "other")
+        assert [(c["path"], c["comm"], c["pid"]) for c in res["cut_off"]] == [
+            ("work/doc.txt", COMM, w.pid)], res
+        assert_cut_off(w)
+        assert doc.read_bytes() == b"main\n"
+        w.close()
+    cli(m, "branch", "switch", "main")
+    assert doc.read_bytes() == b"main two\n", "a cut-off write reached the branch it left"
+
+
+def test_the_cli_names_writers_not_readers_and_later_opens_work(mounted) -> None:
+    """The text output names the cut-off writer (`cut off: PATH, open for writing by COMM
+    (pid N)`); a process holding the same file only for reading is not named and keeps
+    reading; a file opened after the undo takes writes as usual, and after a remount nothing
+    of the cut-off writes is there."""
+    m = mounted
+    m.require_real()
+    log = m.work / "log.txt"
+    write_durably(m.work / "keep.txt", b"kept\n")
+    with Holder(log, CREATE) as w:
+        assert w.do("write one") == "ok"
+        assert w.do("fsync") == "ok"
+        with Holder(log, os.O_RDONLY, name="memfs-reader") as r:
+            assert r.read() == b"one\n"
+            out = cli(m, "undo")
+            assert f"cut off: {m.mnt / 'work' / 'log.txt'}, open for writing by {COMM} " \
+                   f"(pid {w.pid})" in out.stdout + out.stderr, out
+            assert "memfs-reader" not in out.stdout + out.stderr
+            assert str(r.pid) not in out.stdout + out.stderr
+            assert r.read() == b"one\n"
+            assert_cut_off(w)
+    assert gone(log)
+    write_durably(log, b"fresh\n")  # opened after the undo: an ordinary file
+    with Holder(log, WRITE) as later:
+        assert later.do("write more") == "ok"
+        assert later.do("fsync") == "ok"
+    assert log.read_bytes() == b"fresh\nmore\n"
+    m.remount()
+    assert log.read_bytes() == b"fresh\nmore\n"
+    assert (m.work / "keep.txt").read_bytes() == b"kept\n"
+    assert sorted(os.listdir(m.work)) == ["keep.txt", "log.txt"]
+
+
+def test_a_writer_on_a_file_the_undo_keeps_is_not_cut_off(mounted) -> None:
+    """An undo that leaves a file exactly as it was replaces nothing under its writer: the
+    logger goes on appending, and the command names nobody."""
+    m = mounted
+    m.require_real()
+    log = m.work / "log.txt"
+    write_durably(log, b"one\n")
+    with Holder(log, WRITE) as w:
+        assert w.do("write two") == "ok"
+        assert w.do("fsync") == "ok"
+        subprocess.run(["sh", "-c", 'echo x > "$1" && sync "$1"', "sh",
+                        str(m.work / "other.txt")], check=True, start_new_session=True)
+        res = cli_json(m, "undo")
+        assert gone(m.work / "other.txt"), res
+        assert res["cut_off"] == []
+        assert w.do("write three") == "ok"
+        assert w.do("fsync") == "ok"
+    assert log.read_bytes() == b"one\ntwo\nthree\n"
+

@@ -10,6 +10,7 @@ half there and never lost in between.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -161,13 +162,16 @@ def test_reads_are_answered_while_many_changes_wait(mounted) -> None:
 
 class Writers:
     """Two sequential writers: one mkdirs work/d/N, one appends `L<N>` lines to work/f (open,
-    write, fsync, close each time, as a logging shell would). Each records what returned."""
+    write, fsync, close each time, as a logging shell would). Each records what returned; an
+    append whose write or fsync answered ESTALE (its descriptor cut off by the replacement,
+    memfs.workspace.cutoff) is in `refused`."""
 
     def __init__(self, work: Path) -> None:
         self.work = work
         self.stop = threading.Event()
         self.dirs: list[int] = []
         self.lines: list[tuple[int, float, float]] = []  # (N, open started, close ended)
+        self.refused: list[int] = []  # appends cut off by the undo or switch (ESTALE)
         self.errors: list[BaseException] = []
         self.threads = [threading.Thread(target=self._guard, args=(f,))
                         for f in (self._mkdirs, self._appends)]
@@ -193,6 +197,10 @@ class Writers:
             try:
                 os.write(fd, f"L{n}\n".encode())
                 os.fsync(fd)
+            except OSError as exc:
+                if exc.errno != errno.ESTALE:
+                    raise
+                self.refused.append(n)
             finally:
                 os.close(fd)
             self.lines.append((n, t0, time.monotonic()))
@@ -233,8 +241,9 @@ def test_writers_during_an_undo_or_a_switch_lose_nothing(mounted, how: str) -> N
     between two of their changes: everything before is in the state it leaves behind (the old
     head, shown under .memfs/), everything after is in the live tree, nothing is in both or
     half in one. The one append whose open came before the tree's replacement and whose write
-    came after went to the file it had opened (replaced, as by a rename), and only that one.
-    What each fsync made durable survives a SIGKILL."""
+    came after is refused with ESTALE (its descriptor is cut off: the file it opened was
+    replaced), and only that one; no append is lost without an error. What each fsync made
+    durable survives a SIGKILL."""
     m = mounted
     m.require_real()
     (m.work / "d").mkdir()
@@ -275,6 +284,13 @@ def test_writers_during_an_undo_or_a_switch_lose_nothing(mounted, how: str) -> N
     if new_lines[0] == k + 1:  # opened before the replacement, written after it
         _, opened, closed = w.lines[k]
         assert opened < t1 and closed > t0, f"line {k} lost though it did not straddle"
+        assert w.refused == [k], f"line {k} was lost without an error (refused: {w.refused})"
+    # A refusal is only ever the straddling append's: its write (then it is in neither
+    # state) or its fsync (its write was committed before the replacement: the old head).
+    assert len(w.refused) <= 1, f"more than the one straddling append refused: {w.refused}"
+    for n in w.refused:
+        _, opened, closed = w.lines[n]
+        assert opened < t1 and closed > t0, f"line {n} refused though it did not straddle"
 
     # durable: each append was fsynced, each mkdir committed by the sync above
     m.kill()

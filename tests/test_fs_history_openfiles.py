@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from helpers.files import gone, write_durably
+from helpers.pg import host_root
 
 pytestmark = pytest.mark.mount
 
@@ -248,3 +251,50 @@ def test_a_writer_on_a_file_the_undo_keeps_is_not_cut_off(mounted) -> None:
         assert w.do("fsync") == "ok"
     assert log.read_bytes() == b"one\ntwo\nthree\n"
 
+
+
+def test_a_writer_on_a_host_whose_branch_was_taken_over_is_cut_off(mount_factory, pg_url: str,
+                                                                     tmp_path: Path) -> None:
+    """A store in PostgreSQL: host a's logger holds log.txt open while a pauses past its
+    lease, host b takes the branch over and writes log.txt anew. Once a shows b's commit,
+    the logger's writes answer ESTALE (not EROFS forever, not a success into a file no tree
+    names), a's status and log name it, and b's file is untouched."""
+    lease = {"MEMFS_LEASE_SECONDS": "2"}
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=lease)
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=lease)
+    log = a.work / "log.txt"
+    with Holder(log, CREATE) as w:
+        assert w.do("write from a") == "ok"
+        assert w.do("fsync") == "ok"
+        wait_for(lambda: read(b.work / "log.txt") == b"from a\n", "host b to see a's file")
+        assert a.proc is not None
+        os.kill(a.proc.pid, signal.SIGSTOP)  # a pause past the lease
+        try:
+            wait_for(lambda: b.cli("takeover", "main", check=False).returncode == 0,
+                     "a's lease to expire")
+            write_durably(b.work / "log.txt", b"b's log\n")
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        wait_for(lambda: read(log) == b"b's log\n", "host a to show b's commit")
+        assert w.do("write stale") == "err ESTALE"
+        assert w.do("fsync") == "err ESTALE"
+        assert [(c["path"], c["pid"], c["comm"]) for c in status(a)["cut_off"]] == [
+            ("work/log.txt", w.pid, COMM)]
+        assert f"cut off: work/log.txt, open for writing by {COMM} (pid {w.pid})" \
+            in a.log_text()
+    assert read(b.work / "log.txt") == b"b's log\n"
+    assert status(a)["cut_off"] == []  # released with the handle
+
+
+def wait_for(pred, what: str, timeout: float = 30.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

@@ -213,15 +213,21 @@ def started_writer(script: str, cwd: Path, marker: str, *args: str) -> subproces
     return writer
 
 
+# Its second write goes through a descriptor the undo cut off: ESTALE (exit 0), where a
+# success (exit 4) would be a write into a file no tree names.
 ORPHAN_WRITER = """
-import sys, time
+import errno, os, sys, time
 f = open('w.log', 'a', buffering=1)
 f.write('one\\n')
 open('first-written', 'w').close()
-while not __import__('os').path.exists(sys.argv[1]):
+while not os.path.exists(sys.argv[1]):
     time.sleep(0.01)
-f.write('two\\n')
-f.close()
+try:
+    f.write('two\\n')  # line-buffered: written at the newline
+    code = 4
+except OSError as exc:
+    code = 0 if exc.errno == errno.ESTALE else 3
+os._exit(code)  # no flush at exit: the refused line would only be refused again
 """
 
 
@@ -232,8 +238,9 @@ def test_undo_after_an_orphaned_writer_takes_back_only_the_named_command(mounted
     never cleared).
 
     Found trying memfs as a user (a dev server's log in the mount): the server writes a line,
-    `memfs undo` takes it back, the server writes again through its open descriptor (to the
-    replaced file, as docs/guarantees.md says) and exits. Then `mkdir d` and `sh -c 'echo b >
+    `memfs undo` takes it back, the server writes again through its open descriptor (then
+    into the replaced file; now refused with ESTALE, docs/guarantees.md "Files open across
+    an undo") and exits. Then `mkdir d` and `sh -c 'echo b >
     d/f'`, each its own process group: both land in one commit labelled
     `sh -c 'echo b > d/f' (+2 others)`, and `memfs undo` answers "undid `sh -c 'echo b > d/f'`
     (1 commit) with it, changes made at the same time by: `python …`, `mkdir d`" and `d` is gone

@@ -203,6 +203,8 @@ class MemfsOperations(pyfuse3.Operations):
         node = self._wnode(inode)
         if fields.update_size:  # ftruncate through a handle a history operation cut off
             self.ws.writers.check(fh)
+            if fh is None and self.ws.stale(node):  # truncate(2) by a name the kernel cached
+                raise pyfuse3.FUSEError(errno.ESTALE)
         self._ctx(ctx)
         self.ws.setattr(
             node,
@@ -374,6 +376,8 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if node.kind == DIR:
             raise pyfuse3.FUSEError(errno.EISDIR)
+        if self.ws.stale(node):  # a name the kernel cached from before an undo: it looks again
+            raise pyfuse3.FUSEError(errno.ESTALE)
         if node.kind == FILE and self.backed.bound() is not None:
             await self.backed.observe_at_open(node)
         if writing and node.readonly:

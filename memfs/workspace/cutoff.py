@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from memfs.store.trees import name_to_str
@@ -69,12 +69,27 @@ def _comm(pid: int) -> str:
 
 
 class OpenWriters:
-    """Writable handles of live-tree files, by the FUSE layer's handle number, and the ones
-    a tree replacement cut off (until released)."""
+    """Writable handles of live-tree files, by the FUSE layer's handle number, the ones a
+    tree replacement cut off (until released), and the nodes it took out of the tree (until
+    the kernel forgets them)."""
 
     def __init__(self) -> None:
         self._open: dict[int, _Writer] = {}
         self._cut: dict[int, CutOff] = {}
+        self._taken: set[int] = set()  # node ids a replacement took out of the tree
+
+    def took_out(self, ids: Iterable[int]) -> None:
+        self._taken.update(ids)
+
+    def taken_out(self, node: Node) -> bool:
+        """An open racing the kernel's invalidation reaches such a node through a cached
+        name: it would get a handle on a file no tree names (a write after the undo, lost).
+        ESTALE there makes the kernel look the name up again (do_filp_open's LOOKUP_REVAL)
+        and open what the tree has now."""
+        return node.id in self._taken
+
+    def forgot(self, nid: int) -> None:
+        self._taken.discard(nid)
 
     def opened(self, fh: int, node: Node, pid: int) -> None:
         self._open[fh] = _Writer(node, pid)

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from memfs.workspace.workspace import Workspace
 
 
-def replace_tree(ws: Workspace, commit_id: str) -> None:
-    """Show another commit's tree, keeping inode numbers for paths that survive."""
+def replace_tree(ws: Workspace, commit_id: str) -> list[int]:
+    """Show another commit's tree, keeping inode numbers for paths that survive. Returns
+    every inode it told the kernel about (those it took out of the tree among them)."""
     tree = ws.store.commit(commit_id).tree  # first: a dropped commit changes nothing
     ws.head = commit_id
     entries: list[tuple[int, bytes]] = []
@@ -37,6 +38,7 @@ def replace_tree(ws: Workspace, commit_id: str) -> None:
     _remap_dir(ws, ws.root, tree, entries, inodes)
     ws.root.ref, ws.root.dirty = tree, False
     ws.invalidate(entries, inodes)
+    return inodes
 
 
 def _remap_dir(ws: Workspace, top: Node, tree: str, entries: list[tuple[int, bytes]],

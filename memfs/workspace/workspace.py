@@ -177,6 +177,7 @@ class Workspace(HistoryOps):
             unload.drop_view(self, node, referenced)
         elif not node.readonly and not self._alive(node):
             del self.nodes[nid]
+            self.writers.forgot(nid)
             self._dirty_files.discard(node)
             if node.data is not None and node.data.spill is not None:
                 node.data.spill.close()  # its disk space goes back
@@ -567,9 +568,17 @@ class Workspace(HistoryOps):
         writing on files it took away, now cut off (memfs.workspace.cutoff)."""
         writing = self.writers.paths(self._attached)
         self.backing.before_tree_replace()  # which backed files the new tree changes
-        replace_tree(self, commit_id)
+        told = replace_tree(self, commit_id)
         self.backing.tree_replaced()
+        self.writers.took_out(n.id for i in told if (n := self.nodes.get(i)) is not None
+                              and not self._attached(n))
         return self.writers.cut(writing, self._attached, by)
+
+    def stale(self, node: Node) -> bool:
+        """Did a tree replacement take `node` out of the tree? The kernel may still reach
+        it through a name it cached until the invalidation lands: an open or a truncate by
+        path answers ESTALE, and the kernel looks the name up again (memfs.workspace.cutoff)."""
+        return self.writers.taken_out(node)
 
     def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
         """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),

@@ -25,7 +25,7 @@ def cut_off_lines(res: dict, root: Path) -> list[str]:
     if not cut:
         return []
     mnt = mountpoint(root)
-    return [f"cut off: {mnt / c.path if mnt else c.path}, open for writing by {c.comm} "
+    return [f"  cut off: {mnt / c.path if mnt else c.path}, open for writing by {c.comm} "
             f"(pid {c.pid}): its writes, fsync and truncate now fail (ESTALE); what it "
             "wrote before is in history" for c in cut]
 

@@ -298,3 +298,33 @@ def read(path: Path) -> bytes | None:
         return path.read_bytes()
     except OSError:
         return None
+
+
+def test_a_takeover_that_switches_the_mount_names_the_writers_it_cut_off(
+        mount_factory, pg_url: str, tmp_path: Path) -> None:
+    """Host b works on a branch of its own with a logger open on its file; host a dies and b
+    takes main over, which switches b's mount to main: the logger is cut off and `memfs
+    takeover` names it, as a branch switch does."""
+    lease = {"MEMFS_LEASE_SECONDS": "2"}
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=lease)
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=lease)
+    write_durably(a.work / "main.txt", b"main\n")
+    b.cli("branch", "create", "mine")
+    b.cli("branch", "switch", "mine")
+    with Holder(b.work / "log.txt", CREATE) as w:
+        assert w.do("write on mine") == "ok"
+        assert w.do("fsync") == "ok"
+        a.kill()
+        deadline = time.monotonic() + 30
+        while (took := b.cli("takeover", "main", "--json", check=False)).returncode != 0:
+            assert time.monotonic() < deadline, f"a's lease never expired: {took.stderr}"
+            time.sleep(0.1)
+        res = json.loads(took.stdout)
+        assert res["switched_from"] == "mine", res
+        assert [(c["path"], c["comm"], c["pid"]) for c in res["cut_off"]] == [
+            ("work/log.txt", COMM, w.pid)], res
+        assert w.do("write after") == "err ESTALE"
+        assert [(c["path"], c["pid"]) for c in status(b)["cut_off"]] == [
+            ("work/log.txt", w.pid)]
+    assert not (b.work / "log.txt").exists()
+    assert (b.work / "main.txt").read_bytes() == b"main\n"

@@ -113,7 +113,8 @@ def cmd_takeover(args) -> int:
         was = store.current_branch()
         store.set_current_branch(args.branch)
         return {"branch": args.branch, "head": store.head(args.branch),
-                "switched_from": None if was == args.branch else was, **claim.to_json()}
+                "switched_from": None if was == args.branch else was, **claim.to_json(),
+                "cut_off": []}  # no daemon: nothing open
 
     res = _ask(args, "takeover", direct, branch=args.branch)
     text = (f"this host now writes branch {args.branch} (from {res['head'][:12]}, "
@@ -121,7 +122,7 @@ def cmd_takeover(args) -> int:
     if res["switched_from"]:  # the mount showed another branch: say so, and the way back
         text += (f"\n  the mount now shows {args.branch}; it showed {res['switched_from']} "
                  f"(committed): memfs branch switch {res['switched_from']} goes back")
-    emit(args, res, text)
+    emit(args, res, "\n".join([text, *cut_off_lines(res, _root(args))]))
     return 0
 
 

@@ -35,6 +35,7 @@ import trio
 from memfs.store.pg.pins import PUBLISH_EVERY
 from memfs.store.store import CommitDropped
 from memfs.store.trees import DIR, decode_dir
+from memfs.workspace.cutoff import CutOff
 from memfs.workspace.pinning import TRIES, NotPublished, NotShown
 
 log = logging.getLogger("memfs.hosts")
@@ -125,10 +126,10 @@ class Hosts:
                 return
             head = newer
 
-    async def follow(self, head: str) -> None:
+    async def follow(self, head: str, cut_off: list[CutOff] | None = None) -> None:
         """Show `head` (another host's commit): objects read ahead in a thread, then, under
         the commit lock, the commit published for other hosts' GC and the tree replaced,
-        as an undo replaces it."""
+        as an undo replaces it (the writers it cuts off are added to `cut_off`)."""
         ws = self.ws
         if head == ws.head and self._published(head):
             return
@@ -144,7 +145,9 @@ class Hosts:
                                 "the lease was lost were never committed and are dropped")
                 log.error("%s", self.dropped)
                 ws.last_error = self.dropped
-            ws._replace_tree(head, f"another host's commit on {ws.branch}")
+            cut = ws._replace_tree(head, f"another host's commit on {ws.branch}")
+            if cut_off is not None:
+                cut_off.extend(cut)
             ws._recount_dirty()
             ws.durable_seq = ws.mutation_seq
             ws.dirty_since = None
@@ -223,14 +226,15 @@ class Hosts:
         """Move `branch`'s expired lease here and continue from its last durable commit."""
         claim = await trio.to_thread.run_sync(self.store.takeover, branch)
         was = self.ws.branch
+        cut: list[CutOff] = []  # writers of files the shown tree replaced (memfs.workspace.cutoff)
         if branch != was:
-            await self.ws.switch_branch(branch)
+            await self.ws.switch_branch(branch, cut_off=cut)
         else:
             head = await trio.to_thread.run_sync(self.store.head, branch)
-            await self.follow(head)
+            await self.follow(head, cut)
             self.ws.read_only = None
         return {"branch": branch, "head": self.ws.head, "switched_from": None if was == branch
-                else was, **claim.to_json()}
+                else was, **claim.to_json(), "cut_off": [c.to_json() for c in cut]}
 
     def status(self) -> dict:
         return {"read_only": self.ws.read_only, "followed": self.followed,

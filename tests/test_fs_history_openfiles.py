@@ -7,7 +7,9 @@ bytes land in the new tree (resurrecting a file the undo removed, clobbering res
 or vanish with success. Reads through it keep answering what it had. The command names each
 writer it cut off (path, comm, pid; `cut_off` in --json); a handle open only for reading is
 not named. A file opened after the operation works as usual, and what the writer wrote before
-the operation stays in history (one restore away).
+the operation stays in history (one restore away). On a store in PostgreSQL the same holds
+when another host takes the branch over (this host follows its commits) and when `memfs
+takeover` switches this host's mount.
 """
 
 from __future__ import annotations

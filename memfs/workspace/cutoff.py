@@ -8,6 +8,10 @@ later write, fsync and truncate with ESTALE (reads go on answering what the node
 writer whose file the replacement kept as it was is left alone, and a handle open only for
 reading is never cut off: nothing it does can land anywhere.
 
+An open racing the kernel's invalidation can still reach a replaced node through a name the
+kernel cached; the nodes a replacement took out are kept here too, so that open answers ESTALE
+and the kernel looks the name up again, instead of handing out a fresh writer of a dead file.
+
 The FUSE layer registers each writable handle of a live-tree file at open and drops it at
 release; `Workspace._replace_tree` takes the paths before and asks which handles lost their
 file after. Who holds the handle (comm) is read from /proc when it is cut off, not at open:

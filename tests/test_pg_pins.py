@@ -354,6 +354,10 @@ def test_a_view_swept_while_its_hosts_row_had_lapsed_is_gone_whole(ab, pg_url: s
         holder.kill()
         holder.wait()
     assert "pins had lapsed" in b.log_text()
+    pins = b.cli_json("status")["pins"]  # said where the user looks, not only in the log
+    assert pins["lapses"] == 1 and pins["last_lapse"]["commits_gone"] >= 1, pins
+    text = b.cli("status").stdout
+    assert "pins     LAPSED at" in text and "their views are gone here" in text, text
     assert a.cli_json("fsck")["ok"]
 
 
@@ -438,9 +442,12 @@ def test_an_undo_whose_pins_cannot_be_published_first_is_refused(ab_fault, move:
         assert b.cli_json("branch", "list")["current"] == "b-work"
         assert read(b.work / "f") == data
         assert held.read() == data
+        text = b.cli("status").stdout  # status says so, with the remedy, while it fails
+        assert "pins     FAILING" in text and "server answers this host" in text, text
         trigger.unlink()  # the server answers again
         b.cli(*args)
         assert _head(b) != head and not (b.work / "f").exists()
+        assert b.cli_json("status")["pins"]["failing"] is None
         held.seek(0)
         assert held.read() == data
 

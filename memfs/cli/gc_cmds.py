@@ -96,6 +96,30 @@ def cmd_config(args) -> int:
     return 0
 
 
+def pins_lines(pins: dict | None) -> list[str]:
+    """A shared store: this host's pins failing to publish, and its last lapse (docs/lifecycle.md,
+    "On a store in PostgreSQL")."""
+    lines: list[str] = []
+    if not pins:
+        return lines
+    if pins.get("failing"):
+        lines.append("pins     FAILING: what this host shows and holds open cannot be published "
+                     f"for other hosts' garbage collection ({pins['failing']})")
+        lines.append("         what to do: make sure the PostgreSQL server answers this host; "
+                     "until then new views of history fail (EIO) and undo, restore and "
+                     "switch may be refused")
+    lapse = pins.get("last_lapse")
+    if lapse:
+        when = datetime.fromtimestamp(lapse["at"]).strftime("%Y-%m-%d %H:%M:%S")
+        gone = (f"; {lapse['commits_gone']} commit(s) it showed were dropped meanwhile, and "
+                "their views are gone here" if lapse["commits_gone"] else
+                "; nothing it showed was dropped meanwhile")
+        lines.append(f"pins     LAPSED at {when} ({pins['lapses']} time(s) since the mount): "
+                     f"not renewed within {lapse['ttl']:.0f} s (this daemon paused, or cut off "
+                     f"from the server), so other hosts' GC kept nothing of them{gone}")
+    return lines
+
+
 def status_lines(st: dict) -> list[str]:
     """What `memfs status` says about commits failing, space and the retention policy."""
     lines = []
@@ -105,6 +129,7 @@ def status_lines(st: dict) -> list[str]:
         lines.append(f"commits  FAILING since {since} ({failure['attempts']} attempt(s)): "
                      f"{failure['reason']}")
         lines.append(f"         what to do: {failure['remedy']}")
+    lines += pins_lines(st.get("pins"))
     sp = st.get("space")
     if sp and sp.get("refused"):
         r = sp["refused"]

@@ -50,6 +50,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -102,6 +103,19 @@ class NotPublished(MemfsError):  # noqa: N818 - a refusal, named for what it say
                          "says whether it does)")
 
 
+@dataclass
+class Lapse:
+    """This host's row was found no longer live by a publish: the daemon was paused, or cut
+    off from the server, past the row's life, so GC runs elsewhere kept nothing of it."""
+
+    at: float  # wall clock, when this host found it
+    commits_gone: int  # of the views' (and a followed) commits, dropped meanwhile
+    seconds: float  # the row's life it outlasted (ttl)
+
+    def to_json(self) -> dict:
+        return {"at": self.at, "commits_gone": self.commits_gone, "ttl": self.seconds}
+
+
 class PinPublisher:
     def __init__(self, ws: Workspace, store: PgStore) -> None:
         self.ws = ws
@@ -114,6 +128,8 @@ class PinPublisher:
         self.fresh: dict[int, str] = {}  # view root id -> its commit, not yet published
         self.views: dict[int, str] = {}  # every view root id -> its commit (pruned at publish)
         self._lapsing = False  # the last publish found it so (one warning a lapse)
+        self.lapses = 0  # how often since the start (status)
+        self.last_lapse: Lapse | None = None
         self.swept_shown: tuple[str, str, str | None] | None = None  # (commit, tree, table)
         self._lock = trio.Lock()  # one publish at a time, each of the set computed under it
         self._stopped = False
@@ -237,6 +253,8 @@ class PinPublisher:
         if following is not None and following in checked.gone:
             self._shown_swept(following)
         if checked.lapsed and self.published is not None and not self._lapsing:
+            self.lapses += 1
+            self.last_lapse = Lapse(time.time(), len(checked.gone), self.ttl)
             log.warning("this host's pins had lapsed on the server (not renewed within %.0f "
                         "s): every view's commit was checked again%s", self.ttl,
                         f"; {len(checked.gone)} commit(s) gone" if checked.gone else "")
@@ -304,6 +322,12 @@ class PinPublisher:
                         "too", cid[:12])
             self.ws.drop_swept_view(node)
         return out
+
+    def status(self) -> dict:
+        """What status says of this host's pins: whether publishing fails, and the lapses
+        (a lapse is when other hosts' GC may have taken what this host showed)."""
+        return {"failing": self.failing, "lapses": self.lapses,
+                "last_lapse": self.last_lapse.to_json() if self.last_lapse else None}
 
     def _failed(self, exc: Exception) -> None:
         if self.failing is None:

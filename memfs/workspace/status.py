@@ -60,6 +60,7 @@ def status(ws: Workspace) -> dict:
         "commit_failure": ws.health.failure.to_json() if ws.health.failure else None,
         "changes_held": ws.hold.status(),  # a history operation finishing: writes wait
         "cut_off": ws.writers.status(),  # writers an undo/restore/switch cut off, still open
+        **({"pins": ws.pin_gate.status()} if ws.pin_gate is not None else {}),
         "space": ws.room.status(),
         "retention": retention(ws),
         **({"gc": ws.lifecycle.status()} if ws.lifecycle is not None else {}),

@@ -255,6 +255,53 @@ def test_a_writer_on_a_file_the_undo_keeps_is_not_cut_off(mounted) -> None:
 
 
 
+@pytest.mark.parametrize("unlink", [
+    ["rm", "-rf", "build"],
+    ["sh", "-c", "echo saved > build/log.txt.tmp && mv build/log.txt.tmp build/log.txt"],
+], ids=["rm", "rename-over"])
+def test_a_writer_whose_file_an_undo_brings_back_is_cut_off(mounted, unlink: list[str]) -> None:
+    """A logger holds build/log.txt open while another command unlinks it (`rm -rf build`,
+    or an editor-style save renamed over it): its writes go into a file no tree names, as
+    on any filesystem. `memfs undo` of that command puts the file back; the logger is then
+    cut off like any writer whose file the undo replaced. Before, its later write and fsync
+    succeeded and the bytes were in no tree, beside the file the undo brought back (user
+    trial: `rm -rf d` undone under a running appender)."""
+    m = mounted
+    m.require_real()
+    (m.work / "build").mkdir()
+    log = m.work / "build" / "log.txt"
+    write_durably(log, b"base\n")
+    with Holder(log, WRITE) as w:
+        assert w.do("write one") == "ok"
+        assert w.do("fsync") == "ok"
+        subprocess.run(unlink, cwd=m.work, check=True, start_new_session=True)
+        res = cli_json(m, "undo")
+        assert log.read_bytes() == b"base\none\n", res
+        assert [(c["path"], c["pid"]) for c in res["cut_off"]] == [
+            ("work/build/log.txt", w.pid)], res
+        assert_cut_off(w)
+        assert log.read_bytes() == b"base\none\n"
+
+
+def test_a_writer_of_an_unlinked_scratch_file_is_not_cut_off(mounted) -> None:
+    """A scratch file unlinked while open for writing (its program's own, no name meant to
+    come back) is not cut off by an undo that puts nothing at its path: it keeps writing."""
+    m = mounted
+    m.require_real()
+    scratch = m.work / "scratch"
+    with Holder(scratch, CREATE) as w:
+        assert w.do("write one") == "ok"
+        subprocess.run(["rm", str(scratch)], check=True, start_new_session=True)
+        subprocess.run(["sh", "-c", 'echo x > "$1" && sync "$1"', "sh",
+                        str(m.work / "other.txt")], check=True, start_new_session=True)
+        res = cli_json(m, "undo")
+        assert gone(m.work / "other.txt"), res
+        assert res["cut_off"] == [], res
+        assert w.do("write two") == "ok"
+        assert w.do("fsync") == "ok"
+        assert w.read() == b"one\ntwo\n"
+
+
 def test_a_writer_on_a_host_whose_branch_was_taken_over_is_cut_off(mount_factory, pg_url: str,
                                                                      tmp_path: Path) -> None:
     """A store in PostgreSQL: host a's logger holds log.txt open while a pauses past its

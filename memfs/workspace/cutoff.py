@@ -14,7 +14,10 @@ and the kernel looks the name up again, instead of handing out a fresh writer of
 
 The FUSE layer registers each writable handle of a live-tree file at open and drops it at
 release; `Workspace._replace_tree` takes the paths before and asks which handles lost their
-file after. Who holds the handle (comm) is read from /proc when it is cut off, not at open:
+file after. A writer whose file was unlinked under it (`rm`, a rename over it) writes into a
+file no tree names, as on any filesystem; the path it was unlinked from is kept, and a
+replacement that puts a file back there (the undo of that `rm`) cuts the writer off too: its
+later bytes would otherwise vanish with success beside the file the undo brought back. Who holds the handle (comm) is read from /proc when it is cut off, not at open:
 no cost on the open path, and the program a shell's `>` exec'd is named rather than the shell.
 
 Loop thread only.
@@ -61,6 +64,16 @@ class CutOff:
 class _Writer:
     node: Node
     pid: int
+    unlinked_from: bytes | None = None  # the path its file's last name was taken from
+
+
+@dataclass(frozen=True)
+class Before:
+    """The writers as a replacement found them: the path of each whose file the tree names,
+    and, for each whose file was unlinked, that path and the node the tree had there."""
+
+    named: dict[int, str]
+    unlinked: dict[int, tuple[bytes, int | None]]
 
 
 def _comm(pid: int) -> str:
@@ -98,6 +111,16 @@ class OpenWriters:
     def opened(self, fh: int, node: Node, pid: int) -> None:
         self._open[fh] = _Writer(node, pid)
 
+    def holds(self, node: Node) -> bool:
+        """Is `node` open for writing here? (Asked before an unlink: cheap while none is.)"""
+        return any(w.node is node for w in self._open.values())
+
+    def unlinked(self, node: Node, path: bytes) -> None:
+        """`node`'s last name, `path`, was taken away while it was open for writing."""
+        for w in self._open.values():
+            if w.node is node:
+                w.unlinked_from = path
+
     def released(self, fh: int) -> None:
         self._open.pop(fh, None)
         self._cut.pop(fh, None)
@@ -114,31 +137,44 @@ class OpenWriters:
         if refused is not None:
             raise refused
 
-    def paths(self, attached: Callable[[Node], bool]) -> dict[int, str]:
-        """Before a replacement: each writer's path, for those whose file the tree names."""
-        return {fh: name_to_str(w.node.path()) for fh, w in self._open.items()
-                if attached(w.node)}
+    def before(self, attached: Callable[[Node], bool],
+               node_at: Callable[[bytes], Node | None]) -> Before:
+        """Before a replacement: each writer's path, for those whose file the tree names,
+        and for those whose file was unlinked, where it was and what the tree has there."""
+        named, unlinked = {}, {}
+        for fh, w in self._open.items():
+            if attached(w.node):
+                named[fh] = name_to_str(w.node.path())
+            elif w.unlinked_from is not None:
+                there = node_at(w.unlinked_from)
+                unlinked[fh] = (w.unlinked_from, there.id if there is not None else None)
+        return Before(named, unlinked)
 
-    def cut(self, before: dict[int, str], attached: Callable[[Node], bool],
-            by: str) -> list[CutOff]:
+    def cut(self, before: Before, attached: Callable[[Node], bool],
+            node_at: Callable[[bytes], Node | None], by: str) -> list[CutOff]:
         """After a replacement: cut off each writer that had a file in the old tree and
-        has none in the new one (removed, or another version under a new inode)."""
-        done = []
-        for fh, path in before.items():
-            w = self._open.get(fh)
-            if w is None or attached(w.node):
-                continue
-            cut = CutOff(path, w.pid, _comm(w.pid), by)
-            self._cut[fh] = cut
-            del self._open[fh]
-            log.warning("cut off: %s, open for writing by %s (pid %d), replaced by %s",
-                        path, cut.comm, cut.pid, by)
-            done.append(cut)
-        return done
+        has none in the new one (removed, or another version under a new inode), and each
+        writer of an unlinked file whose path the replacement put another file at (the
+        undo of its `rm`, or of a rename over it)."""
+        lost = [(fh, path) for fh, path in before.named.items()
+                if (w := self._open.get(fh)) is not None and not attached(w.node)]
+        for fh, (path, was) in before.unlinked.items():
+            there = node_at(path)
+            if fh in self._open and there is not None and there.id != was:
+                lost.append((fh, name_to_str(path)))
+        return [self._cut_off(fh, path, by) for fh, path in lost]
+
+    def _cut_off(self, fh: int, path: str, by: str) -> CutOff:
+        w = self._open.pop(fh)
+        cut = CutOff(path, w.pid, _comm(w.pid), by)
+        self._cut[fh] = cut
+        log.warning("cut off: %s, open for writing by %s (pid %d), replaced by %s",
+                    path, cut.comm, cut.pid, by)
+        return cut
 
     def status(self) -> list[dict[str, object]]:
         """The cut-off handles still open (`.memfs/status`'s `cut_off`)."""
         return [c.to_json() for c in self._cut.values()]
 
 
-__all__ = ["CutOff", "OpenWriters"]
+__all__ = ["Before", "CutOff", "OpenWriters"]

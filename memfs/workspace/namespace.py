@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING
 
-from memfs.store.trees import DIR, new_inode_key
+from memfs.store.trees import DIR, FILE, new_inode_key
 from memfs.workspace import loading
 from memfs.workspace.nodes import ROOT_ID, Node, fail, now_ns
 
@@ -127,9 +127,25 @@ def _remove(ws: Workspace, d: Node, name: bytes, node: Node) -> None:
     ws.health.poke()
     if (ws.room.refused or ws.health.full) and ws.lifecycle is not None:
         ws.lifecycle.poke(delay=ws.commit_interval + 0.5)  # once the removal is in
+    held = _held_path(ws, d, name, node)
     _detach(ws, d, name, node)
     d.mtime_ns = d.ctime_ns = node.ctime_ns = now_ns()
     _unname(ws, node)
+    _note_unlinked(ws, node, held)
+
+
+def _held_path(ws: Workspace, d: Node, name: bytes, node: Node) -> bytes | None:
+    """Before a name goes: its path, if its file is open for writing (an undo that puts a
+    file back there cuts that writer off: memfs.workspace.cutoff)."""
+    if node.kind != FILE or not ws.writers.holds(node):
+        return None
+    top = d.path()
+    return top + b"/" + name if top else name
+
+
+def _note_unlinked(ws: Workspace, node: Node, held: bytes | None) -> None:
+    if held is not None and not ws._attached(node):
+        ws.writers.unlinked(node, held)
 
 
 def _unname(ws: Workspace, node: Node) -> None:
@@ -190,11 +206,13 @@ def rename(ws: Workspace, od: Node, oname: bytes, nd: Node, nname: bytes, flags:
     ws._touch(od)
     _detach(ws, od, oname, src)
     if dst is not None:
+        held = _held_path(ws, nd, nname, dst)
         _detach(ws, nd, nname, dst)
         dst.ctime_ns = now
         if dst.kind == DIR:
             dst.nlink = 0
         _unname(ws, dst)
+        _note_unlinked(ws, dst, held)
     _attach(ws, nd, nname, src)
     src.ctime_ns = now
     od.mtime_ns = od.ctime_ns = nd.mtime_ns = nd.ctime_ns = now

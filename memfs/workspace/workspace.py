@@ -566,13 +566,25 @@ class Workspace(HistoryOps):
         """Show another commit's tree, keeping inode numbers for paths that survive
         (memfs.workspace.replace); `by` names the operation. Returns the handles open for
         writing on files it took away, now cut off (memfs.workspace.cutoff)."""
-        writing = self.writers.paths(self._attached)
+        writing = self.writers.before(self._attached, self._node_at)
         self.backing.before_tree_replace()  # which backed files the new tree changes
         told = replace_tree(self, commit_id)
         self.backing.tree_replaced()
         self.writers.took_out(n.id for i in told if (n := self.nodes.get(i)) is not None
                               and not self._attached(n))
-        return self.writers.cut(writing, self._attached, by)
+        return self.writers.cut(writing, self._attached, self._node_at, by)
+
+    def _node_at(self, path: bytes) -> Node | None:
+        """The live tree's node at `path` (from the store root), or None."""
+        node = self.root
+        for part in path.split(b"/"):
+            if node.kind != DIR:
+                return None
+            child = self.children(node).get(part)
+            if child is None:
+                return None
+            node = child
+        return node
 
     def stale(self, node: Node) -> bool:
         """Did a tree replacement take `node` out of the tree? The kernel may still reach

@@ -131,3 +131,19 @@ def test_scoped_walk_refreshing_a_memo_breaks_the_whole_walk_shortcut(tmp_path: 
     whole = observe(tmp_path, cache=cache, memo=memo, racy_ns=0)
     assert whole.files == observe(tmp_path, cache=cache, racy_ns=0).files
     assert whole.files["d/b.txt"].size == len("two, longer\n")
+
+
+def test_an_ignored_directory_replaced_by_a_file_is_listed_as_a_file(tmp_path: Path):
+    """Hypothesis's find in CI: `d/e` ignored, a directory, then removed and a file written
+    at its name. d's listing is the same names, so the memo walk reused d's ignored regions,
+    kind and all, and said `d/e/` (a directory) where the plain walk said a file."""
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    memo = WalkMemo()
+    kw = dict(ignore=("d/e",), racy_ns=0)
+    first = observe(tmp_path, cache={}, memo=memo, **kw)
+    assert [(r.path, r.kind) for r in first.regions] == [("d/e", "dir")]
+    (tmp_path / "d" / "e").rmdir()
+    (tmp_path / "d" / "e").write_bytes(b"")
+    got = observe(tmp_path, cache={}, memo=memo, **kw)
+    _same(got, observe(tmp_path, cache={}, **kw))
+    assert [(r.path, r.kind) for r in got.regions] == [("d/e", "")]

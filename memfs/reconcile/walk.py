@@ -182,7 +182,7 @@ class _Walk:
         listing = listing_of(names) if self.memo_out is not None or old is not None else b""
         if old is not None and old.listing == listing:
             statted = names if old.statted is None else old.statted
-            ignored = old.ignored
+            ignored = _kinds_again(fd, old.ignored)
             regions.extend(ignored)
         else:
             old = None
@@ -444,6 +444,17 @@ class _Walk:
         rec = HashRecord(fp.size, fp.mtime_ns, fp.ctime_ns, fp.ino, fp.dev,
                          sys.intern(h.hexdigest()), kind, started, mime)
         self.files[rel] = FileFact(rel, rec, True, MODES[bits])
+
+
+def _kinds_again(dir_fd: int, ignored: list[Region]) -> list[Region]:
+    """The memo's ignored regions with each kind looked at again (one lstat each): the same
+    names may be other kinds now (`d/e` a directory, then a file), and a listing shows the
+    kind (hypothesis found the memo walk saying `dir` where the plain walk said file)."""
+    out = []
+    for r in ignored:
+        kind = _kind_at(dir_fd, r.path.rpartition("/")[2])
+        out.append(r if kind == r.kind else Region(r.path, r.reason, kind))
+    return out
 
 
 def _kind_at(dir_fd: int, name: str) -> str:

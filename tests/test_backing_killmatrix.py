@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 from helpers.backing_mount import sh, states
 from helpers.killmatrix import (
-    AUTO_PENDING,
     NEW,
     OLD,
     OTHER,
@@ -38,7 +37,6 @@ from helpers.killmatrix import (
     evidence,
     first_pass_done,
     h,
-    has_auto_materialize,
     killed,
     pending,
     read,
@@ -139,8 +137,6 @@ CELLS = [
 def test_kill_matrix(mount_factory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                      op_name: str, point: str, variant: str):
     op = OPS[op_name]
-    if op.auto and not has_auto_materialize():
-        pytest.skip(AUTO_PENDING)
     disk = tmp_path / "disk"
     disk.mkdir()
     (disk / "f.txt").write_bytes(OLD)

@@ -192,8 +192,7 @@ def test_attach_without_daemon_then_mount_and_restart(mount_factory, tmp_path):
     (disk / "logo.png").write_bytes(make_png(8, 8))
     root = tmp_path / "root-direct"
     m = mount_factory(root=root)
-    if m.native:
-        pytest.skip("needs a real memfs daemon")
+    m.require_real()
     m.umount()
     res = m.cli_json("attach", "proj", str(disk))  # no daemon: on the store directly
     assert res["pass"]["taken"] == ["readme.md"]
@@ -210,8 +209,7 @@ def test_attach_without_daemon_then_mount_and_restart(mount_factory, tmp_path):
 
 def test_containment_symlinks_fifo_and_oversize(mounted, tmp_path):
     m = mounted
-    if m.native:
-        pytest.skip("needs a real memfs daemon")
+    m.require_real()
     outside = tmp_path / "outside"
     (outside / "dir").mkdir(parents=True)
     (outside / "secret.txt").write_text("outside the root\n")
@@ -250,8 +248,7 @@ def test_rename_and_create_through_the_mount_are_branch_intent(backed):
 
 def test_attach_refuses_a_directory_inside_the_mount(mounted):
     m = mounted
-    if m.native:
-        pytest.skip("needs a real memfs daemon")
+    m.require_real()
     (m.work / "inner").mkdir()
     res = m.cli("attach", "loop", str(m.work / "inner"), check=False, timeout=30)
     assert res.returncode == 1 and "inside the memfs mount" in res.stderr

@@ -22,7 +22,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from helpers.backing_mount import sh, states
 from helpers.require import require_tool, strace_missing
 from helpers.wait import wait_for
@@ -107,8 +106,7 @@ def test_an_adopted_deletion_is_an_event(backed):  # noqa: F811
 
 
 def test_a_missing_root_says_what_to_do_and_comes_back_by_itself(mounted, tmp_path: Path):
-    if mounted.native:
-        pytest.skip("needs a real memfs daemon")
+    mounted.require_real()
     m = mounted
     disk = tmp_path / "disk"
     disk.mkdir()

@@ -41,8 +41,7 @@ def _disk(tmp_path: Path, files: dict[str, str | bytes]) -> Path:
 
 
 def _real(m) -> None:
-    if m.native:
-        pytest.skip("needs a real memfs daemon")
+    m.require_real()
 
 
 def test_fs_events_observe_without_access(mounted, tmp_path: Path):

@@ -19,8 +19,7 @@ from helpers.backing_mount import xattr
 
 @pytest.mark.parametrize("watch", ["on-access", "off", "on-agent-action", "fs-events"])
 def test_state_xattrs_follow_the_edits_at_once(mounted, tmp_path: Path, watch: str):
-    if mounted.native:
-        pytest.skip("needs a real memfs daemon")
+    mounted.require_real()
     m = mounted
     disk = tmp_path / "disk"
     disk.mkdir()
@@ -41,8 +40,7 @@ def test_state_xattrs_follow_the_edits_at_once(mounted, tmp_path: Path, watch: s
 
 
 def test_state_xattrs_are_not_listed_so_cp_a_does_not_copy_them(mounted, tmp_path: Path):
-    if mounted.native:
-        pytest.skip("needs a real memfs daemon")
+    mounted.require_real()
     m = mounted
     disk = tmp_path / "disk"
     disk.mkdir()

@@ -12,13 +12,9 @@ import pytest
 import xxhash
 
 from helpers.backing_mount import xattr
-from helpers.mount import REPO, memfs_cmd
 from memfs.store.journal import EvidenceRecord, Journal
 
 OLD, NEW, SHELL, OTHER = b"old\n", b"workspace draft\n", b"shell edit\n", b"neither outcome\n"
-AUTO_PENDING = "auto-materialize lands separately"
-
-
 def h(data: bytes) -> str:
     return xxhash.xxh3_128(data).hexdigest()
 
@@ -29,13 +25,6 @@ def read(p: Path) -> bytes | None:
         return p.read_bytes()
     except FileNotFoundError:
         return None
-
-
-def has_auto_materialize() -> bool:
-    """Whether this memfs has `attach --auto-materialize` (it lands separately)."""
-    out = subprocess.run(memfs_cmd(Path("/nonexistent"), "attach", "--help"), cwd=REPO,
-                         capture_output=True, text=True, timeout=60)
-    return "--auto-materialize" in out.stdout
 
 
 def start_crashing(mount_factory, monkeypatch: pytest.MonkeyPatch, point: str):

@@ -20,6 +20,7 @@ import time
 import psycopg
 import pytest
 from helpers.gcstore import keep_nothing_by_age
+from helpers.mount import memfs_cmd
 from helpers.pg import host_root
 from test_pg_hosts import read, wait_for, write_synced
 
@@ -499,3 +500,45 @@ def test_a_followers_pins_are_published_at_start(host_a, host_b, pg_url: str) ->
     b = host_b(LATE)
     assert published(pg_url, "host-b") == ([shown], []), "b's start did not publish its pins"
     _held_through_a_gc(a, b, gone, "a file open on a host that had just started lost its bytes")
+
+
+GATE = "MEMFS_TEST_PINS_GATE"  # while its file exists, b's pins publishes wait at their start
+
+
+def test_a_commit_made_while_a_switch_publishes_its_head_is_followed(host_a, host_b,
+                                                                      tmp_path) -> None:
+    """b switches from a branch of its own to main, which a writes; the switch publishes
+    main's head before showing it, and a commits again while that publish is in flight.
+    The notice of a's commit reached b while b still showed its own branch, and was passed
+    over: b then showed main's older head until a's next commit, which may never come (an
+    agent's last file, missing on the host that watches it). Now the switch looks at the
+    head once more when it is done."""
+    gate = tmp_path / "pins-gate"
+    a, b = host_a, host_b({**LATE, GATE: str(gate)})
+    b.cli("branch", "create", "b-work")
+    b.cli("branch", "switch", "b-work")
+    heard = _heard(b)
+    write_synced(a.work / "first", b"first")
+    wait_for(lambda: _heard(b) > heard, "b to hear a's first commit")
+    waiting = gate.with_name(gate.name + ".waiting")
+    gate.touch()
+    heard = _heard(b)
+    switch = subprocess.Popen(memfs_cmd(b.root, "branch", "switch", "main"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(waiting.exists, "b's switch to reach its publish")
+        write_synced(a.work / "second", b"second")  # committed: a's fsync returned
+        wait_for(lambda: _heard(b) > heard, "b to hear a's second commit")
+    finally:
+        gate.unlink()
+    out, err = switch.communicate(timeout=60)
+    assert switch.returncode == 0, err
+    assert read(b.work / "first") == b"first"
+    wait_for(lambda: read(b.work / "second") == b"second",
+             "b to show a's commit made during the switch", timeout=15)
+    assert b.cli_json("branch", "list")["current"] == "main"
+
+
+def _heard(b) -> int:
+    """How many notices of other hosts' head moves b's daemon has taken in."""
+    return b.status()["hosts"]["heard"]

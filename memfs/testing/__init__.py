@@ -17,6 +17,9 @@ MEMFS_CRASH_AT.
 - `commit_gate()`: the same gate, MEMFS_TEST_COMMIT_GATE, in a group commit's thread once its
   chunks are on disk and before the transaction commits: a write made meanwhile meets the
   space figures of a commit in flight.
+- `pins_gate()`: the same gate, MEMFS_TEST_PINS_GATE, at the start of each publish of this
+  host's pins (memfs.store.pg.pins.publish_checked), before it takes a connection: another
+  host's commit made meanwhile is heard while a branch switch's publish is in flight.
 - `scan_delay()`: MEMFS_TEST_SCAN_DELAY=<s>, seconds each after-batch scan sleeps first
   (coalescing and deadline misses).
 - `walk_delay()`: MEMFS_TEST_WALK_DELAY=<s>, seconds a pass's walk sleeps after each directory
@@ -51,6 +54,7 @@ CRASH_ENV = "MEMFS_CRASH_AT"
 PUSH_DELAY_ENV = "MEMFS_TEST_PUSH_DELAY"
 PUSH_GATE_ENV = "MEMFS_TEST_PUSH_GATE"
 COMMIT_GATE_ENV = "MEMFS_TEST_COMMIT_GATE"
+PINS_GATE_ENV = "MEMFS_TEST_PINS_GATE"
 GATE_LIMIT = 120.0  # s a push waits at a gate a test forgot to open
 SCAN_DELAY_ENV = "MEMFS_TEST_SCAN_DELAY"
 WALK_DELAY_ENV = "MEMFS_TEST_WALK_DELAY"
@@ -87,6 +91,11 @@ def push_gate() -> None:
 def commit_gate() -> None:
     """Wait while the commit gate's file exists (module docstring); commit thread."""
     _gate(COMMIT_GATE_ENV)
+
+
+def pins_gate() -> None:
+    """Wait while the pins gate's file exists (module docstring); the publishing thread."""
+    _gate(PINS_GATE_ENV)
 
 
 def _gate(env: str) -> None:
@@ -144,7 +153,7 @@ def pins_fault(conn) -> None:  # conn: a psycopg connection (psycopg is an optio
 
 
 __all__ = ["COMMIT_GATE_ENV", "CRASH_ENV", "FAULT_HOOKS", "JOURNAL_FAULT_ENV", "PASS_FAULT_ENV",
-           "PINS_FAULT_ENV", "PLAN_SPIN_ENV", "PUSH_DELAY_ENV", "PUSH_GATE_ENV",
+           "PINS_FAULT_ENV", "PINS_GATE_ENV", "PLAN_SPIN_ENV", "PUSH_DELAY_ENV", "PUSH_GATE_ENV",
            "SCAN_DELAY_ENV", "WALK_DELAY_ENV", "commit_gate", "crash_point", "journal_fault",
-           "pass_fault", "pins_fault", "plan_spin", "push_delay", "push_gate", "scan_delay",
-           "walk_delay"]
+           "pass_fault", "pins_fault", "pins_gate", "plan_spin", "push_delay", "push_gate",
+           "scan_delay", "walk_delay"]

@@ -150,6 +150,10 @@ class HistoryOps:
             raise
         if old != name:
             await trio.to_thread.run_sync(self.store.release, old)
+        if self.read_only is not None and self.hosts is not None:
+            # A notice of the writer's commit heard while this host still showed `old` was
+            # passed over (it was of another branch then): the head is looked at once more.
+            self.hosts.refollow()
         return head
 
     async def create_branch(self, name: str, at: str | None) -> str:

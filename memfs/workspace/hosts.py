@@ -17,7 +17,8 @@ selected branch, and the branch followed while another host writes it.
   it shows; a commit a GC dropped meanwhile is not shown (the newer head is), and while the
   publish fails the follower keeps showing the commit it published before, and retries.
   A branch switch to a branch another host writes publishes its head the same way first,
-  and is refused (NotPublished, nothing changed) while it cannot be.
+  and is refused (NotPublished, nothing changed) while it cannot be; once done, it reads the
+  head again (`refollow`), as a notice that came meanwhile was of a branch not shown then.
 
 On the embedded store every claim succeeds and no other host moves a head, so this is idle.
 Loop thread; every store call runs in a worker thread; the store's watcher and lease threads
@@ -50,6 +51,7 @@ class Hosts:
         self._send, self._recv = trio.open_memory_channel(math.inf)
         self._token: trio.lowlevel.TrioToken | None = None
         self.followed = 0  # commits of other hosts shown here (status)
+        self.heard = 0  # notices of other hosts' head moves, of any branch (status)
         self.dropped: str | None = None  # what a lost lease cost, once it happened
         self.pinned: str | None = None  # the commit last published before it was shown
 
@@ -73,7 +75,8 @@ class Hosts:
 
     def refollow(self) -> None:
         """Loop: show the selected branch's head now (the commit shown was swept by a GC
-        while this host's pins had lapsed: memfs.workspace.pinning)."""
+        while this host's pins had lapsed: memfs.workspace.pinning; or a branch switch
+        showed a head read before a notice it passed over)."""
         self._send.send_nowait(("refollow", self.ws.branch, ""))
 
     def _to_loop(self, item: tuple[str, str, str]) -> None:
@@ -86,6 +89,7 @@ class Hosts:
     async def run(self, drain: Callable[[], Awaitable[None]]) -> None:
         """Follow the selected branch while another host writes it; `drain` tells the kernel."""
         async for what, branch, head in self._recv:
+            self.heard += what == "head"
             if branch != self.ws.branch:
                 continue
             if what == "lost":
@@ -237,5 +241,5 @@ class Hosts:
                 else was, **claim.to_json(), "cut_off": [c.to_json() for c in cut]}
 
     def status(self) -> dict:
-        return {"read_only": self.ws.read_only, "followed": self.followed,
-                "dropped": self.dropped}
+        """Other hosts' commits heard of and shown here, and what a lost lease cost."""
+        return {"heard": self.heard, "followed": self.followed, "dropped": self.dropped}

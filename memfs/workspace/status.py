@@ -67,6 +67,7 @@ def status(ws: Workspace) -> dict:
         "mounts": mounts,
         "daemon": ws.served_by.identity() if ws.served_by else None,
         "read_only": ws.read_only,
+        **({"hosts": ws.hosts.status()} if ws.hosts is not None else {}),
         **({"backing": backing} if (backing := ws.backing.status_json()) is not None
            else {}),
     }

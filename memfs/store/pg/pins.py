@@ -107,8 +107,9 @@ def publish_checked(store: PgStore, hostname: str, pins: Pins, seconds: float,
 
     from memfs.store.pg import schema
     from memfs.store.pg.conn import server_error
-    from memfs.testing import pins_fault
+    from memfs.testing import pins_fault, pins_gate
 
+    pins_gate()
     reader = store._reader
     with reader.lock:
         conn = reader.get()

@@ -14,7 +14,7 @@ import pyfuse3
 
 from memfs.fs.memory_view import MemDir, MemFile, MemoryView
 from memfs.fs.virtual import VDir, VFile
-from memfs.store.trees import DIR, FILE, name_to_str
+from memfs.store.trees import DIR, FILE, LINK, name_to_str
 from memfs.workspace.nodes import ROOT_ID, Node
 from memfs.workspace.workspace import Workspace
 
@@ -37,6 +37,8 @@ def entry_attributes(ws: Workspace, mem: MemoryView,
         _generated_attributes(ws, mem, node, a)
     if isinstance(node, Node) and node.kind == FILE:
         a.st_blocks = ws.allocated_bytes(node) // 512
+    elif isinstance(node, Node) and node.kind == LINK:
+        a.st_blocks = 0  # its target is kept with the entry, as ext4's and tmpfs's short links
     else:
         a.st_blocks = (a.st_size + 511) // 512
     return a

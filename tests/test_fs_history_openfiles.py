@@ -201,6 +201,86 @@ def test_a_writer_held_across_branch_switch_is_cut_off(mounted) -> None:
     assert doc.read_bytes() == b"main two\n", "a cut-off write reached the branch it left"
 
 
+def still_running(out: subprocess.CompletedProcess[str], w: Holder, by: str) -> bool:
+    """Does the command's text name `w` as a process still running (as `memfs undo` does)?"""
+    text = out.stdout + out.stderr
+    named = f"still running: {COMM} (pid {w.pid})" in text
+    assert not named or f"files the {by} replaced fail (ESTALE)" in text, text
+    return named
+
+
+def test_restore_names_a_process_it_took_changes_of_that_still_runs(mounted) -> None:
+    """`memfs restore` to before a logger's writes takes them out of the tree while the
+    logger runs on: the command names it (`still running: COMM (pid N)`, its pid and comm in
+    `procs` under --json), as `memfs undo` does. A restore forward, which takes nothing of
+    its out, names nobody, and once the logger has exited neither does a restore back."""
+    m = mounted
+    m.require_real()
+    write_durably(m.work / "base.txt", b"base\n")
+    before = status(m)["head"]
+    log = m.work / "log.txt"
+    with Holder(log, CREATE) as w:
+        assert w.do("write one") == "ok"
+        assert w.do("fsync") == "ok"
+        after = status(m)["head"]
+        assert still_running(cli(m, "restore", before), w, "restore")
+        assert gone(log)
+        assert not still_running(cli(m, "restore", after), w, "restore")
+        assert log.read_bytes() == b"one\n"
+        res = cli_json(m, "restore", before)
+        assert res["procs"] == [[w.pid, COMM]], res
+        assert not cli_json(m, "restore", after)["procs"]
+        w.close()
+    assert not still_running(cli(m, "restore", before), w, "restore")
+
+
+def test_restore_and_switch_without_a_daemon_name_a_process_still_running(mounted) -> None:
+    """With the mount gone, `memfs restore` and `branch switch` open the store themselves,
+    and still name a program whose changes they take out that runs on (it may write there
+    again once the mount is back)."""
+    m = mounted
+    m.require_real()
+    write_durably(m.work / "base.txt", b"base\n")
+    before = status(m)["head"]
+    cli(m, "branch", "create", "other")
+    with Holder(m.work / "log.txt", CREATE) as w:
+        assert w.do("write one") == "ok"
+        assert w.do("fsync") == "ok"
+        assert w.do("close") == "ok"
+        m.umount()
+        res = cli_json(m, "branch", "switch", "other")
+        assert res["procs"] == [[w.pid, COMM]], res
+        assert not still_running(cli(m, "branch", "switch", "main"), w, "switch")
+        assert still_running(cli(m, "restore", before), w, "restore")
+
+
+def test_branch_switch_names_a_process_whose_changes_it_leaves_that_still_runs(
+        mounted) -> None:
+    """A logger writes on main after `other` was branched; `memfs branch switch other`
+    shows a tree without its file while it runs on: the switch names it, in text and in
+    `procs` under --json. Switching back to main, which holds all it wrote, does not; what
+    `procs` holds then is the commits only `other` has (a command run there)."""
+    m = mounted
+    m.require_real()
+    write_durably(m.work / "base.txt", b"base\n")
+    cli(m, "branch", "create", "other")
+    log = m.work / "log.txt"
+    with Holder(log, CREATE) as w:
+        assert w.do("write on main") == "ok"
+        assert w.do("fsync") == "ok"
+        assert still_running(cli(m, "branch", "switch", "other"), w, "switch")
+        assert gone(log)
+        there = subprocess.Popen(["sh", "-c", 'echo x > "$1" && sync "$1"', "sh",
+                                  str(m.work / "other.txt")], start_new_session=True)
+        assert there.wait(timeout=30) == 0
+        assert not still_running(cli(m, "branch", "switch", "main"), w, "switch")
+        assert log.read_bytes() == b"on main\n"
+        res = cli_json(m, "branch", "switch", "other")
+        assert res["procs"] == [[w.pid, COMM]], res  # not the sh of other's own commit
+        back = cli_json(m, "branch", "switch", "main")["procs"]
+        assert [w.pid, COMM] not in back and there.pid in [p[0] for p in back], back
+
+
 def test_the_cli_names_writers_not_readers_and_later_opens_work(mounted) -> None:
     """The text output names the cut-off writer (`cut off: PATH, open for writing by COMM
     (pid N)`); a process holding the same file only for reading is not named and keeps

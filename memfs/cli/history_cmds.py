@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from memfs.cli.answer import ask
-from memfs.cli.cutoff_text import cut_off_lines, mountpoint
+from memfs.cli.cutoff_text import cut_off_lines, mountpoint, still_running_lines
 from memfs.cli.history_text import (
     change_lines,
     commit_line,
@@ -353,31 +353,9 @@ def cmd_undo(args) -> int:
         lines.append("  with it, after it, changing only times: "
                      + ", ".join(f"`{q}`" for q in dict.fromkeys(res["quiet"])))
     lines.append(f"  to redo: memfs restore {res['old_head'][:12]}")
-    cut = cut_off_lines(res, _root(args))
-    running = _still_running(res.get("procs") or [])
-    if running:
-        lines.append("  still running: " + ", ".join(f"{comm} (pid {pid})" for pid, comm in running)
-                     + ": its writes through files the undo replaced fail (ESTALE), and what "
-                     "it writes elsewhere is a new change; stop it, and run it again if it "
-                     "should go on")
-    emit(args, res, "\n".join(lines + cut))
+    emit(args, res, "\n".join(lines + still_running_lines(res, "undo")
+                              + cut_off_lines(res, _root(args))))
     return 0
-
-
-def _still_running(procs: list[list]) -> list[tuple[int, str]]:
-    """Of the undone operation's processes, those still alive as the same program (the
-    kernel's comm; a reused pid runs something else, mostly). An undo of a command that is
-    still writing gave no word, and its next writes went to replaced files."""
-    out = []
-    for pid, comm in procs:
-        try:
-            with open(f"/proc/{int(pid)}/comm") as fh:
-                now = fh.read().strip()
-        except (OSError, ValueError):
-            continue
-        if now == comm and int(pid) != os.getpid():
-            out.append((int(pid), comm))
-    return out
 
 
 # -- diff and show ---------------------------------------------------------------------------

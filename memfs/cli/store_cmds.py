@@ -11,12 +11,12 @@ import argparse
 from pathlib import Path
 
 from memfs.cli.answer import ask
-from memfs.cli.cutoff_text import cut_off_lines
+from memfs.cli.cutoff_text import cut_off_lines, still_running_lines
 from memfs.cli.main import add_json_flag, emit
 from memfs.errors import MemfsError
 from memfs.rootdir import resolve_root
 from memfs.store import StoreBackend as Store
-from memfs.store import open_store
+from memfs.store import open_store, undo
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,14 +67,16 @@ def cmd_restore(args) -> int:
         target = history.resolve(store, args.rev)
         old = store.head(store.current_branch())
         store.reset_head(store.current_branch(), target, f"restore {args.rev}")
-        return {"head": target, "old_head": old, "cut_off": []}  # no daemon: nothing open
+        return {"head": target, "old_head": old, "cut_off": [],  # no daemon: nothing open
+                "procs": [list(p) for p in undo.procs_left_behind(store, old, target)]}
 
     res = _ask(args, "restore", direct, rev=args.rev)
     text = f"head is now {res['head'][:12]}"
     if res["old_head"] != res["head"]:  # what the branch held until now stays one command away
         text += (f" (it was {res['old_head'][:12]})\n  to go back: memfs restore "
                  f"{res['old_head'][:12]}")
-    emit(args, res, "\n".join([text, *cut_off_lines(res, _root(args))]))
+    emit(args, res, "\n".join([text, *still_running_lines(res, "restore"),
+                               *cut_off_lines(res, _root(args))]))
     return 0
 
 
@@ -96,11 +98,15 @@ def cmd_branch(args) -> int:
         return 0
 
     def direct_switch(store: Store) -> dict:
+        old = store.head(store.current_branch())
         store.set_current_branch(args.name)
-        return {"branch": args.name, "head": store.head(args.name), "cut_off": []}
+        head = store.head(args.name)
+        return {"branch": args.name, "head": head, "cut_off": [],
+                "procs": [list(p) for p in undo.procs_left_behind(store, old, head)]}
 
     res = _ask(args, "branch_switch", direct_switch, name=args.name)
     emit(args, res, "\n".join([f"switched to {args.name} ({res['head'][:12]})",
+                               *still_running_lines(res, "switch"),
                                *cut_off_lines(res, _root(args))]))
     return 0
 

@@ -28,6 +28,7 @@ from memfs.fs.longops import Requests
 from memfs.fs.operations import MemfsOperations
 from memfs.liveness import HEARTBEAT, DaemonRecord, lock_path, mount_source, read_record
 from memfs.rootdir import control_socket, socket_address
+from memfs.store import StoreBackend, undo
 from memfs.workspace.agent_memory import recover_reviews
 from memfs.workspace.cutoff import CutOff
 from memfs.workspace.hosts import Hosts
@@ -335,6 +336,14 @@ async def _undo(ws: Workspace, args: dict, cut: list[CutOff]) -> dict:
                                      cut_off=cut)).to_json()
 
 
+async def _left_behind(store: StoreBackend, old: str, new: str) -> list[list]:
+    """`procs` of a restore's or a switch's answer, as an undo's: the processes whose
+    changes the move took out of the tree (the CLI names those still running). Store reads:
+    a worker thread."""
+    procs = await trio.to_thread.run_sync(undo.procs_left_behind, store, old, new)
+    return [list(p) for p in procs]
+
+
 async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: str,
                     args: dict) -> object:
     store = ws.store
@@ -368,7 +377,8 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
         result = await _undo(ws, args, cut)
     elif op == "restore":
         head, old_head = await ws.restore(args["rev"], cut_off=cut)
-        result = {"head": head, "old_head": old_head}
+        result = {"head": head, "old_head": old_head,
+                  "procs": await _left_behind(store, old_head, head)}
     elif op == "checkpoint":
         made = await ws.checkpoint(args["name"], args.get("at"), force=bool(args.get("force")))
         result = {**made.checkpoint.to_json(), "moved_from": made.moved_from}
@@ -380,8 +390,11 @@ async def _dispatch(ws: Workspace, backing: Backing, ops: MemfsOperations, op: s
     elif op == "branch_create":
         result = {"branch": args["name"], "commit": await ws.create_branch(args["name"], args.get("at"))}
     elif op == "branch_switch":
-        result = {"branch": args["name"],
-                  "head": await ws.switch_branch(args["name"], cut_off=cut)}
+        was = ws.branch
+        head = await ws.switch_branch(args["name"], cut_off=cut)
+        left = await trio.to_thread.run_sync(store.head, was)  # with what the switch committed
+        result = {"branch": args["name"], "head": head,
+                  "procs": await _left_behind(store, left, head)}
     elif op in ("gc", "du"):
         lifecycle = ws.lifecycle
         assert lifecycle is not None  # the daemon installs one before serving

@@ -138,6 +138,32 @@ def plan_to(store: Store, head: str, where: str, *, disk_too: bool = False) -> U
     return UndoPlan(point.commit, head, n, what, [], f"undo --to {where}")
 
 
+def procs_left_behind(store: Store, old: str, new: str) -> list[tuple[int, str]]:
+    """The processes, as (pid, comm), recorded in the commits `old`'s history has and
+    `new`'s lacks: whose changes a move of the tree from `old` to `new` (a restore, a branch
+    switch) takes out of it, as an undo's plan names the processes of what it undoes. The
+    two first-parent histories are walked newest first by seq (a parent's is always lower)
+    down to where they meet, so this reads the commits on both sides since the fork: none
+    for a move to the same commit, as many as `undo --to` reads for the same distance.
+    Commits the retention policy dropped are not read (their processes are a day old)."""
+    if old == new:
+        return []
+    mine, theirs = History(store, old), History(store, new)
+    i = j = 0
+    a, b = mine.get(0), theirs.get(0)
+    procs: dict[tuple[int, str], None] = {}
+    while a is not None and (b is None or a.id != b.id):
+        if b is not None and b.commit.seq > a.commit.seq:  # only `new`'s: not left behind
+            j += 1
+            b = theirs.get(j)
+            continue
+        for o in a.ops or ():
+            procs.update(((p.pid, p.comm), None) for p in o.pids)
+        i += 1
+        a = mine.get(i)
+    return list(procs)
+
+
 def _refuse_disk_edits(commits: list[LoggedCommit], disk_too: bool) -> None:
     """An undo that would take back edits made in a bound directory (a reconciler pass took
     them in) is refused unless asked for: the store's older copies would be drafts that

@@ -152,7 +152,7 @@ class Backing:
         return self.intent.encoded()
 
     def before_tree_replace(self) -> None:
-        """Workspace._replace_tree calls this first (on the loop, the tree committed): the
+        """memfs.workspace.replace.replace_and_cut calls this first (on the loop, the tree committed): the
         refs of every backed file, to tell afterwards which files an undo or restore changed."""
         self.intent.before_replace(self.view.file_refs)
 

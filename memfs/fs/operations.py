@@ -32,6 +32,7 @@ from memfs.fs.xattrs import check_fits, check_settable, user_value
 from memfs.workspace.agent_memory import open_memory
 from memfs.workspace.nodes import KIND_OF_MODE, Node, WorkspaceError
 from memfs.workspace.pinning import views_published
+from memfs.workspace.replace import stale
 from memfs.workspace.workspace import BLK, CHR, DIR, FILE, LINK, ROOT_ID, Workspace
 
 log = logging.getLogger("memfs.fs")
@@ -203,7 +204,7 @@ class MemfsOperations(pyfuse3.Operations):
         node = self._wnode(inode)
         if fields.update_size:  # ftruncate through a handle a history operation cut off
             self.ws.writers.check(fh)
-            if fh is None and self.ws.stale(node):  # truncate(2) by a name the kernel cached
+            if fh is None and stale(self.ws, node):  # truncate(2) by a name the kernel cached
                 raise pyfuse3.FUSEError(errno.ESTALE)
         self._ctx(ctx)
         self.ws.setattr(
@@ -376,7 +377,7 @@ class MemfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EISDIR)
         if node.kind == DIR:
             raise pyfuse3.FUSEError(errno.EISDIR)
-        if self.ws.stale(node):  # a name the kernel cached from before an undo: it looks again
+        if stale(self.ws, node):  # a name the kernel cached from before an undo: it looks again
             raise pyfuse3.FUSEError(errno.ESTALE)
         if node.kind == FILE and self.backed.bound() is not None:
             await self.backed.observe_at_open(node)

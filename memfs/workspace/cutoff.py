@@ -13,7 +13,7 @@ kernel cached; the nodes a replacement took out are kept here too, so that open 
 and the kernel looks the name up again, instead of handing out a fresh writer of a dead file.
 
 The FUSE layer registers each writable handle of a live-tree file at open and drops it at
-release; `Workspace._replace_tree` takes the paths before and asks which handles lost their
+release; `replace_and_cut` (memfs.workspace.replace) takes the paths before and asks which handles lost their
 file after. A writer whose file was unlinked under it (`rm`, a rename over it) writes into a
 file no tree names, as on any filesystem; the path it was unlinked from is kept, and a
 replacement that puts a file back there (the undo of that `rm`) cuts the writer off too: its

@@ -1,16 +1,24 @@
-"""Replacing the live tree by another commit's (undo, restore, branch switch), in one loop
-turn with the commit lock held (memfs.workspace.workspace calls it between its last commit and
-the head move's end).
+"""Replacing the live tree by another commit's (undo, restore, branch switch, another host's
+commit followed), in one loop turn with the commit lock held: history_ops and hosts call it
+through `Workspace._replace_tree` between their last commit and the head move's end.
 
 Directories that survive keep their inode number (a shell's working directory stays valid); a
 file or symlink whose committed form changed gets a new inode, and so does every hard-linked
 inode (its other names may be in directories not loaded, so it is looked up afresh in the
 target commit's inode table). Every changed name and inode is handed to `ws.invalidate`.
-Loop only.
-"""
+
+`replace_and_cut` is that swap with its before and after: the backing hooks told, and the
+handles open for writing that lost their file cut off (memfs.workspace.cutoff keeps them and
+the nodes taken out, which `stale` asks about for the FUSE layer). They live here, beside
+`replace_tree`, not in a module of their own: they are the replacement's one job seen from
+the handles open on the tree.
+
+Loop thread only: everything here reads and changes the live tree, `ws.inodes` and
+`ws.writers`, which only the trio loop touches."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from memfs.store.trees import DIR, FILE, LINK, Entry, decode_dir, name_to_bytes, name_to_str
@@ -19,7 +27,42 @@ from memfs.workspace.inodes import Inodes
 from memfs.workspace.nodes import Node
 
 if TYPE_CHECKING:
+    from memfs.workspace.cutoff import CutOff
     from memfs.workspace.workspace import Workspace
+
+
+def replace_and_cut(ws: Workspace, commit_id: str, by: str) -> list[CutOff]:
+    """Show another commit's tree, keeping inode numbers for paths that survive; `by`
+    names the operation. Returns the handles open for writing on files it took away, now
+    cut off (memfs.workspace.cutoff)."""
+    at = partial(node_at, ws)
+    writing = ws.writers.before(ws._attached, at)
+    ws.backing.before_tree_replace()  # which backed files the new tree changes
+    told = replace_tree(ws, commit_id)
+    ws.backing.tree_replaced()
+    ws.writers.took_out(n.id for i in told if (n := ws.nodes.get(i)) is not None
+                        and not ws._attached(n))
+    return ws.writers.cut(writing, ws._attached, at, by)
+
+
+def node_at(ws: Workspace, path: bytes) -> Node | None:
+    """The live tree's node at `path` (from the store root), or None."""
+    node = ws.root
+    for part in path.split(b"/"):
+        if node.kind != DIR:
+            return None
+        child = ws.children(node).get(part)
+        if child is None:
+            return None
+        node = child
+    return node
+
+
+def stale(ws: Workspace, node: Node) -> bool:
+    """Did a tree replacement take `node` out of the tree? The kernel may still reach
+    it through a name it cached until the invalidation lands: an open or a truncate by
+    path answers ESTALE, and the kernel looks the name up again (memfs.workspace.cutoff)."""
+    return ws.writers.taken_out(node)
 
 
 def replace_tree(ws: Workspace, commit_id: str) -> list[int]:
@@ -110,4 +153,4 @@ def _same(node: Node, e: Entry) -> bool:
         node.kind != FILE or node.ref == e.ref)
 
 
-__all__ = ["replace_tree"]
+__all__ = ["node_at", "replace_and_cut", "replace_tree", "stale"]

@@ -60,7 +60,7 @@ from memfs.workspace.nodes import (
     own,
     saw_kernel_time,
 )
-from memfs.workspace.replace import replace_tree
+from memfs.workspace.replace import replace_and_cut
 from memfs.workspace.room import Room
 from memfs.workspace.spill import SPILL_AT, spill_pieces
 
@@ -561,36 +561,10 @@ class Workspace(HistoryOps):
         """The commit thread's step (memfs.workspace.snapshot.write)."""
         return snapshot.write(self, plan, message)
 
-    # -- history (the operations: memfs.workspace.history_ops) ------------------------
+    # -- history (operations: memfs.workspace.history_ops; the tree's swap: .replace) -----
     def _replace_tree(self, commit_id: str, by: str) -> list[CutOff]:
-        """Show another commit's tree, keeping inode numbers for paths that survive
-        (memfs.workspace.replace); `by` names the operation. Returns the handles open for
-        writing on files it took away, now cut off (memfs.workspace.cutoff)."""
-        writing = self.writers.before(self._attached, self._node_at)
-        self.backing.before_tree_replace()  # which backed files the new tree changes
-        told = replace_tree(self, commit_id)
-        self.backing.tree_replaced()
-        self.writers.took_out(n.id for i in told if (n := self.nodes.get(i)) is not None
-                              and not self._attached(n))
-        return self.writers.cut(writing, self._attached, self._node_at, by)
-
-    def _node_at(self, path: bytes) -> Node | None:
-        """The live tree's node at `path` (from the store root), or None."""
-        node = self.root
-        for part in path.split(b"/"):
-            if node.kind != DIR:
-                return None
-            child = self.children(node).get(part)
-            if child is None:
-                return None
-            node = child
-        return node
-
-    def stale(self, node: Node) -> bool:
-        """Did a tree replacement take `node` out of the tree? The kernel may still reach
-        it through a name it cached until the invalidation lands: an open or a truncate by
-        path answers ESTALE, and the kernel looks the name up again (memfs.workspace.cutoff)."""
-        return self.writers.taken_out(node)
+        """history_ops' and hosts' step: memfs.workspace.replace.replace_and_cut."""
+        return replace_and_cut(self, commit_id, by)
 
     def view(self, commit_id: str, place: str = "history", *, immutable: bool = False) -> Node:
         """A read-only tree of a past commit (for .memfs/history, checkpoints, branches),

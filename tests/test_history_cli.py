@@ -339,6 +339,29 @@ def test_undo_of_a_command_still_running_says_so(mounted) -> None:
     assert "still running" not in mounted.cli("undo").stdout
 
 
+@pytest.mark.parametrize("form", ["--commits", "--to"])
+def test_undo_by_commits_or_to_a_point_names_a_command_still_running(mounted, form) -> None:
+    """`memfs undo --commits N` and `undo --to REV` take back a running writer's changes as
+    `memfs undo` does, but named nobody (only the undo of operations filled `procs`)."""
+    mounted.require_real()
+    w = mounted.work
+    (w / "base.txt").write_text("base\n")
+    before = mounted.cli_json("mark", "before")["commit"]
+    writer = started_writer(RUNNING_WRITER, w, "ready")
+    try:
+        mounted.cli("sync")
+        ids = [c["id"] for c in mounted.cli_json("log", "-n", "100")]
+        args = ("--commits", str(ids.index(before))) if form == "--commits" else ("--to", before)
+        res = mounted.cli_json("undo", *args)
+        assert writer.pid in [pid for pid, _comm in res["procs"]], res
+        mounted.cli("restore", res["old_head"])
+        said = mounted.cli("undo", *args).stdout
+        assert f"(pid {writer.pid})" in said and "still running: " in said, said
+    finally:
+        writer.kill()
+        writer.wait()
+
+
 def test_one_file_back_from_history_and_revision_typos(mounted) -> None:
     """Found in a user trial: `memfs restore first:work/a.txt` (the spelling `show` takes)
     said "unknown revision 'first:work/a.txt'" though `first` exists, and nothing told how to

@@ -118,7 +118,8 @@ def plan_commits(store: Store, head: str, count: int, *, disk_too: bool = False)
     undone = [c for c in (hist.get(i) for i in range(count)) if c is not None]
     _refuse_disk_edits(undone, disk_too)
     what = [c.commit.message for c in undone]
-    return UndoPlan(target, head, count, what, [], f"undo {count} commit{_s(count)}")
+    return UndoPlan(target, head, count, what, [], f"undo {count} commit{_s(count)}",
+                    procs=_procs_of(undone))
 
 
 def plan_to(store: Store, head: str, where: str, *, disk_too: bool = False) -> UndoPlan:
@@ -135,7 +136,14 @@ def plan_to(store: Store, head: str, where: str, *, disk_too: bool = False) -> U
     undone = [c for c in (hist.get(i) for i in range(n)) if c is not None]
     _refuse_disk_edits(undone, disk_too)
     what = [c.commit.message for c in undone]
-    return UndoPlan(point.commit, head, n, what, [], f"undo --to {where}")
+    return UndoPlan(point.commit, head, n, what, [], f"undo --to {where}",
+                    procs=_procs_of(undone))
+
+
+def _procs_of(commits: list[LoggedCommit]) -> list[tuple[int, str]]:
+    """The processes recorded in `commits`, as (pid, comm), each once, newest first."""
+    return list(dict.fromkeys((p.pid, p.comm) for c in commits for o in c.ops or ()
+                              for p in o.pids))
 
 
 def procs_left_behind(store: Store, old: str, new: str) -> list[tuple[int, str]]:

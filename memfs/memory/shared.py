@@ -110,12 +110,8 @@ class SharedMemoryStore:
         return self.conn.failed(exc) if isinstance(exc, psycopg.OperationalError) else exc
 
     def _read(self, sql: str, args: tuple) -> list[tuple]:
-        with self.conn.lock:
-            c = self.conn.get()
-            try:
-                return c.execute(sql, args).fetchall()
-            finally:
-                c.rollback()
+        """Rows of one read, once more on a new connection if this one broke (Conn.rows)."""
+        return self.conn.rows(sql, args)
 
     # ---- reads -------------------------------------------------------------------------
     def global_generation(self) -> GlobalGeneration:

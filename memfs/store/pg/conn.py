@@ -3,6 +3,9 @@
 Every call is synchronous and blocking: it runs in the thread that asks (the commit thread,
 a worker, a CLI), never awaited on the trio loop. A read that finds its connection broken is
 tried once more on a new one (reads are idempotent); a write is not (the caller decides).
+An idle connection the server hung up on (a restart since it was last used: its FATAL or
+EOF waits unread on the socket) is opened again before it is handed out, so the first
+request after a restart does not fail on it with the server up.
 A server whose disk is full answers on a working connection: that is its own error
 (StoreFull), neither retried here nor taken for a lost connection.
 """
@@ -10,6 +13,7 @@ A server whose disk is full answers on a working connection: that is its own err
 from __future__ import annotations
 
 import errno
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -149,6 +153,20 @@ def close_quietly(conn: psycopg.Connection | None) -> None:
             pass
 
 
+def hung_up(conn: psycopg.Connection) -> bool:
+    """Whether the server has spoken to `conn` while it sat idle, outside a transaction:
+    nothing is due to an idle session that does not LISTEN, so what waits is its end (an
+    AdminShutdown FATAL, the socket's EOF). A poll, no round trip; a false alarm costs a
+    reconnect."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False
+    try:
+        readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    except (OSError, ValueError, psycopg.Error):
+        return True
+    return bool(readable)
+
+
 class Conn:
     """A lazily (re)opened connection; `lock` serializes its users."""
 
@@ -161,7 +179,7 @@ class Conn:
     def get(self) -> psycopg.Connection:
         """The open connection (the caller holds `lock`)."""
         conn = self._conn
-        if conn is None or conn.closed or conn.broken:
+        if conn is None or conn.closed or conn.broken or hung_up(conn):
             self.drop()
             conn = self._conn = connect(self.url, autocommit=self.autocommit)
         return conn

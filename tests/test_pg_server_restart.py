@@ -64,3 +64,34 @@ def test_the_first_requests_after_a_server_restart_go_through(mount_factory,
         store_check(a.root)
     finally:
         cluster.destroy()
+
+
+def test_du_and_a_dry_run_with_the_server_down_say_what_they_are(mount_factory,
+                                                                  tmp_path: Path) -> None:
+    """`memfs du` is a dry run of the collection: with the server down it is not "garbage
+    collection stopped ... run `memfs gc` again" (which would send the user to collect when
+    they asked how much there is), and neither is `memfs gc --dry-run`."""
+    require_tool(pg_missing())
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        a = mount_factory(root=host_root(tmp_path, "a", cluster.new_database()), name="a")
+        (a.work / "f.txt").write_bytes(b"x\n")
+        a.cli("du")
+        cluster.stop()
+        du = a.cli("du", check=False)
+        assert du.returncode == 1
+        assert du.stderr.startswith("memfs: memfs du stopped: the PostgreSQL store at"), du.stderr
+        assert "unreachable" in du.stderr and "run `memfs du` again" in du.stderr, du.stderr
+        assert "memfs gc" not in du.stderr, du.stderr
+        dry = a.cli("gc", "--dry-run", check=False)
+        assert dry.returncode == 1
+        assert "dry run stopped" in dry.stderr and "`memfs gc --dry-run` again" in dry.stderr, \
+            dry.stderr
+        assert "half done" not in dry.stderr, dry.stderr
+        real = a.cli("gc", check=False)  # a real run keeps its own words
+        assert real.returncode == 1 and "garbage collection stopped" in real.stderr, real.stderr
+        cluster.start()
+        a.umount()
+    finally:
+        cluster.destroy()

@@ -135,16 +135,19 @@ class PgCollector:
         try:
             conn = psycopg.connect(self.store.url, autocommit=True)
         except psycopg.Error as exc:
-            raise _stopped(self.store.url, exc) from exc
+            raise self._stopped(exc) from exc
         try:
             self._run_locked(conn)
         except psycopg.OperationalError as exc:
-            raise _stopped(self.store.url, exc) from exc
+            raise self._stopped(exc) from exc
         finally:
             conn.close()
         r.seconds = round(time.monotonic() - t0, 3)
         self._phase("done")
         return r
+
+    def _stopped(self, exc: BaseException) -> StoreError:
+        return _stopped(self.store.url, exc, dry_run=self.dry_run, trigger=self.report.trigger)
 
     def _run_locked(self, conn: psycopg.Connection) -> None:
         if not conn.execute("SELECT pg_try_advisory_lock(%s)", (schema.GC_KEY,)).fetchone()[0]:
@@ -434,10 +437,17 @@ class PgCollector:
                      "value = excluded.value", (META_KEY, json.dumps(r.to_json())))
 
 
-def _stopped(url: str, exc: BaseException) -> StoreError:
+def _stopped(url: str, exc: BaseException, *, dry_run: bool, trigger: str) -> StoreError:
     """The server went away (or never answered): each step is one transaction, so what the
-    run committed stands and the rest was never done."""
-    return StoreError(f"garbage collection stopped: {server_error(url, exc).message}",
+    run committed stands and the rest was never done. A dry run (`memfs du`, `memfs gc
+    --dry-run`) changes nothing, so it is named as what it is, with its own command."""
+    told = server_error(url, exc)
+    if dry_run:
+        what, again = (("memfs du", "`memfs du`") if trigger == "du" else
+                       ("garbage collection's dry run", "`memfs gc --dry-run`"))
+        return StoreError(f"{what} stopped: {told.message}",
+                          f"it changes nothing: run {again} again once the server answers")
+    return StoreError(f"garbage collection stopped: {told.message}",
                       "nothing is left half done: run `memfs gc` again once the server "
                       "answers (each step it finished stays done)")
 

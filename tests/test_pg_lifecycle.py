@@ -212,3 +212,26 @@ def test_a_full_host_root_is_told_without_memfs_gc_on_a_shared_store() -> None:
     embedded = explain(exc, space, "/r")
     assert "the store's filesystem is full" in embedded.reason
     assert "memfs gc" in embedded.remedy
+
+
+def test_config_on_a_postgresql_root_says_no_space_floor_applies(tmp_path: Path,
+                                                                 pg_url: str) -> None:
+    """`memfs status` says "no space floor on PostgreSQL"; `memfs config` said "below 5% free,
+    older history goes first" and called space-floor the percent of the disk GC keeps free."""
+    root = tmp_path / "root"
+    assert memfs(root, "init", "--store", pg_url).returncode == 0
+    shown = memfs(root, "config")
+    assert shown.returncode == 0, shown.stderr
+    assert "no space floor on PostgreSQL" in shown.stdout, shown.stdout
+    assert "free, older history goes first" not in shown.stdout, shown.stdout
+    floor = next(line for line in shown.stdout.splitlines() if line.startswith("space-floor"))
+    assert "not on PostgreSQL" in floor, floor
+    res = memfs(root, "config", "space-floor", "10%")
+    assert res.returncode == 0 and "space-floor: 5% -> 10%" in res.stdout, res.stderr
+    assert "no space floor applies on PostgreSQL" in res.stdout, res.stdout
+    assert "free, older history goes first" not in res.stdout, res.stdout
+    # the embedded store's words are as before
+    emb = tmp_path / "embedded"
+    assert memfs(emb, "init").returncode == 0
+    shown = memfs(emb, "config").stdout
+    assert "below 5% free, older history goes first" in shown and "PostgreSQL" not in shown

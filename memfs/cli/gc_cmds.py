@@ -68,6 +68,7 @@ def policy_from_flags(args: argparse.Namespace, policy: Policy) -> Policy | None
 def cmd_config(args) -> int:
     root = resolve_root(args.root)
     store = open_store(root, create=False)
+    shared = store.kind == "postgresql"  # no space floor there (docs/lifecycle.md)
     try:
         policy = store.policy()
         if args.key is not None and args.key not in Policy.SETTINGS:
@@ -84,16 +85,26 @@ def cmd_config(args) -> int:
         # A change says what it was and what it means (`keep-all 0` was taken without a word,
         # and the next collection thinned the day's history).
         emit(args, {args.key: doc[args.key], "was": was},
-             f"{args.key}: {was} -> {doc[args.key]}\n{policy.summary()}\n`memfs gc --dry-run` "
-             "shows what the next collection would drop under it")
+             f"{args.key}: {was} -> {doc[args.key]}\n{policy.summary(shared=shared)}\n"
+             "`memfs gc --dry-run` shows what the next collection would drop under it"
+             + ("\nnote: recorded, but no space floor applies on PostgreSQL: the server's "
+                "disk is not this host's to measure"
+                if shared and args.key == "space-floor" else ""))
         return 0
     if args.key is not None:
         emit(args, {args.key: doc[args.key]}, doc[args.key])
         return 0
     width = max(map(len, doc))
-    lines = [f"{k:<{width}}  {v:<8}  {Policy.SETTINGS[k][1]}" for k, v in doc.items()]
-    emit(args, doc, "\n".join(lines + ["", policy.summary()]))
+    lines = [f"{k:<{width}}  {v:<8}  {_meaning(k, shared)}" for k, v in doc.items()]
+    emit(args, doc, "\n".join(lines + ["", policy.summary(shared=shared)]))
     return 0
+
+
+def _meaning(key: str, shared: bool) -> str:
+    """What a setting does, on this root's kind of store."""
+    if shared and key == "space-floor":
+        return "not on PostgreSQL: the server's disk is not this host's to measure"
+    return Policy.SETTINGS[key][1]
 
 
 def pins_lines(pins: dict | None) -> list[str]:

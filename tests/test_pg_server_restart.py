@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from helpers.mount import REPO, memfs_cmd
 from helpers.pg import PgCluster, host_root, pg_missing
 from helpers.require import require_tool
 from helpers.store import store_check
@@ -95,3 +98,53 @@ def test_du_and_a_dry_run_with_the_server_down_say_what_they_are(mount_factory,
         a.umount()
     finally:
         cluster.destroy()
+
+
+def test_a_command_with_the_server_down_claims_no_retry_that_is_not_running(
+        mount_factory, tmp_path: Path) -> None:
+    """`memfs init` and `memfs mount` with the server down said "... memfs retries its
+    commits meanwhile", where nothing runs to retry; a daemon whose commits fail says it
+    does, once."""
+    require_tool(pg_missing())
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        url = cluster.new_database()
+        a = mount_factory(root=host_root(tmp_path, "a", url), name="a")
+        (a.work / "f.txt").write_bytes(b"x\n")
+        a.cli("sync")
+        cluster.stop()
+        (a.work / "pending.txt").write_bytes(b"waits for the server\n")
+        failure = wait_for_failure(a)
+        assert failure["reason"].startswith("the PostgreSQL store at") or \
+            "unreachable" in failure["reason"], failure
+        assert failure["remedy"].count("commits by itself") == 1, failure
+        assert "retries its commits meanwhile" not in failure["remedy"], failure
+        for args in (("init", "--store", url), ("mount", str(tmp_path / "mnt-c"))):
+            root = tmp_path / f"root-{args[0]}"
+            if args[0] == "mount":
+                root = host_root(tmp_path, "c", url)
+                (tmp_path / "mnt-c").mkdir()
+            out = subprocess.run(memfs_cmd(root, *args), capture_output=True, text=True,
+                                 cwd=REPO, timeout=120)
+            assert out.returncode == 1, out
+            assert "unreachable" in out.stderr and "check that the server runs" in out.stderr, \
+                out.stderr
+            assert "retries" not in out.stderr, out.stderr
+        cluster.start()
+        a.umount()
+        a.remount()
+        assert (a.work / "pending.txt").read_bytes() == b"waits for the server\n"
+    finally:
+        cluster.destroy()
+
+
+def wait_for_failure(m) -> dict:
+    """The daemon's commit failure, once status shows one."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        failure = m.status().get("commit_failure")
+        if failure:
+            return failure
+        time.sleep(0.1)
+    raise AssertionError("no commit failure in status with the server down")

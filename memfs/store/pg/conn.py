@@ -88,7 +88,9 @@ _CONNECTION_LIMIT = ("too many clients already", "remaining connection slots are
 def server_error(url: str, exc: BaseException) -> ServerError:
     """The error a caller sees for `exc`: a full disk on the server, a server out of memory
     (or of another resource), its connection limit reached, or a server out of reach (a
-    lost connection, one not made)."""
+    lost connection, one not made). The remedy is the server's alone: a daemon's failing
+    commit adds that it retries (memfs.workspace.health), which is not so of `memfs init`,
+    `mount` or a command run without a daemon."""
     from memfs.store.backend import redact
 
     if isinstance(exc, psycopg.errors.DiskFull):
@@ -103,10 +105,10 @@ def server_error(url: str, exc: BaseException) -> ServerError:
             "the server is short of memory: check its memory settings (work_mem, "
             "maintenance_work_mem, shared_buffers, max_connections; for \"out of shared "
             "memory\", max_locks_per_transaction) against the machine's memory and what else "
-            "runs there, then retry; memfs retries its commits meanwhile"
+            "runs there, then retry"
             if short == "out of memory" else
             "a server setting or its load limits it (its words above name what): raise the "
-            "setting or ease the load, then retry; memfs retries its commits meanwhile")
+            "setting or ease the load, then retry")
     text = str(exc)
     if any(words in text for words in _CONNECTION_LIMIT):
         return StoreUnreachable(
@@ -114,12 +116,10 @@ def server_error(url: str, exc: BaseException) -> ServerError:
             f"{_words(exc)}",
             "its connection limit is reached (max_connections, or a role's or database's "
             "CONNECTION LIMIT); each memfs daemon keeps 4 connections: raise "
-            "the limit, close idle clients, or put PgBouncer in session mode in front; memfs "
-            "retries its commits meanwhile")
+            "the limit, close idle clients, or put PgBouncer in session mode in front")
     return StoreUnreachable(f"the PostgreSQL store at {redact(url)} is unreachable: "
                             f"{_words(exc)}",
-                            "check that the server runs and this host may connect; memfs "
-                            "retries its commits meanwhile")
+                            "check that the server runs and this host may connect")
 
 
 def connect(url: str, *, autocommit: bool) -> psycopg.Connection:

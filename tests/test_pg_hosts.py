@@ -169,6 +169,55 @@ def test_a_fenced_host_cannot_commit_after_its_lease_was_taken(hosts) -> None:
     store_check(b.root)
 
 
+def test_a_paused_hosts_uncommitted_changes_are_said_dropped_not_pending(
+        mount_factory, pg_url: str, tmp_path: Path) -> None:
+    """Host a wrote a file but had not committed it yet when it was paused past its lease and
+    taken over; on waking its due commit is refused (fenced), then it shows b's commits, so
+    the change is gone. Status said "commits FAILING ... what is pending stays in memory and
+    commits by itself once it is possible" beside "pending 0", for good, and the log called
+    the change one "made here after the lease was lost". Status now names the loss, and no
+    commit failure promises a retry of nothing."""
+    a = mount_factory(root=host_root(tmp_path, "a", pg_url), name="a", env=LEASE,
+                      extra_args=("--commit-interval", "3000"))  # due while a is paused
+    write_synced(a.work / "before.txt", b"a, before the pause\n")  # commits a's work/ too
+    b = mount_factory(root=host_root(tmp_path, "b", pg_url), name="b", env=LEASE)
+    wait_for(lambda: read(b.work / "before.txt"), "host b to see a's file")
+    (a.work / "unsynced.txt").write_bytes(b"written, never fsynced\n")
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    paused = time.monotonic()
+    refused: list[int] = []
+
+    def fsync_while_paused() -> None:  # queued in the kernel until a wakes
+        try:
+            write_synced(a.work / "queued.txt", b"fsynced by a fenced host\n")
+        except OSError as exc:
+            refused.append(exc.errno or 0)
+
+    t = threading.Thread(target=fsync_while_paused)
+    try:
+        wait_for(lambda: b.cli("takeover", "main", check=False).returncode == 0,
+                 "a's lease to expire", timeout=30)
+        write_synced(b.work / "b.txt", b"b writes main now\n")
+        t.start()
+        time.sleep(max(0.0, 4.0 - (time.monotonic() - paused)))  # a's commit falls due
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    t.join(timeout=60)
+    assert refused and refused[0] in (errno.EROFS, errno.EIO), refused
+    wait_for(lambda: read(a.work / "b.txt") == b"b writes main now\n",
+             "host a to show b's commit")
+    st = wait_for(lambda: (s := a.status()).get("lost_changes") and s, "a to say what it lost")
+    assert st["pending"] == 0 and not (a.work / "unsynced.txt").exists()
+    assert st["commit_failure"] is None, st["commit_failure"]
+    assert "never committed and are dropped" in st["lost_changes"], st["lost_changes"]
+    assert "after the lease was lost" not in st["lost_changes"]
+    text = a.cli("status").stdout
+    assert "lost     " in text and "branch main were never committed" in text, text
+    assert "commits by itself" not in text, text
+    assert not (b.work / "unsynced.txt").exists() and not (b.work / "queued.txt").exists()
+    store_check(b.root)
+
+
 def test_postgresql_killed_mid_commit_loses_no_acknowledged_write(mount_factory,
                                                                    tmp_path: Path) -> None:
     require_tool(pg_missing())

@@ -39,6 +39,8 @@ def cmd_status(args) -> int:
              f"mounts   {', '.join(st['mounts']) or '(none)'}"]
     if st.get("read_only"):
         lines.append(f"writes   READ-ONLY here: {st['read_only']}")
+    if st.get("lost_changes"):
+        lines.append(f"lost     {st['lost_changes']}")
     lines += _backing_lines(st)
     emit(args, st, "\n".join(lines))
     daemon = st.get("daemon") or {}

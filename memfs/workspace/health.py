@@ -152,6 +152,14 @@ class CommitHealth:
                      self.failure.attempts)
         self.failure = None
 
+    def moot(self, why: str) -> None:
+        """What the failing commit held is gone (`why`), so nothing fails any more: no
+        success to report, and no retry to promise in status."""
+        if self.failure is not None:
+            log.info("group commit failure cleared after %d attempt(s): %s",
+                     self.failure.attempts, why)
+        self.failure = None
+
     def retry_delay(self) -> float:
         if self.failure is None:
             return RETRY_MIN

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -145,10 +146,7 @@ class Hosts:
             if head == ws.head:
                 return
             if ws.root.dirty or ws.mutation_seq != ws.durable_seq:
-                self.dropped = (f"{ws.mutation_seq - ws.durable_seq} change(s) made here after "
-                                "the lease was lost were never committed and are dropped")
-                log.error("%s", self.dropped)
-                ws.last_error = self.dropped
+                self._drop_uncommitted(ws.mutation_seq - ws.durable_seq)
             cut = ws._replace_tree(head, f"another host's commit on {ws.branch}")
             if cut_off is not None:
                 cut_off.extend(cut)
@@ -156,6 +154,22 @@ class Hosts:
             ws.durable_seq = ws.mutation_seq
             ws.dirty_since = None
             self.followed += 1
+
+    def _drop_uncommitted(self, n: int) -> None:
+        """Changes this host made on a branch whose lease another host took before they were
+        committed (this host paused or cut off past its lease): the tree shown now drops
+        them. Said in status (`lost_changes`) and the log; the commit failure they kept
+        (Fenced, "commits by itself once it is possible") is moot, nothing is pending."""
+        ws = self.ws
+        self.dropped = (f"{n} change(s) made here on branch {ws.branch} were never committed "
+                        f"and are dropped (at {time.strftime('%H:%M:%S')}): another host took "
+                        "the branch's lease over first; none was fsynced (an fsync returns "
+                        "only once its commit landed) — `memfs log` shows the branch as that "
+                        "host wrote it; redo what is missing on a branch of your own or after "
+                        "`memfs takeover`")
+        log.error("%s", self.dropped)
+        ws.last_error = self.dropped
+        ws.health.moot("the changes it was committing were dropped (the lease was lost)")
 
     async def published_to_show(self, branch: str, head: str) -> str:
         """Before a branch switch shows `head` of a branch another host writes (loop, the

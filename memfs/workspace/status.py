@@ -68,6 +68,7 @@ def status(ws: Workspace) -> dict:
         "daemon": ws.served_by.identity() if ws.served_by else None,
         "read_only": ws.read_only,
         **({"hosts": ws.hosts.status()} if ws.hosts is not None else {}),
+        "lost_changes": ws.hosts.dropped if ws.hosts is not None else None,
         **({"backing": backing} if (backing := ws.backing.status_json()) is not None
            else {}),
     }

@@ -92,6 +92,23 @@ def test_a_daemon_on_a_postgresql_root_collects_and_keeps_no_reserve_file(mounte
     assert mounted.cli("fsck").returncode == 0
 
 
+@pytest.mark.mount
+@pytest.mark.parametrize("store_backend", ["sqlite", "postgresql"], indirect=True)
+def test_status_names_whose_filesystem_its_space_line_measures(mounted,
+                                                               store_backend: str) -> None:
+    """On PostgreSQL the space line's figures are this host's root (caches, host.db), not
+    the store's disk, which is the server's: it said "the store's filesystem" on both."""
+    mounted.require_real()
+    line = next(x for x in mounted.cli("status").stdout.splitlines() if x.startswith("space"))
+    if store_backend == "postgresql":
+        assert "this host's root filesystem (the store is the server's)" in line, line
+        assert "the store's filesystem" not in line, line
+        assert mounted.status()["space"]["of"] == "host"
+    else:
+        assert "the store's filesystem" in line, line
+        assert mounted.status()["space"]["of"] == "store"
+
+
 # -- the embedded store's gaps, through the interface alone ------------------------------------
 def _interface_names() -> frozenset[str]:
     names: set[str] = set()

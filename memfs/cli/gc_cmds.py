@@ -151,7 +151,9 @@ def status_lines(st: dict) -> list[str]:
         lines.append(f"         what to do: {r['remedy']}")
     if sp:
         used = sp["size"] - sp["free"]
-        lines.append(f"space    {size_text(sp['writable'])} writable; the store's filesystem: "
+        where = ("this host's root filesystem (the store is the server's)"
+                 if sp.get("of") == "host" else "the store's filesystem")
+        lines.append(f"space    {size_text(sp['writable'])} writable; {where}: "
                      f"{size_text(used)} used of {size_text(sp['size'])}, "
                      f"{size_text(sp['pending_bytes'])} waiting in memory")
     if st.get("retention"):

@@ -61,7 +61,9 @@ def status(ws: Workspace) -> dict:
         "changes_held": ws.hold.status(),  # a history operation finishing: writes wait
         "cut_off": ws.writers.status(),  # writers an undo/restore/switch cut off, still open
         **({"pins": ws.pin_gate.status()} if ws.pin_gate is not None else {}),
-        "space": ws.room.status(),
+        # whose filesystem the figures are: the store's, or on PostgreSQL this host's root
+        # (its caches and host.db; the store's bytes are on the server's disk)
+        "space": {**ws.room.status(), "of": "host" if ws.store.remote else "store"},
         "retention": retention(ws),
         **({"gc": ws.lifecycle.status()} if ws.lifecycle is not None else {}),
         "mounts": mounts,

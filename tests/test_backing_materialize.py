@@ -158,3 +158,38 @@ def test_a_file_replaced_by_a_symlink_in_the_mount_is_a_workspace_deletion(backe
     res = m.cli_json("materialize", "--apply-deletions")["mounts"]["work"]
     assert res["removed"] == ["a.txt"] and not (disk / "a.txt").exists(), res
     assert "work/a.txt" not in states(m)
+
+
+def test_a_file_replaced_by_a_link_or_fifo_in_the_mount_is_not_carried_not_owed(backed):
+    """`ln -sf b.txt a.txt` in a bound mount is a workspace deletion of a.txt that no
+    materialize carries: it leaves disk's a.txt while the link stands (links are not written to
+    disk), yet status counted it owed ("disk owes 1 deletion(s)") and the remedy that implies,
+    `materialize --apply-deletions`, never brought it to 0. It is counted not carried, as a
+    hard-linked file's change is, in words true for a link (and for a FIFO put there, the
+    other reason): once the link is gone the deletion is owed again, and paid."""
+    m, disk = backed
+    subprocess.run(["ln", "-sf", "b.txt", str(m.work / "a.txt")], check=True)
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["workspace_deletions"] == 0 and st["not_carried"] == 1, st
+    text = m.cli("status").stdout
+    assert "disk owes 0 change(s), 0 deletion(s)" in text, text
+    assert "not carried: 1 change(s) no materialize writes (hard links, symbolic links or " \
+        "special files in the workspace; `memfs ls --states work` names each and why)" in text
+    assert "hard-linked file(s)" not in text, text
+    m.cli("materialize", "--apply-deletions")
+    assert (disk / "a.txt").read_text() == "a1\n"  # what materialize leaves: still not owed
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["workspace_deletions"] == 0 and st["not_carried"] == 1, st
+    # A FIFO made where a synced file was: the same, for the other reason.
+    os.unlink(m.work / "b.txt")
+    os.mkfifo(m.work / "b.txt")
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["workspace_deletions"] == 0 and st["not_carried"] == 2, st
+    # Without the link the deletion is one materialize carries: owed, and paid.
+    os.unlink(m.work / "a.txt")
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["workspace_deletions"] == 1 and st["not_carried"] == 1, st
+    m.cli("materialize", "--apply-deletions")
+    assert not (disk / "a.txt").exists() and (disk / "b.txt").read_text() == "b1\n"
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["workspace_deletions"] == 0 and st["not_carried"] == 1, st

@@ -226,6 +226,18 @@ def test_a_change_no_materialize_writes_is_not_owed():
     assert count_owed(store, evidence, table).pending_changes == 3
 
 
+def test_a_deletion_no_materialize_carries_is_not_owed():
+    """A workspace deletion where the workspace now holds a link or special file (`ln -sf`
+    over a synced file: materialize keeps disk's file while the link stands) is not_carried;
+    the same deletion at a plain path is owed."""
+    evidence = {"linked.txt": h(b"l"), "gone.txt": h(b"g")}
+    table = intent_mod.IntentTable({"linked.txt": PathIntent(tombstone=True),
+                                    "gone.txt": PathIntent(tombstone=True)})
+    counts = count_owed({}, evidence, table, unwritable=frozenset({"linked.txt"}))
+    assert (counts.pending_workspace_deletions, counts.not_carried) == (1, 1)
+    assert count_owed({}, evidence, table).pending_workspace_deletions == 2
+
+
 def test_accept_root_sets_evidence_aside_and_nothing_reads_deleted(tmp_path: Path):
     """After accept_root the old evidence is aside: a file the new root lacks stays in the
     workspace, a new one is taken in, nothing is taken as deleted; a second sync is a no-op."""

@@ -2,9 +2,12 @@
 
 plan.count_owed over the live tree's digests, the journal's evidence, the branch intent and the
 pending write-ahead intents. No disk is read, so it answers while a root is unavailable; a
-draft whose write failed or was refused is still a draft, so it still counts. A change to a
-hard-linked file (made in the mount: `cp -a`, `tar -x`) is counted apart, `not_carried`:
-materialize never writes one, so counted as owed it kept "disk owes" above 0 for good.
+draft whose write failed or was refused is still a draft, so it still counts. A change no
+materialize carries is counted apart, `not_carried`: one to a hard-linked file (made in the
+mount: `cp -a`, `tar -x`), and a symlink, FIFO, socket or device made in the mount (with the
+workspace deletion of disk's file there, as `ln -sf` over a synced file leaves: materialize
+keeps disk's file while the link stands). Counted as owed, each kept "disk owes" above 0 for
+good. The paths come from the walk the count already asks for (StoreView.not_carried).
 
 Status renders the last counts (`last`); it never computes them, because status is read by
 every `stat` of `.memfs/status`. `refresh()` recounts: on the loop it takes the store view
@@ -37,7 +40,7 @@ class Owed:
     changes: int
     workspace_deletions: int
     conflicts: int
-    not_carried: int = 0  # changes no materialize writes (a hard link): status says them apart
+    not_carried: int = 0  # changes no materialize carries (a hard or symbolic link, a FIFO)
 
     def to_json(self) -> dict[str, int]:
         return {"changes": self.changes, "workspace_deletions": self.workspace_deletions,
@@ -46,14 +49,14 @@ class Owed:
 
 def _count(journal: Journal, mount: str, s_view: Mapping[str, Content], table: IntentTable,
            branch: str, last: EvidenceMemo | None,
-           passes: EvidenceMemo | None, linked: frozenset[str]) -> tuple[Owed, EvidenceMemo]:
+           passes: EvidenceMemo | None, uncarried: frozenset[str]) -> tuple[Owed, EvidenceMemo]:
     """Worker thread: the journal's snapshot (remembered while unchanged) and the count; P
     converted as this counter or the last whole pass last converted it, if the same rows.
-    `linked`: the hard-linked paths, whose changes no materialize writes (not owed)."""
+    `uncarried`: the paths whose changes no materialize carries (not owed)."""
     got = journal.pass_inputs(mount)
     ev = convert_evidence(got.evidence, passes, last, share_alike=True)
     c = count_owed(s_view, ev.evidence, table, pending_from_journal(got.pending, branch),
-                   got.modes, linked)
+                   got.modes, uncarried)
     return Owed(c.pending_changes, c.pending_workspace_deletions, c.conflicts,
                 c.not_carried), ev
 
@@ -95,7 +98,7 @@ class OwedCounter:
             owed, ev = await trio.to_thread.run_sync(
                 _count, self.journal, mount, s_view, self.intent.table(mount), self._branch(),
                 self._evidence.get(mount), self._pass_evidence(mount),
-                self.view.hard_linked(nodes))
+                self.view.not_carried(nodes))
         except MemfsError:
             return self.last.get(mount)
         if self._stored.get(mount, 0) < asked:

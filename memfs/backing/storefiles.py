@@ -278,13 +278,18 @@ class _LoadedAndTable(Generic[V]):
 
 
 class StoreFiles(_LoadedAndTable["Node | Unbuilt"], Mapping[str, "Node | Unbuilt"]):
-    """path -> the loaded node, or an Unbuilt built from the table (read-only)."""
+    """path -> the loaded node, or an Unbuilt built from the table (read-only). `specials`:
+    the walk's other entries that are neither file nor directory (path -> kind: a symlink,
+    FIFO, socket or device made in the mount), which no materialize writes; seen by the same
+    walk, so status learns them with no walk of its own."""
 
-    __slots__ = ("loaded", "table")
+    __slots__ = ("loaded", "table", "specials")
 
-    def __init__(self, loaded: dict[str, Node | Unbuilt], table: FileTable = EMPTY_TABLE):
+    def __init__(self, loaded: dict[str, Node | Unbuilt], table: FileTable = EMPTY_TABLE,
+                 specials: Mapping[str, str] | None = None):
         self.loaded = loaded  # paths apart from the table's
         self.table = table
+        self.specials: Mapping[str, str] = specials or {}
 
     def __getitem__(self, path: str) -> Node | Unbuilt:
         got = self.loaded.get(path)

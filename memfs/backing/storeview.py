@@ -336,19 +336,23 @@ class StoreView:
         if top.kind != DIR:  # a file, or a link or FIFO the rule does not decide
             if top.kind == FILE:
                 nodes[scope] = top
-            return StoreFiles(nodes)
+                return StoreFiles(nodes)
+            return StoreFiles(nodes, specials={scope: top.kind})
         # Paths are interned, as the journal's and the walk's are: a pass looks each one up
         # in five maps, and equal keys that are one object compare without touching their
         # bytes (at 100k files that is memory traffic the pass waits on).
         intern = sys.intern
         table = FileTable()  # the files of unloaded directories, from their tree rows
+        specials: dict[str, str] = {}  # links, FIFOs, sockets, devices: few, kept by path
         for prefix, name, kind, item in self._entries(top, scope + "/" if scope else ""):
             if kind == FILE:
                 if isinstance(item, Entry):
                     table.add(intern(prefix + name), item)
                 else:
                     nodes[intern(prefix + name)] = item  # type: ignore[assignment]
-        return StoreFiles(nodes, table.done())
+            elif kind != DIR:
+                specials[prefix + name] = kind
+        return StoreFiles(nodes, table.done(), specials)
 
     def _entries(self, top: Node, prefix: str) -> Iterator[tuple[str, str, str, object]]:
         """(prefix, name, kind, node or Entry) of everything below `top` but the
@@ -474,16 +478,17 @@ class StoreView:
         return out
 
     # -- what no write can put on disk --------------------------------------------------
-    def unwritable(self, nodes: Mapping[str, StoreFile], mount: str) -> dict[str, str]:
+    def unwritable(self, nodes: StoreFiles, mount: str) -> dict[str, str]:
         """Store entries no write can put on disk as they are, with why (materialize lists
         them, forced or not): a file with other hard links (disk would get separate copies,
-        never the link), a FIFO, socket or device (no effect makes special files on disk)."""
+        never the link), a symlink, FIFO, socket or device (no effect makes one on disk).
+        `nodes`: a `nodes(mount)` answer, whose walk saw the specials."""
         out = {}
         for path in sorted(self.hard_linked(nodes)):
             links = nodes[path].nlink
             out[path] = (f"a hard link ({links} names share this file in the workspace): "
                          "written to disk it would be separate copies, so it is not written")
-        for path, kind in self._specials(mount).items():
+        for path, kind in sorted(nodes.specials.items()):
             if kind == LINK:
                 # Links are carried neither way (a disk link is an incomplete region, never
                 # followed unless the mount follows links): one made here stays here.
@@ -493,6 +498,15 @@ class StoreView:
             out[path] = (f"a {_KIND_NAMES.get(kind, 'special file')} in the workspace: no "
                          "materialize makes special files on disk")
         return out
+
+    def not_carried(self, nodes: StoreFiles) -> frozenset[str]:
+        """The paths of `nodes` (a `nodes()` answer) whose change no materialize carries: a
+        hard-linked file, and a symlink or special file made in the mount (a workspace
+        deletion of disk's file there included: materialize leaves disk's file while the
+        entry stands). Status counts with it at every request (memfs.backing.owed); the
+        specials come from the same walk, so this costs no walk of its own."""
+        linked = self.hard_linked(nodes)
+        return linked | frozenset(nodes.specials) if nodes.specials else linked
 
     def hard_linked(self, nodes: Mapping[str, StoreFile]) -> frozenset[str]:
         """The paths of `nodes` (a `nodes()` answer) whose file has other names. Remembered
@@ -507,15 +521,6 @@ class StoreView:
             + [files.table.paths[i] for i, k in files.table.nlinks.items() if k > 1])
         self._linked = (nodes, linked)
         return linked
-
-    def _specials(self, mount: str) -> dict[str, str]:
-        """path -> kind of the mount's entries that are neither file nor directory."""
-        top = self.mount_node(mount)
-        if top is None:
-            return {}
-        return {prefix + name: kind for prefix, name, kind, _ in self._entries(top, "")
-                if kind not in (DIR, FILE)}
-
 
 __all__ = ["EMPTY_DIGEST", "RefDigests", "RefKey", "StoreContents", "StoreFile", "StoreFiles",
            "StoreView", "Unbuilt", "hash_refs", "ref_chunks", "ref_digest"]

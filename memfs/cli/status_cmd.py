@@ -159,8 +159,9 @@ def _backing_lines(st: dict) -> list[str]:
         o = b.get("owed") or {}
         owes = f"; {owed_text(o)}" if o else ""
         if b.get("not_carried"):
-            owes += (f"; not carried: {b['not_carried']} hard-linked file(s) no materialize "
-                     f"writes (`memfs ls --states {mount}` names them)")
+            owes += (f"; not carried: {b['not_carried']} change(s) no materialize writes "
+                     "(hard links, symbolic links or special files in the workspace; "
+                     f"`memfs ls --states {mount}` names each and why)")
         sc = b.get("scans") or {}
         scans = (f"; {sc.get('count', 0)} after-batch scan(s)"
                  f"{', running late' if sc.get('running_late') else ''}") if sc else ""

@@ -387,7 +387,7 @@ class OwedCounts:
     pending_changes: int
     pending_workspace_deletions: int
     conflicts: int
-    not_carried: int = 0  # changes no materialize writes (hard links): not owed, said apart
+    not_carried: int = 0  # changes no materialize carries (links, specials): not owed
 
 
 def count_owed(
@@ -402,8 +402,10 @@ def count_owed(
     known; or a workspace-created file), pending writes, workspace deletions disk has not
     confirmed, conflicts. An entry never checked against disk (no P, no origin) is left out
     until a listing or a materialize checks it. A change at an `unwritable` path (a hard
-    link: plan_materialize skips it, forced or not) is counted `not_carried`, not owed: no
-    materialize pays it, so "disk owes" would never reach 0."""
+    link, a symlink or special file of the workspace: plan_materialize skips it, forced or
+    not) is counted `not_carried`, not owed: no materialize pays it, so "disk owes" would never
+    reach 0. That includes a workspace deletion there (`ln -sf` over a synced file: disk's file
+    stays while the link does)."""
     pending = pending or {}
     changes = deletions = conflicts = not_carried = 0
     marked = None if intent.damaged else intent.entries
@@ -426,7 +428,10 @@ def count_owed(
             change = True
         elif s is ABSENT:
             if pi.tombstone and p is not NO_EVIDENCE and p is not ABSENT:
-                deletions += 1
+                if path in unwritable:
+                    not_carried += 1
+                else:
+                    deletions += 1
             continue
         elif p is NO_EVIDENCE:
             change = pi.origin_store

@@ -193,3 +193,40 @@ def test_a_file_replaced_by_a_link_or_fifo_in_the_mount_is_not_carried_not_owed(
     assert not (disk / "a.txt").exists() and (disk / "b.txt").read_text() == "b1\n"
     st = m.status()["backing"]["work"]
     assert st["owed"]["workspace_deletions"] == 0 and st["not_carried"] == 1, st
+
+
+def test_a_path_sync_takes_disks_file_back_over_a_link_made_in_the_mount(backed):
+    """After `ln -sf b.txt a.txt` in a bound mount, `memfs sync work/a.txt` (take disk's side
+    there) said it restored disk's a.txt, did nothing, and blamed a file "open for writing":
+    the take would not go over the link. It takes disk's file in the link's place and says
+    so; the link is in the history (the take-in is an operation: `memfs undo --disk-too`, the
+    flag any undo of a take-in needs, brings it back)."""
+    m, disk = backed
+    subprocess.run(["ln", "-sf", "b.txt", str(m.work / "a.txt")], check=True)
+    out = m.cli("sync", str(m.work / "a.txt")).stdout
+    assert "1 taken" in out and "discarded: a.txt (workspace-deleted, restored, in place of " \
+        "the workspace's symbolic link)" in out, out
+    assert "open for writing" not in out and "not taken" not in out, out
+    assert not os.path.islink(m.work / "a.txt") and (m.work / "a.txt").read_text() == "a1\n"
+    assert (disk / "a.txt").read_text() == "a1\n"
+    assert states(m)["work/a.txt"] == ("synced", None)
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["workspace_deletions"] == 0 and st["not_carried"] == 0, st
+    m.cli("undo", "--disk-too")
+    assert os.readlink(m.work / "a.txt") == "b.txt"
+
+
+
+def test_keeping_a_link_made_over_a_synced_file_is_agreed_by_removing_disks_file(backed):
+    """The third way out of `ln -sf b.txt a.txt` in a bound mount (besides a path sync, and
+    removing the link then `materialize --apply-deletions`): keep the link and remove disk's
+    a.txt. Disk then agrees on the deletion: nothing owed, nothing counted not carried, and
+    the link is listed as what no materialize writes."""
+    m, disk = backed
+    subprocess.run(["ln", "-sf", "b.txt", str(m.work / "a.txt")], check=True)
+    os.unlink(disk / "a.txt")
+    m.cli("sync")
+    st = m.status()["backing"]["work"]
+    assert st["owed"]["workspace_deletions"] == 0 and st["not_carried"] == 0, st
+    assert states(m)["work/a.txt"] == ("not-writable", None)
+    assert os.readlink(m.work / "a.txt") == "b.txt" and not os.path.lexists(disk / "a.txt")

@@ -98,7 +98,7 @@ def test_plan_inputs_compare_every_input():
 
     obs = Observation(RootId(1, 2), "")
     base = _PlanInputs("", False, "main", "main", obs, {"a": Content("1" * 32)}, {"a": "1" * 32},
-                       IntentTable(), {}, {"a": 0o644})
+                       IntentTable(), {}, {"a": 0o644}, {})
     assert base.same(dataclasses.replace(base))
     other_obs = Observation(RootId(1, 2), "")
     other_obs.regions.append(Region("x", "vcs"))
@@ -106,7 +106,7 @@ def test_plan_inputs_compare_every_input():
         "scope": "src", "path_sync": True, "branch": "try", "branch_now": "try",
         "obs": other_obs, "view": {"a": Content("2" * 32)}, "evidence": {"a": "2" * 32},
         "table": IntentTable({"a": PathIntent(tombstone=True)}),
-        "pending": {"a": object()}, "modes": {"a": 0o755},
+        "pending": {"a": object()}, "modes": {"a": 0o755}, "specials": {"a": "l"},
     }
     assert set(changes) == {f.name for f in dataclasses.fields(_PlanInputs)}
     for name, value in changes.items():

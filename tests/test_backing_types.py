@@ -143,3 +143,26 @@ def test_the_workspace_replaces_a_file_by_a_directory(backed):  # noqa: F811
     assert res["removed"] == ["a.txt"] and res["written"] == ["a.txt/n.txt"]
     assert (disk / "a.txt" / "n.txt").read_text() == "n\n"
     assert states(m)["work/a.txt/n.txt"] == ("synced", None)
+
+
+def test_a_disk_file_at_a_link_made_in_the_mount_is_a_type_change(backed):  # noqa: F811
+    """A symlink made in a bound mount, then a file of that name on disk: every pass tried to
+    take the file, could not put it over the link, and said "not taken this pass: n.txt (open
+    for writing ...)". A plain sync keeps the workspace's link (it never gives up a
+    workspace entry) and lists a type change, as for a directory against a file; a sync of
+    the path takes disk's file in the link's place (--json: `over`)."""
+    m, disk = backed
+    os.symlink("b.txt", m.work / "n.txt")
+    (disk / "n.txt").write_text("n1\n")
+    out = m.cli("sync").stdout
+    assert "not taken" not in out and "open for writing" not in out, out
+    assert states(m)["work/n.txt"] == ("conflict", "type-changed")
+    assert os.readlink(m.work / "n.txt") == "b.txt"
+    assert m.status()["backing"]["work"]["owed"] == {
+        "changes": 0, "workspace_deletions": 0, "conflicts": 0}
+    res = m.cli_json("sync", str(m.work / "n.txt"))["mounts"]["work"]
+    assert res["taken"] == ["n.txt"] and res["skipped"] == [], res
+    assert res["discarded"] == [{"path": "n.txt", "was": "conflict", "op": "restored",
+                                 "over": "symbolic link"}], res
+    assert (m.work / "n.txt").read_text() == "n1\n" and not os.path.islink(m.work / "n.txt")
+    assert states(m)["work/n.txt"] == ("synced", None)

@@ -380,3 +380,31 @@ def test_type_changes_take_disk_only_where_the_store_gives_up_what_is_in_the_way
     (skip,) = mplan.skipped
     assert skip.state == "conflict: type-changed" and "`memfs sync work/g`" in skip.remedy
     assert mplan.writes == []
+
+
+def test_a_disk_file_at_a_workspace_link_is_a_type_change_a_path_sync_takes(tmp_path: Path):
+    """Disk's file where the workspace keeps a symlink (and no file): a plain pass takes
+    nothing (a type-changed conflict, nothing recorded or owed); a path sync takes the file
+    over the link (`replace`) and lists it discarded with what it replaced. The same for a
+    workspace deletion of a synced file replaced by a link (`ln -sf`), which is no put."""
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / "n.txt").write_bytes(b"n\n")
+    (root / "a.txt").write_bytes(b"a\n")
+    obs = observe(root)
+    evidence = {"a.txt": h(b"a\n")}
+    table = intent_mod.IntentTable({"a.txt": PathIntent(tombstone=True)})
+    specials = {"n.txt": "l", "a.txt": "l"}
+    plan = plan_pass(obs, {}, evidence, table, branch="main", specials=specials)
+    assert states(plan) == {"n.txt": "conflict:type-changed", "a.txt": "workspace-deleted"}
+    assert plan.decisions["n.txt"].record is None and plan.decisions["n.txt"].owes is None
+    assert "symbolic link" in (plan.decisions["n.txt"].reason or "")
+    # (without them the rule takes it in, which the tree could never apply over the link)
+    assert states(plan_pass(obs, {}, evidence, table, branch="main"))["n.txt"] == "synced"
+    sync = plan_sync(plan, obs, {}, branch_now="main", specials=specials)
+    assert "n.txt" not in sync.take and sync.replace == frozenset() and sync.discarded == []
+    for path, was in (("n.txt", "conflict"), ("a.txt", "workspace-deleted")):
+        one = plan_sync(plan, obs, {}, path=path, branch_now="main", specials=specials)
+        assert one.take[path].digest == h((root / path).read_bytes()), one.take
+        assert one.replace == frozenset({path})
+        assert one.discarded == [Discarded(path, was, "restored", "symbolic link")]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import collections
 import errno
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -152,12 +152,13 @@ class TreeEdit:
 
     # -- taking disk in ----------------------------------------------------------------------
     def put_file(self, rel: str, data: bytes, mtime_ns: int, mode: int | None = None,
-                 dirs: Mapping[str, int] = NO_DIRS) -> bool:
+                 dirs: Mapping[str, int] = NO_DIRS, replace: bool = False) -> bool:
         """Put disk's bytes at rel as a new node (a new inode: no cache shows the old), with
         `mode`'s permission bits (None: the old node's, or 0o644); directories it makes get
-        `dirs`' bits. A directory in the way that keeps nothing is cleared first; False if
-        anything is kept. Bytes that do not fit in the store are refused (ENOSPC) before
-        anything changes."""
+        `dirs`' bits. A directory in the way that keeps nothing is cleared first; a symlink
+        or special file goes only if `replace` (a path sync named it: SyncPlan.replace);
+        False if anything is kept. Bytes that do not fit in the store are refused (ENOSPC)
+        before anything changes."""
         self.ws.require_room(len(data))
         self._mount_dir(dirs)
         parent = self.parent(rel, True, dirs)
@@ -172,9 +173,10 @@ class TreeEdit:
                 return False
             old = None
         if old is not None:
-            if old.kind != FILE:
+            if old.kind != FILE and not replace:
                 return False
-            mode, uid, gid = old.mode, old.uid, old.gid
+            if old.kind == FILE:
+                mode, uid, gid = old.mode, old.uid, old.gid
             self.ws.unlink(parent, name)
             self.inodes.append(old.id)
         node = self.ws.create(parent, name, FILE, mode if new_mode is None else
@@ -304,10 +306,12 @@ class TreeApplier:
     def apply_batch(self, edit: TreeEdit, batch: list[str], take: Mapping[str, object],
                     contents: Mapping[str, bytes], obs: Observation,
                     nodes: Mapping[str, StoreFile], versions: Mapping[str, int],
+                    replace: Collection[str] = (),
                     ) -> tuple[list[str], list[str], list[str]]:
         """Take one batch: each path only if the node it was decided on is still there, with
-        the same version, and no descriptor has it open for writing. (applied, skipped, and
-        of those skipped the ones the store had no room for: nothing changed there.)"""
+        the same version, and no descriptor has it open for writing; a file goes over a
+        symlink or special file only at a `replace` path. (applied, skipped, and of those
+        skipped the ones the store had no room for: nothing changed there.)"""
         applied: list[str] = []
         skipped: list[str] = []
         no_room: list[str] = []
@@ -325,7 +329,7 @@ class TreeApplier:
                 if data is not None:
                     try:
                         put = edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
-                                            t.mode, obs.dirs)
+                                            t.mode, obs.dirs, path in replace)
                     except WorkspaceError as exc:
                         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                             raise

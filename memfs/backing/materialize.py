@@ -106,7 +106,7 @@ class Materializer:
         s_view = self.view.view(nodes)
         plan = plan_pass(obs, s_view, got.evidence, self.intent.for_pass(mount, ""),
                          pending_from_journal(got.pending, branch), branch=branch,
-                         modes=got.modes)
+                         modes=got.modes, specials=nodes.specials)
         mplan = plan_materialize(plan, obs, paths=rels, force=force,
                                  apply_deletions=apply_deletions, pinned_branch=pinned,
                                  mount=mount, unwritable=self.view.unwritable(nodes, mount))

@@ -256,7 +256,7 @@ class Passes:
         plan, sp = self.planner.plan(mount, PlanInputs(
             scope, path_sync, gathered.branch,
             asked_on if asked_on is not None else gathered.branch, got.obs, s_view,
-            got.evidence, table, pending, got.modes))
+            got.evidence, table, pending, got.modes, nodes.specials))
         if sp.refused:
             return NotDecided(mount, refused=sp.refused)
         done = await self._apply(b, st, scope, gathered, nodes, s_view, plan, sp)
@@ -415,7 +415,8 @@ class Passes:
             if changed:
                 break
             done, left, full = self.applier.apply_batch(edit, batch, sp.take, contents, obs,
-                                                        nodes, versions)  # type: ignore[arg-type]
+                                                        nodes, versions,  # type: ignore[arg-type]
+                                                        sp.replace)
             applied += done
             skipped += left
             no_room += full
@@ -465,7 +466,7 @@ class Passes:
         return PassDone(
             mount, scope, on.branch, taken=taken, removed=removed, skipped=sorted(skipped),
             conflicts=sorted(sp.record_conflicts),
-            discarded=[Discard(d.path, d.was, d.op) for d in sp.discarded],
+            discarded=[Discard(d.path, d.was, d.op, d.over) for d in sp.discarded],
             unverified=sorted(sp.unverified),
             regions=[RegionRow(r.path, r.reason, r.kind) for r in obs.regions],
             incomplete="the tree was replaced while the pass applied" if changed else None,

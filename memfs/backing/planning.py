@@ -36,6 +36,7 @@ class PlanInputs:
     table: IntentTable
     pending: Mapping[str, Pending]
     modes: Mapping[str, int]
+    specials: Mapping[str, str]  # the walk's symlinks and special files (StoreFiles.specials)
 
     def same(self, other: PlanInputs) -> bool:
         return (self.scope == other.scope and self.path_sync == other.path_sync
@@ -44,7 +45,8 @@ class PlanInputs:
                 and self.pending == other.pending and self.obs.same_disk(other.obs)
                 and (self.view is other.view or self.view == other.view)
                 and (self.evidence is other.evidence or self.evidence == other.evidence)
-                and (self.modes is other.modes or self.modes == other.modes))
+                and (self.modes is other.modes or self.modes == other.modes)
+                and self.specials == other.specials)
 
 
 class Planner:
@@ -71,10 +73,10 @@ class Planner:
             plans[given.scope] = (given, last[1], last[2])
             return last[1], last[2]
         plan = plan_pass(given.obs, given.view, given.evidence, given.table, given.pending,
-                         branch=given.branch, modes=given.modes)
+                         branch=given.branch, modes=given.modes, specials=given.specials)
         sp = plan_sync(plan, given.obs, given.view,
                        path=given.scope if given.path_sync else None,
-                       branch_now=given.branch_now)
+                       branch_now=given.branch_now, specials=given.specials)
         if len(plans) >= PLANS_KEPT:
             for other in [k for k in plans if k]:
                 del plans[other]

@@ -51,6 +51,7 @@ class Discard:
     path: str
     was: str
     op: str
+    over: str | None = None  # the workspace's symlink or special file disk's file replaced
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ class PassDone:
             "mount": self.mount, "scope": self.scope, "branch": self.branch,
             "taken": self.taken, "removed": self.removed, "skipped": self.skipped,
             "conflicts": self.conflicts,
-            "discarded": [{"path": d.path, "was": d.was, "op": d.op} for d in self.discarded],
+            "discarded": [{"path": d.path, "was": d.was, "op": d.op,
+                           **({"over": d.over} if d.over else {})} for d in self.discarded],
             "unverified": self.unverified,
             "regions": [r.to_json() for r in self.regions],
             "incomplete": self.incomplete, "bytes_read": self.bytes_read,

@@ -335,6 +335,13 @@ def cmd_ls(args) -> int:
     return 1 if any(not m["available"] for m in res["mounts"]) else 0
 
 
+def _discarded(d: dict) -> str:
+    """One discarded workspace change: `a.txt (workspace-deleted, restored)`, and what disk's
+    file replaced where the workspace kept a symlink or special file there."""
+    over = f", in place of the workspace's {d['over']}" if d.get("over") else ""
+    return f"{d['path']} ({d['was']}, {d['op']}{over})"
+
+
 def _summary(r: dict) -> str:
     if "unavailable" in r:
         return f"unavailable: {r['unavailable']} — {r['remedy']}"
@@ -345,8 +352,7 @@ def _summary(r: dict) -> str:
     parts = [f"{len(r.get('taken', []))} taken", f"{len(r.get('removed', []))} removed",
              f"{len(r.get('conflicts', []))} new conflict(s)"]
     if r.get("discarded"):
-        parts.append("discarded: " + ", ".join(f"{d['path']} ({d['was']}, {d['op']})"
-                                                 for d in r["discarded"]))
+        parts.append("discarded: " + ", ".join(_discarded(d) for d in r["discarded"]))
     if r.get("skipped"):
         parts.append("not taken this pass: " + ", ".join(r["skipped"]) + " (open for writing "
                      "in the mount, changed there meanwhile, or the pass was overtaken by an "

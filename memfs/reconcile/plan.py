@@ -20,6 +20,7 @@ from memfs.reconcile.rule import (
     ABSENT,
     NO_EVIDENCE,
     NO_INTENT,
+    SPECIAL_NAMES,
     SYNCED_UNCHANGED,
     Action,
     Content,
@@ -33,6 +34,7 @@ from memfs.reconcile.rule import (
     _Absent,
     decide,
     decide_unchanged,
+    special_clash,
     type_clash,
 )
 
@@ -133,10 +135,13 @@ def plan_pass(
     *,
     branch: str | None = None,
     modes: Mapping[str, int] | None = None,
+    specials: Mapping[str, str] | None = None,
 ) -> PassPlan:
     """Decide every path the observation's scope covers: store entries, evidence, intent, pending
     intents and files disk holds. Paths in incomplete regions come out unverified. `modes`:
-    the permission bits P agreed on, per path (missing: none on record).
+    the permission bits P agreed on, per path (missing: none on record). `specials`: path ->
+    kind of the workspace's entries that are neither file nor directory (a symlink, FIFO):
+    disk's file is never put over one but by a path sync (`special_clash`).
 
     The unchanged case (a file disk holds whose digest the store and P share, with no branch or
     pending intent) takes `decide_unchanged`, the rule's own answer for it without building
@@ -180,6 +185,10 @@ def plan_pass(
                                  evidence.get(path, NO_EVIDENCE), pi, modes.get(path))
     for path, dec in _clashes(decisions, store_view, observation).items():
         decisions[path] = dec
+    for path, kind in (specials or {}).items():
+        dec = decisions.get(path)
+        if dec is not None and dec is not SYNCED_UNCHANGED and _puts(dec):
+            decisions[path] = special_clash(kind)
     return plan
 
 
@@ -255,6 +264,7 @@ class Discarded:
     path: str
     was: str  # the state the workspace change had
     op: Literal["modified", "deleted", "restored"]
+    over: str | None = None  # the workspace's symlink or special file disk's file replaces
 
 
 @dataclass
@@ -273,6 +283,7 @@ class SyncPlan:
     discarded: list[Discarded] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)
     refused: str | None = None
+    replace: frozenset[str] = frozenset()  # taken over the workspace's symlink or special file
 
 
 def _take_for(d: Disk) -> tuple[Content | _Absent, str | _Absent]:
@@ -292,11 +303,14 @@ def plan_sync(
     *,
     path: str | None = None,
     branch_now: str | None = None,
+    specials: Mapping[str, str] | None = None,
 ) -> SyncPlan:
     """Sync's contract. Without a path: apply the rule (adoptions, agreements, conflicts) and
     never discard a draft. With a path: take disk for everything under it that disk shows,
     listing each workspace change given up under `discarded`; only on the branch it was asked on
-    (the pass's branch), else take nothing and say so."""
+    (the pass's branch), else take nothing and say so. A file taken where the workspace keeps
+    a symlink or special file (`specials`, as plan_pass's) replaces it (`replace`), listed
+    `discarded` with what it replaced (`over`): the user named the path to take disk's side."""
     out = SyncPlan()
     if path is not None and branch_now != plan.branch:
         out.refused = (f"the selected branch changed ({plan.branch} -> {branch_now}) before the "
@@ -352,7 +366,28 @@ def plan_sync(
         out.clear_intent.append(p)
     if path is not None:
         _still_blocked(out, plan, observation, store_view)
+        _replacing(out, plan, specials or {})
     return out
+
+
+def _replacing(out: SyncPlan, plan: PassPlan, specials: Mapping[str, str]) -> None:
+    """A path sync's file taken where the workspace keeps a symlink or special file: the
+    take replaces it, and `discarded` says so (what the workspace had, and its state)."""
+    over = {p: k for p, k in specials.items() if isinstance(out.take.get(p), Content)}
+    if not over:
+        return
+    out.replace = frozenset(over)
+    listed = {d.path: i for i, d in enumerate(out.discarded)}
+    for p, kind in sorted(over.items()):
+        what = SPECIAL_NAMES.get(kind, "special file")
+        i = listed.get(p)
+        if i is not None:
+            d = out.discarded[i]
+            out.discarded[i] = Discarded(d.path, d.was, d.op, what)
+        else:
+            dec = plan.decisions.get(p)
+            was = str(dec.state) if dec is not None and dec.state is not None else "unverified"
+            out.discarded.append(Discarded(p, was, "restored", what))
 
 
 def _still_blocked(out: SyncPlan, plan: PassPlan, observation: Observed,

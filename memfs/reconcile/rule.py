@@ -278,6 +278,22 @@ def type_clash(where: str, *, disk_dir: bool) -> Decision:
                     conflict=ConflictKind.TYPE_CHANGED, reason=reason)
 
 
+SPECIAL_NAMES = {"l": "symbolic link", "p": "FIFO", "s": "socket", "c": "character device",
+                 "b": "block device"}  # a workspace entry's kind (memfs.store.trees), in words
+
+
+def special_clash(kind: str) -> Decision:
+    """The decision for a file disk holds where the workspace keeps a symlink, FIFO, socket or
+    device (`kind`) and no file: a type change, as type_clash's, that no plain pass resolves by
+    replacing the workspace's entry (it is the workspace's own, and no materialize writes
+    it), and no effect ever tries to. A sync of the path takes disk's file over it."""
+    what = SPECIAL_NAMES.get(kind, "special file")
+    reason = (f"disk holds a file where the workspace keeps a {what}; a sync of this path "
+              f"takes disk's file in its place, or move disk's file away to keep the {what}")
+    return Decision(Action.CONFLICT, State.CONFLICT, Detail.TYPE_CLASH,
+                    conflict=ConflictKind.TYPE_CHANGED, reason=reason)
+
+
 def _value(side: Disk | Store) -> _Absent | str | None:
     """A side as an evidence value: ABSENT, a digest, or None when it has no comparable value."""
     if side is ABSENT:

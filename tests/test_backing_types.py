@@ -166,3 +166,31 @@ def test_a_disk_file_at_a_link_made_in_the_mount_is_a_type_change(backed):  # no
                                  "over": "symbolic link"}], res
     assert (m.work / "n.txt").read_text() == "n1\n" and not os.path.islink(m.work / "n.txt")
     assert states(m)["work/n.txt"] == ("synced", None)
+
+
+def test_the_workspace_replaces_a_directory_by_a_link_and_disk_adds_below_it(backed):  # noqa: F811
+    """`rm -r sub && ln -s b.txt sub` in the mount, then a new file in disk's sub/: every pass
+    tried to take sub/new.txt, could not make sub/ over the link, and said "not taken this
+    pass: sub/new.txt (open for writing ...)"; `memfs sync work/sub` also said it restored
+    sub/c.txt and took nothing. A plain pass keeps the link and lists a type change; a sync
+    of the path below the link takes nothing and claims nothing; a sync of sub takes disk's
+    directory in the link's place, naming the link it replaced."""
+    m, disk = backed
+    sh(f"rm -r {m.work}/sub && ln -s b.txt {m.work}/sub")
+    (disk / "sub" / "new.txt").write_text("n\n")
+    out = m.cli("sync").stdout
+    assert "not taken" not in out and "open for writing" not in out, out
+    listed = states(m)
+    assert listed["work/sub/new.txt"] == ("conflict", "type-changed")
+    assert listed["work/sub/c.txt"] == ("workspace-deleted", None)
+    assert os.readlink(m.work / "sub") == "b.txt"
+    below = m.cli_json("sync", str(m.work / "sub" / "c.txt"))["mounts"]["work"]
+    assert below["taken"] == [] and below["discarded"] == [] and below["skipped"] == [], below
+    res = m.cli_json("sync", str(m.work / "sub"))["mounts"]["work"]
+    assert sorted(res["taken"]) == ["sub/c.txt", "sub/new.txt"] and res["skipped"] == [], res
+    assert {"path": "sub", "was": "not-writable", "op": "replaced",
+            "over": "symbolic link"} in res["discarded"], res
+    assert not os.path.islink(m.work / "sub")
+    assert (m.work / "sub" / "c.txt").read_text() == "c1\n"
+    assert (m.work / "sub" / "new.txt").read_text() == "n\n"
+    assert states(m)["work/sub/new.txt"] == ("synced", None)

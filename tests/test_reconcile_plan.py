@@ -408,3 +408,28 @@ def test_a_disk_file_at_a_workspace_link_is_a_type_change_a_path_sync_takes(tmp_
         assert one.take[path].digest == h((root / path).read_bytes()), one.take
         assert one.replace == frozenset({path})
         assert one.discarded == [Discarded(path, was, "restored", "symbolic link")]
+
+
+def test_a_disk_directory_at_a_workspace_link_is_a_type_change_a_path_sync_takes(tmp_path: Path):
+    """Disk's files below a path where the workspace keeps a symlink: a plain pass takes
+    none of them (type-changed, the reason naming the link's path); a path sync below the link
+    takes nothing and lists nothing discarded; a sync of the link's path takes them and
+    lists the link replaced by disk's directory."""
+    root = tmp_path / "d"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "new.txt").write_bytes(b"n\n")
+    (root / "sub" / "c.txt").write_bytes(b"c\n")
+    obs = observe(root)
+    evidence = {"sub/c.txt": h(b"c\n")}
+    table = intent_mod.IntentTable({"sub/c.txt": PathIntent(tombstone=True)})
+    specials = {"sub": "l"}
+    plan = plan_pass(obs, {}, evidence, table, branch="main", specials=specials)
+    assert states(plan) == {"sub/new.txt": "conflict:type-changed",
+                            "sub/c.txt": "workspace-deleted"}
+    assert "'sub'" in (plan.decisions["sub/new.txt"].reason or "")
+    below = plan_sync(plan, obs, {}, path="sub/c.txt", branch_now="main", specials=specials)
+    assert below.take == {} and below.discarded == [] and below.replace == frozenset()
+    whole = plan_sync(plan, obs, {}, path="sub", branch_now="main", specials=specials)
+    assert set(whole.take) == {"sub/new.txt", "sub/c.txt"} and whole.replace == {"sub"}
+    assert whole.discarded == [Discarded("sub/c.txt", "workspace-deleted", "restored"),
+                               Discarded("sub", "not-writable", "replaced", "symbolic link")]

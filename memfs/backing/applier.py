@@ -67,10 +67,11 @@ class TreeEdit:
 
     # -- finding and clearing ------------------------------------------------------------
     def parent(self, rel: str, create: bool, dirs: Mapping[str, int] = NO_DIRS,
-               ) -> Node | None:
+               replace: Collection[str] = ()) -> Node | None:
         """The directory holding rel, made on the way if `create` with disk's permission
         bits (`dirs`: Observation.dirs); None if something other than a directory of the
-        store's stands in the way."""
+        store's stands in the way, but a symlink or special file at a `replace` path, which
+        goes for the directory (a path sync named it: SyncPlan.replace)."""
         d = self.mnode
         at = ""
         for part in rel.split("/")[:-1]:
@@ -79,6 +80,11 @@ class TreeEdit:
             at = f"{at}/{part}" if at else part
             name = name_to_bytes(part)
             child = self.ws.children(d).get(name)
+            if child is not None and create and at in replace and child.kind not in (DIR, FILE):
+                self.ws.unlink(d, name)
+                self.entries.append((d.id, name))
+                self.inodes.append(child.id)
+                child = None
             if child is None:
                 if not create:
                     return None
@@ -152,16 +158,16 @@ class TreeEdit:
 
     # -- taking disk in ----------------------------------------------------------------------
     def put_file(self, rel: str, data: bytes, mtime_ns: int, mode: int | None = None,
-                 dirs: Mapping[str, int] = NO_DIRS, replace: bool = False) -> bool:
+                 dirs: Mapping[str, int] = NO_DIRS, replace: Collection[str] = ()) -> bool:
         """Put disk's bytes at rel as a new node (a new inode: no cache shows the old), with
         `mode`'s permission bits (None: the old node's, or 0o644); directories it makes get
         `dirs`' bits. A directory in the way that keeps nothing is cleared first; a symlink
-        or special file goes only if `replace` (a path sync named it: SyncPlan.replace);
-        False if anything is kept. Bytes that do not fit in the store are refused (ENOSPC)
+        or special file, at rel or above it, goes only at a `replace` path (a path sync named
+        it: SyncPlan.replace); False if anything is kept. Bytes that do not fit in the store are refused (ENOSPC)
         before anything changes."""
         self.ws.require_room(len(data))
         self._mount_dir(dirs)
-        parent = self.parent(rel, True, dirs)
+        parent = self.parent(rel, True, dirs, replace)
         if parent is None:
             return False
         name = name_to_bytes(rel.rsplit("/", 1)[-1])
@@ -173,7 +179,7 @@ class TreeEdit:
                 return False
             old = None
         if old is not None:
-            if old.kind != FILE and not replace:
+            if old.kind != FILE and rel not in replace:
                 return False
             if old.kind == FILE:
                 mode, uid, gid = old.mode, old.uid, old.gid
@@ -329,7 +335,7 @@ class TreeApplier:
                 if data is not None:
                     try:
                         put = edit.put_file(path, data, obs.files[path].fingerprint.mtime_ns,
-                                            t.mode, obs.dirs, path in replace)
+                                            t.mode, obs.dirs, replace)
                     except WorkspaceError as exc:
                         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                             raise

@@ -327,10 +327,14 @@ class StoreView:
 
     def _walk(self, top: Node | None, scope: str) -> StoreFiles:
         nodes: dict[str, StoreFile] = {}
+        at = ""
         for part in components(scope):
             if top is None or top.kind != DIR:
-                return StoreFiles(nodes)
+                # A symlink or FIFO above the scope stands where disk may have a directory.
+                kind = None if top is None or top.kind == FILE else top.kind
+                return StoreFiles(nodes, specials={at: kind} if kind and at else None)
             top = self.ws.children(top).get(name_to_bytes(part))
+            at = f"{at}/{part}" if at else part
         if top is None or top.id in self.ws.disk_only:
             return StoreFiles(nodes)
         if top.kind != DIR:  # a file, or a link or FIFO the rule does not decide

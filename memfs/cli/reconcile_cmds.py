@@ -338,6 +338,8 @@ def cmd_ls(args) -> int:
 def _discarded(d: dict) -> str:
     """One discarded workspace change: `a.txt (workspace-deleted, restored)`, and what disk's
     file replaced where the workspace kept a symlink or special file there."""
+    if d["op"] == "replaced":  # a symlink the workspace kept where disk has a directory
+        return f"{d['path']} (the workspace's {d.get('over')}, replaced by disk's directory)"
     over = f", in place of the workspace's {d['over']}" if d.get("over") else ""
     return f"{d['path']} ({d['was']}, {d['op']}{over})"
 

@@ -183,12 +183,8 @@ def plan_pass(
                                 pi.damaged, pi.restored)
         decisions[path] = decide(observation.disk(path), store_view.get(path, ABSENT),
                                  evidence.get(path, NO_EVIDENCE), pi, modes.get(path))
-    for path, dec in _clashes(decisions, store_view, observation).items():
+    for path, dec in _clashes(decisions, store_view, observation, specials or {}).items():
         decisions[path] = dec
-    for path, kind in (specials or {}).items():
-        dec = decisions.get(path)
-        if dec is not None and dec is not SYNCED_UNCHANGED and _puts(dec):
-            decisions[path] = special_clash(kind)
     return plan
 
 
@@ -234,26 +230,35 @@ def _blocked(puts: Iterable[str], kept: Callable[[str], bool], keys: Sequence[st
 
 
 def _clashes(decisions: Mapping[str, Decision], store_view: Mapping[str, Content],
-             observation: Observed) -> dict[str, Decision]:
+             observation: Observed, specials: Mapping[str, str]) -> dict[str, Decision]:
     """The type changes the rule's per-file decisions cannot see: a file disk holds (to be
     taken in or shown disk-only) where the store keeps a directory with content it does not
-    give up, or below a file the store keeps. Each becomes a type-changed conflict (truthful in
-    the listing; nothing taken, recorded or owed there) instead of an adoption the tree could
-    never apply (it used to list as synced and be skipped at every pass). Cheap when nothing is
-    put: a quiet pass puts nothing."""
+    give up, or below a file the store keeps; or at or below a symlink or special file of the
+    workspace's (`specials`), which no plain pass gives up either. Each becomes a type-changed
+    conflict (truthful in the listing; nothing taken, recorded or owed there) instead of an
+    adoption the tree could never apply (it used to list as synced and be skipped at every
+    pass). Cheap when nothing is put: a quiet pass puts nothing."""
     puts = [p for p, d in decisions.items() if d is not SYNCED_UNCHANGED and _puts(d)]
     if not puts:
         return {}
     keys = sorted(store_view)
 
     def kept(p: str) -> bool:
+        if p in specials:
+            return True
         if p not in store_view:
             return False
         dec = decisions.get(p)
         return dec is None or not _removes(dec)
 
-    return {t: type_clash(above or t, disk_dir=above is not None)
-            for t, above in _blocked(puts, kept, keys).items()}
+    out: dict[str, Decision] = {}
+    for t in puts:
+        if t in specials:
+            out[t] = special_clash(specials[t])
+    for t, above in _blocked([t for t in puts if t not in out], kept, keys).items():
+        out[t] = special_clash(specials[above], above) if above in specials else \
+            type_clash(above or t, disk_dir=above is not None)
+    return out
 
 
 # --- sync ------------------------------------------------------------------------------------
@@ -263,8 +268,8 @@ def _clashes(decisions: Mapping[str, Decision], store_view: Mapping[str, Content
 class Discarded:
     path: str
     was: str  # the state the workspace change had
-    op: Literal["modified", "deleted", "restored"]
-    over: str | None = None  # the workspace's symlink or special file disk's file replaces
+    op: Literal["modified", "deleted", "restored", "replaced"]  # replaced: by disk's directory
+    over: str | None = None  # the workspace's symlink or special file disk's side replaces
 
 
 @dataclass
@@ -365,20 +370,33 @@ def plan_sync(
             out.record_modes[p] = take.mode
         out.clear_intent.append(p)
     if path is not None:
-        _still_blocked(out, plan, observation, store_view)
-        _replacing(out, plan, specials or {})
+        _still_blocked(out, plan, observation, store_view, path, specials or {})
+        _replacing(out, plan, path, specials or {})
     return out
 
 
-def _replacing(out: SyncPlan, plan: PassPlan, specials: Mapping[str, str]) -> None:
-    """A path sync's file taken where the workspace keeps a symlink or special file: the
-    take replaces it, and `discarded` says so (what the workspace had, and its state)."""
-    over = {p: k for p, k in specials.items() if isinstance(out.take.get(p), Content)}
-    if not over:
+def _replacing(out: SyncPlan, plan: PassPlan, path: str, specials: Mapping[str, str]) -> None:
+    """A path sync's file taken at or below a symlink or special file the workspace keeps
+    under the path: the take replaces it (by the file, or by disk's directory), and
+    `discarded` says so (what the workspace had there, and the state it had)."""
+    if not specials:
         return
-    out.replace = frozenset(over)
+    at: dict[str, str] = {}  # special -> the kind, for a file taken at it
+    above: dict[str, str] = {}  # special -> the kind, for a file taken below it
+    for t, take in out.take.items():
+        if not isinstance(take, Content):
+            continue
+        if t in specials and _under(t, path):
+            at[t] = specials[t]
+        parts = t.split("/")
+        for a in ("/".join(parts[:i]) for i in range(1, len(parts))):
+            if a in specials and _under(a, path):
+                above[a] = specials[a]
+    if not at and not above:
+        return
+    out.replace = frozenset(at) | frozenset(above)
     listed = {d.path: i for i, d in enumerate(out.discarded)}
-    for p, kind in sorted(over.items()):
+    for p, kind in sorted(at.items()):
         what = SPECIAL_NAMES.get(kind, "special file")
         i = listed.get(p)
         if i is not None:
@@ -388,30 +406,40 @@ def _replacing(out: SyncPlan, plan: PassPlan, specials: Mapping[str, str]) -> No
             dec = plan.decisions.get(p)
             was = str(dec.state) if dec is not None and dec.state is not None else "unverified"
             out.discarded.append(Discarded(p, was, "restored", what))
+    for p, kind in sorted(above.items()):
+        out.discarded.append(Discarded(p, "not-writable", "replaced",
+                                       SPECIAL_NAMES.get(kind, "special file")))
 
 
 def _still_blocked(out: SyncPlan, plan: PassPlan, observation: Observed,
-                   store_view: Mapping[str, Content]) -> None:
+                   store_view: Mapping[str, Content], path: str,
+                   specials: Mapping[str, str]) -> None:
     """A path sync takes disk under its path; a type change whose blocking entry lies outside
-    that path (the store keeps a file above it) still cannot be taken: drop it from the take.
-    What a sync puts: text taken in, and (taken as ABSENT while disk holds a file) disk-only."""
+    that path (the store keeps a file, or the workspace a symlink, above it) still cannot be
+    taken: drop it from the take. What a sync puts: text taken in, and (taken as ABSENT while
+    disk holds a file) disk-only."""
     puts = [p for p, t in out.take.items()
             if isinstance(t, Content) or isinstance(observation.disk(p), Content)]
     if not puts:
         return
 
     def kept(p: str) -> bool:
+        if p in specials:
+            return not _under(p, path)  # named: the take replaces it (_replacing)
         if p not in store_view or out.take.get(p) is ABSENT:
             return False
         dec = plan.decisions.get(p)
         return dec is None or not _removes(dec)
 
-    for t in _blocked(puts, kept, sorted(store_view)):
+    blocked = _blocked(puts, kept, sorted(store_view))
+    for t in blocked:
         out.take.pop(t, None)
         out.record.pop(t, None)
         out.record_modes.pop(t, None)
         if t in out.clear_intent:
             out.clear_intent.remove(t)
+    if blocked:  # nothing given up where nothing is taken
+        out.discarded = [d for d in out.discarded if d.path not in blocked]
 
 
 # --- status --------------------------------------------------------------------------------

@@ -282,14 +282,20 @@ SPECIAL_NAMES = {"l": "symbolic link", "p": "FIFO", "s": "socket", "c": "charact
                  "b": "block device"}  # a workspace entry's kind (memfs.store.trees), in words
 
 
-def special_clash(kind: str) -> Decision:
+def special_clash(kind: str, above: str | None = None) -> Decision:
     """The decision for a file disk holds where the workspace keeps a symlink, FIFO, socket or
-    device (`kind`) and no file: a type change, as type_clash's, that no plain pass resolves by
-    replacing the workspace's entry (it is the workspace's own, and no materialize writes
-    it), and no effect ever tries to. A sync of the path takes disk's file over it."""
+    device (`kind`) and no file, at the path or at `above`, an ancestor of it: a type change,
+    as type_clash's, that no plain pass resolves by replacing the workspace's entry (it is the
+    workspace's own, and no materialize writes it), and no effect ever tries to. A sync of
+    the path (of `above`) takes disk's side in its place."""
     what = SPECIAL_NAMES.get(kind, "special file")
-    reason = (f"disk holds a file where the workspace keeps a {what}; a sync of this path "
-              f"takes disk's file in its place, or move disk's file away to keep the {what}")
+    if above is not None:
+        reason = (f"disk holds a directory at {above!r} where the workspace keeps a {what}; "
+                  f"a sync of {above!r} takes disk's directory in its place, or move disk's "
+                  f"directory away to keep the {what}")
+    else:
+        reason = (f"disk holds a file where the workspace keeps a {what}; a sync of this path "
+                  f"takes disk's file in its place, or move disk's file away to keep the {what}")
     return Decision(Action.CONFLICT, State.CONFLICT, Detail.TYPE_CLASH,
                     conflict=ConflictKind.TYPE_CHANGED, reason=reason)
 

@@ -176,7 +176,15 @@ def test_a_file_replaced_by_a_link_or_fifo_in_the_mount_is_not_carried_not_owed(
     assert "not carried: 1 change(s) no materialize writes (hard links, symbolic links or " \
         "special files in the workspace; `memfs ls --states work` names each and why)" in text
     assert "hard-linked file(s)" not in text, text
-    m.cli("materialize", "--apply-deletions")
+    # What `ls --states` and materialize name for it: the ways out that end with nothing
+    # owed (not "make it on disk", which leaves it unverified: disk's link is not read).
+    ways = "`memfs sync work/a.txt` takes disk's file back in its place"
+    (row,) = [e for e in m.cli_json("ls", "--states", "work")["mounts"][0]["entries"]
+              if e["path"] == "a.txt"]
+    assert row["state"] == "workspace-deleted" and ways in row["note"], row
+    res = m.cli_json("materialize", "--apply-deletions")["mounts"]["work"]
+    assert [(s["path"], s["state"]) for s in res["skipped"]] == [("a.txt", "not-writable")]
+    assert ways in res["skipped"][0]["remedy"], res
     assert (disk / "a.txt").read_text() == "a1\n"  # what materialize leaves: still not owed
     st = m.status()["backing"]["work"]
     assert st["owed"]["workspace_deletions"] == 0 and st["not_carried"] == 1, st

@@ -71,6 +71,8 @@ from memfs.backing.tasks.afterbatch import AfterBatch
 from memfs.backing.tasks.automaterialize import AutoMaterialize
 from memfs.backing.tasks.watchers import FsEventsWatchers, RootPoll
 from memfs.errors import MemfsError
+from memfs.reconcile.materialize_plan import replaced_file_remedy
+from memfs.reconcile.rule import State
 from memfs.store.journal import Journal
 from memfs.workspace.attribution import labelled
 from memfs.workspace.nodes import Node
@@ -426,10 +428,18 @@ class Backing:
         no listing at all; a hard-linked file keeps its state and says why it stays."""
         nodes, _ = self.view.nodes(mount)  # the whole mount's: rel may name a FIFO
         why = {p: w for p, w in self.view.unwritable(nodes, mount).items() if under(p, rel)}
-        out = [dataclasses.replace(e, note=why.pop(e.path)) if e.path in why else e
-               for e in entries]
+        out = [dataclasses.replace(e, note=self._why(mount, e, why.pop(e.path)))
+               if e.path in why else e for e in entries]
         out += [Entry(p, "not-writable", None, note=w) for p, w in why.items()]
         return sorted(out, key=lambda e: e.path)
+
+    @staticmethod
+    def _why(mount: str, e: Entry, why: str) -> str:
+        """An unwritable entry's note; where it is a workspace deletion (a link put over a
+        file disk still has), the ways out that end with nothing owed."""
+        if e.state != str(State.WORKSPACE_DELETED):
+            return why
+        return f"{why}; {replaced_file_remedy(mount, e.path)}"
 
     # -- the daemon's background work ------------------------------------------------------
     async def run_watchers(self, after_change: Callable[[], Awaitable[None]]) -> None:

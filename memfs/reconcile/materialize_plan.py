@@ -90,7 +90,10 @@ def plan_materialize(
     unwritable = unwritable or {}
     for p, why in sorted(unwritable.items()):
         if not paths or _named(p, paths):
-            out.skipped.append(Skipped(p, "not-writable", why, _NOT_WRITABLE_REMEDY))
+            dec = plan.decisions.get(p)
+            out.skipped.append(Skipped(p, "not-writable", why, replaced_file_remedy(mount, p)
+                                       if dec is not None and dec.state == State.WORKSPACE_DELETED
+                                       else _NOT_WRITABLE_REMEDY))
     for p, dec in sorted(plan.decisions.items()):
         if dec is SYNCED_UNCHANGED or (paths and not _named(p, paths)) or p in unwritable:
             continue  # disk owes nothing where it agrees
@@ -141,6 +144,16 @@ _UNREAD_REMEDY = ("make the path readable (or fix the branch intent with a sync 
 _LINK_REMEDY = ("disk has a symlink there, which memfs never writes through: rename or "
                 "remove the link on disk, or give the file another name in the mount, then "
                 "materialize again")
+def replaced_file_remedy(mount: str, rel: str) -> str:
+    """The ways out where the workspace put a symlink or special file over a file disk still
+    has (`ln -sf` over a synced file): each ends with nothing owed. (Making the same link on
+    disk does not: disk's link is not read, so the path would list unverified.)"""
+    path = f"{mount}/{rel}" if mount else rel
+    return (f"disk keeps its file while this stands in the workspace: `memfs sync {path}` takes "
+            "disk's file back in its place, removing disk's file keeps the workspace's, or "
+            "remove it in the mount and `memfs materialize --apply-deletions`")
+
+
 _NOT_WRITABLE_REMEDY = ("it stays in the workspace (kept with its links or type); to put its "
                         "content on disk, copy it to a plain file in the mount and materialize "
                         "that")

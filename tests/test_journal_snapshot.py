@@ -148,3 +148,45 @@ def test_a_snapshot_keeps_one_map_a_file(tmp_path: Path) -> None:
         skip = {id(fps), *(id(x) for x in gc.get_referents(fps))}  # the proxy and its dict
         per = (_tables(got.evidence, skip) + _tables(got.modes, skip)) / n
         assert per < 4, f"P and its modes: {per:.0f} B a file of maps"  # 42 before
+
+
+def test_a_scoped_read_reads_the_rows_in_its_scope_not_the_mounts(tmp_path: Path) -> None:
+    """A lookup of a new name in a bound mount reads P and the fingerprints at that one path;
+    the statement's `path = ? OR (path >= ? AND path < ?)` made SQLite search by mount alone
+    and read every row of it (8 ms at 55,000 files, so each file a tool made there cost more
+    the larger the directory bound). Counted in SQLite's own steps, not timed: a scoped read
+    costs the same at 200 rows as at 20,000, and reads what the prefix names (the row, the
+    rows below it; a sibling that shares the prefix's letters is not one)."""
+    import sqlite3
+
+    def steps(j: Journal, prefix: str) -> tuple[int, int, set[str]]:
+        def q(c: sqlite3.Connection) -> tuple[int, int, set[str]]:
+            n = [0]
+
+            def count() -> int:
+                n[0] += 1
+                return 0
+            c.set_progress_handler(count, 100)
+            try:
+                ev = {p for p, _d, _m in Journal._evidence_rows(c, "work", prefix)}
+                ev_steps, n[0] = n[0], 0
+                fps = set(dict(Journal._fingerprint_rows(c, "work", prefix)))
+                assert fps == ev
+                return ev_steps, n[0], ev
+            finally:
+                c.set_progress_handler(None, 0)
+        return j._read(q)
+
+    got = []
+    for files in (200, 20_000):
+        j = Journal(tmp_path / f"{files}.db")
+        paths = [f"d{i // 100}/f{i}" for i in range(files)] + ["d0/f1/under", "d0/f1.txt"]
+        rows = {p: _row(f"{i:032x}", i) for i, p in enumerate(paths)}
+        j.put_fingerprints("work", rows)
+        j.record_evidence("work", [(p, r.digest, 0o644) for p, r in rows.items()])
+        ev_steps, fp_steps, seen = steps(j, "d0/f1")
+        assert seen == {"d0/f1", "d0/f1/under"}  # not d0/f10 or d0/f1.txt
+        assert steps(j, "d1/f100")[2] == {"d1/f100"}
+        got.append((ev_steps, fp_steps))
+    (small_ev, small_fp), (big_ev, big_fp) = got
+    assert big_ev <= small_ev + 2 and big_fp <= small_fp + 2, got

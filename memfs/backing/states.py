@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memfs.backing.paths import under
+from sortedcontainers import SortedDict
+
 from memfs.backing.progress import PassProgress
 from memfs.reconcile.facts import Region
 from memfs.reconcile.observe import Observation
@@ -26,9 +27,14 @@ StateRow = tuple[str, str | None]  # (state, conflict kind)
 class MountState:
     """What the last passes found for one mount."""
 
-    states: dict[str, StateRow] = field(default_factory=dict)
-    disk_only: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (size, MIME)
-    regions: dict[str, Region] = field(default_factory=dict)
+    # Kept in path order (sortedcontainers: a dict with its keys sorted), so a pass over one
+    # path or directory finds what it replaces by range, not by reading every path of the
+    # mount: with plain dicts each lookup of a new name in a bound mount of 57,000 files
+    # cost ~20 ms here. Well kept (hypothesis depends on it), pure Python, ~9 B a key.
+    states: SortedDict[str, StateRow] = field(default_factory=SortedDict)
+    disk_only: SortedDict[str, tuple[int, str]] = field(
+        default_factory=SortedDict)  # path -> (size, MIME)
+    regions: SortedDict[str, Region] = field(default_factory=SortedDict)
     unavailable: tuple[str, str] | None = None  # (what happened, remedy)
     last_pass: float | None = None
     last_error: str | None = None
@@ -71,12 +77,8 @@ def record_states(st: MountState, scope: str, obs: Observation, plan: PassPlan,
             st.applied[2] is sp and st.applied[3] and not skipped:
         return
     st.applied = applied
-    for p in [p for p in st.states if under(p, scope)]:
-        del st.states[p]
-    for p in [p for p in st.disk_only if under(p, scope)]:
-        del st.disk_only[p]
-    for p in [p for p in st.regions if under(p, scope)]:
-        del st.regions[p]
+    for table in (st.states, st.disk_only, st.regions):
+        _drop_under(table, scope)
     listing = plan.listing()
     for path, take in sp.take.items():
         if path in skipped:
@@ -99,6 +101,18 @@ def record_states(st: MountState, scope: str, obs: Observation, plan: PassPlan,
             st.disk_only[path] = (fact.size, fact.mime)
     for r in obs.regions:
         st.regions[r.path] = r
+
+
+def _drop_under(table: SortedDict, scope: str) -> None:
+    """Every path of `table` at or below `scope` ('' is the whole mount) goes: the path
+    itself, then the keys from `scope/` up to `scope0` ('0' follows '/'), which are exactly
+    those below it."""
+    if not scope:
+        table.clear()
+        return
+    table.pop(scope, None)
+    for p in list(table.irange(scope + "/", scope + "0", inclusive=(True, False))):
+        del table[p]
 
 
 __all__ = ["MountState", "StateRow", "States", "record_states"]

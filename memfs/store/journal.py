@@ -39,6 +39,7 @@ from memfs.pathtable import FingerprintTable, Row
 from memfs.store import journal_snapshot as snapshot
 from memfs.store import schema
 from memfs.store.journal_intents import Intent, IntentLog, NewIntent
+from memfs.store.journal_sql import at_or_below, at_or_below_args
 from memfs.store.journal_sql import db_param as _db
 from memfs.store.journal_sql import text as _text
 from memfs.testing import journal_fault
@@ -377,10 +378,8 @@ class Journal(IntentLog):
         if not prefix:
             return c.execute("SELECT path, digest, mode FROM journal_evidence WHERE mount=?",
                              (mount,))
-        return c.execute(
-            "SELECT path, digest, mode FROM journal_evidence WHERE mount=? AND "
-            "(path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) AND path < CAST(? AS TEXT)))",
-            (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))  # '0' follows '/'
+        return c.execute(at_or_below("SELECT path, digest, mode FROM journal_evidence"),
+                         at_or_below_args(mount, prefix))
 
     def record_evidence(
         self, mount: str, items: Iterable[tuple[str, str | None] | tuple[str, str | None,
@@ -416,14 +415,11 @@ class Journal(IntentLog):
     @staticmethod
     def _fingerprint_rows(c: sqlite3.Connection, mount: str, prefix: str) -> FingerprintTable:
         cols = "SELECT path, size, mtime_ns, ctime_ns, ino, dev, digest, kind, hashed_at_ns, " \
-               "mime " \
-               "FROM journal_fingerprints WHERE mount=?"
+               "mime FROM journal_fingerprints"
         if not prefix:
-            rows = c.execute(cols, (mount,))
+            rows = c.execute(cols + " WHERE mount=?", (mount,))
         else:
-            rows = c.execute(cols + " AND (path=CAST(? AS TEXT) OR (path >= CAST(? AS TEXT) "
-                             "AND path < CAST(? AS TEXT)))",
-                             (mount, _db(prefix), _db(prefix + "/"), _db(prefix + "0")))
+            rows = c.execute(at_or_below(cols), at_or_below_args(mount, prefix))
         # Paths interned (see pass_inputs); the row's fields go into the table's columns.
         return FingerprintTable.build((intern(r[0]), _new(FingerprintRow, r[1:]))
                                       for r in rows)

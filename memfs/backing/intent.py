@@ -4,12 +4,18 @@ Owns, on the trio loop only:
 - `tables`: mount -> IntentTable of the selected branch. Loaded from the head commit at open
   and whenever the tree is replaced (undo, restore, switch), so it rewinds with the branch;
   every change marks the workspace root dirty, so the next group commit keeps the new bytes
-  (Workspace._snapshot asks `encoded()`).
+  (memfs.workspace.snapshot asks `to_keep()`).
 - `restored`: mount -> the files an undo or restore changed, until a pass decides each (in
   memory only: the pass every binding gets right after the rewind decides them). Cleared by a
   branch switch (another branch is its own rule, not a rewind of this one).
 - the refs of every backed file just before a tree replacement, to tell afterwards which files
   a rewind changed (`before_replace` / `replaced`).
+- `_index`: mount -> (the table, path -> the entry's encoded member, in path order), kept
+  with each change by `set_entry` and built again when a table is replaced whole: a pass over
+  one path finds the entries under it by range (`paths_under`) instead of reading every
+  draft's entry, and a commit's bytes are the members joined (`encoded`), where encoding the
+  whole table again for each group commit cost milliseconds at thousands of drafts, on the
+  loop. `_encoded`: the bytes last made for each mount's table, while it is the same.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
+
+from sortedcontainers import SortedDict
 
 from memfs.backing.paths import under
 from memfs.reconcile import intent as intent_mod
@@ -40,6 +48,8 @@ class BranchIntent:
         self.restored: dict[str, set[str]] = {}
         self._refs_before: dict[str, dict[str, str | None]] | None = None
         self._tree_branch = ws.branch  # the branch the tree showed last (switch vs rewind)
+        self._index: dict[str, tuple[IntentTable, SortedDict]] = {}
+        self._encoded: dict[str, tuple[IntentTable, bytes]] = {}
         self.load()
 
     def load(self) -> None:
@@ -56,13 +66,60 @@ class BranchIntent:
         mounts = list(self._mounts())
         if not mounts:
             return None
-        return {m: intent_mod.encode(self.table(m)) for m in mounts}
+        return {m: self._encode(m) for m in mounts}
+
+    def _encode(self, mount: str) -> bytes:
+        table = self.table(mount)
+        last = self._encoded.get(mount)
+        if last is None or last[0] is not table:
+            members = self._members(mount)  # its keys iterate in C, and so does this map
+            data = (intent_mod.encode(table) if table.damaged else
+                    intent_mod.encode_members(map(members.__getitem__, members)))
+            last = self._encoded[mount] = (table, data)
+        return last[1]
+
+    def _members(self, mount: str) -> SortedDict:
+        """The mount's table's entries in path order, each its encoded member."""
+        current = self.table(mount)
+        got = self._index.get(mount)
+        if got is None or got[0] is not current:
+            got = (current, SortedDict({p: intent_mod.member(p, i)
+                                        for p, i in current.entries.items()}))
+            self._index[mount] = got
+        return got[1]
+
+    def paths_under(self, mount: str, scope: str, table: IntentTable) -> list[str] | None:
+        """The paths of `table` (this mount's, or for_pass's over `scope`) at or below a
+        scope, by range over the mount's index; None where plan_pass reads them itself (the
+        whole mount, a damaged table, a table replaced for one pass)."""
+        current = self.table(mount)
+        if not scope or table.damaged or current.damaged:
+            return None
+        marks = self.restored.get(mount)
+        if table is not current and not marks:
+            return None
+        out = [scope] if scope in current.entries else []
+        out.extend(self._members(mount).irange(scope + "/", scope + "0",
+                                               inclusive=(True, False)))
+        if table is not current:  # for_pass's: the mount's, and its rewind marks there
+            out.extend(p for p in marks or () if under(p, scope))
+        return out
 
     def set_entry(self, mount: str, path: str, pi: PathIntent | None) -> None:
         table = self.tables.setdefault(mount, IntentTable())
         new = table.with_entry(path, pi)
-        if new != table:
+        # Only `path` can differ (and a damaged table's replaced paths): comparing the whole
+        # tables read every entry for each file made through the mount.
+        if new.entries.get(path) != table.entries.get(path) or new.replaced != table.replaced:
             self.tables[mount] = new
+            got = self._index.get(mount)
+            if got is not None and got[0] is table:
+                members = got[1]
+                if path in new.entries:
+                    members[path] = intent_mod.member(path, new.entries[path])
+                else:
+                    members.pop(path, None)
+                self._index[mount] = (new, members)
             self.ws._touch(self.ws.root)  # the next group commit keeps the new intent
 
     def replace_table(self, mount: str, table: IntentTable) -> None:

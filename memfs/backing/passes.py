@@ -256,7 +256,8 @@ class Passes:
         plan, sp = self.planner.plan(mount, PlanInputs(
             scope, path_sync, gathered.branch,
             asked_on if asked_on is not None else gathered.branch, got.obs, s_view,
-            got.evidence, table, pending, got.modes, nodes.specials))
+            got.evidence, table, pending, got.modes, nodes.specials,
+            self.intent.paths_under(mount, scope, table)))
         if sp.refused:
             return NotDecided(mount, refused=sp.refused)
         done = await self._apply(b, st, scope, gathered, nodes, s_view, plan, sp)

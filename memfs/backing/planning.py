@@ -37,6 +37,9 @@ class PlanInputs:
     pending: Mapping[str, Pending]
     modes: Mapping[str, int]
     specials: Mapping[str, str]  # the walk's symlinks and special files (StoreFiles.specials)
+    # The table's paths under the scope (BranchIntent.paths_under), or None: derived from
+    # `table`, so not compared by `same`.
+    intent_paths: list[str] | None = None
 
     def same(self, other: PlanInputs) -> bool:
         return (self.scope == other.scope and self.path_sync == other.path_sync
@@ -73,7 +76,8 @@ class Planner:
             plans[given.scope] = (given, last[1], last[2])
             return last[1], last[2]
         plan = plan_pass(given.obs, given.view, given.evidence, given.table, given.pending,
-                         branch=given.branch, modes=given.modes, specials=given.specials)
+                         branch=given.branch, modes=given.modes, specials=given.specials,
+                         intent_paths=given.intent_paths)
         sp = plan_sync(plan, given.obs, given.view,
                        path=given.scope if given.path_sync else None,
                        branch_now=given.branch_now, specials=given.specials)

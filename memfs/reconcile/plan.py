@@ -136,12 +136,15 @@ def plan_pass(
     branch: str | None = None,
     modes: Mapping[str, int] | None = None,
     specials: Mapping[str, str] | None = None,
+    intent_paths: Iterable[str] | None = None,
 ) -> PassPlan:
     """Decide every path the observation's scope covers: store entries, evidence, intent, pending
     intents and files disk holds. Paths in incomplete regions come out unverified. `modes`:
     the permission bits P agreed on, per path (missing: none on record). `specials`: path ->
     kind of the workspace's entries that are neither file nor directory (a symlink, FIFO):
-    disk's file is never put over one but by a path sync (`special_clash`).
+    disk's file is never put over one but by a path sync (`special_clash`). `intent_paths`:
+    the intent table's paths under a scope, if the caller keeps them in order (found by
+    range, where reading every entry of the table cost each one-path pass O(drafts)).
 
     The unchanged case (a file disk holds whose digest the store and P share, with no branch or
     pending intent) takes `decide_unchanged`, the rule's own answer for it without building
@@ -153,7 +156,8 @@ def plan_pass(
     if scope:
         paths = {p for p in store_view if _under(p, scope)}
         paths.update(p for p in evidence if _under(p, scope))
-        paths.update(p for p in intent if _under(p, scope))
+        paths.update(intent_paths if intent_paths is not None else
+                     (p for p in intent if _under(p, scope)))
         paths.update(p for p in pending if _under(p, scope))
     else:
         paths = set(store_view)

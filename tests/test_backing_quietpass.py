@@ -107,6 +107,7 @@ def test_plan_inputs_compare_every_input():
         "obs": other_obs, "view": {"a": Content("2" * 32)}, "evidence": {"a": "2" * 32},
         "table": IntentTable({"a": PathIntent(tombstone=True)}),
         "pending": {"a": object()}, "modes": {"a": 0o755}, "specials": {"a": "l"},
+        "intent_paths": ["a"],
     }
     assert set(changes) == {f.name for f in dataclasses.fields(_PlanInputs)}
     for name, value in changes.items():

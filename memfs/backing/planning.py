@@ -37,8 +37,8 @@ class PlanInputs:
     pending: Mapping[str, Pending]
     modes: Mapping[str, int]
     specials: Mapping[str, str]  # the walk's symlinks and special files (StoreFiles.specials)
-    # The table's paths under the scope (BranchIntent.paths_under), or None: derived from
-    # `table`, so not compared by `same`.
+    # The table's paths under the scope (BranchIntent.paths_under), or None: plan_pass reads
+    # them from `table` then. Derived from it, and compared too (a scope's few paths).
     intent_paths: list[str] | None = None
 
     def same(self, other: PlanInputs) -> bool:
@@ -49,7 +49,12 @@ class PlanInputs:
                 and (self.view is other.view or self.view == other.view)
                 and (self.evidence is other.evidence or self.evidence == other.evidence)
                 and (self.modes is other.modes or self.modes == other.modes)
-                and self.specials == other.specials)
+                and self.specials == other.specials
+                and _same_paths(self.intent_paths, other.intent_paths))
+
+
+def _same_paths(a: list[str] | None, b: list[str] | None) -> bool:
+    return a is b or (a is not None and b is not None and set(a) == set(b))
 
 
 class Planner:

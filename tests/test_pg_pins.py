@@ -422,6 +422,10 @@ def _refused(out, what: str) -> None:
     assert out.returncode != 0, f"{what} went ahead with its pins unpublished: {out.stdout}"
     assert f"{what} was refused" in out.stderr, out.stderr
     assert "could not be published" in out.stderr and "nothing was changed" in out.stderr
+    # What happened first (the server's words), then what it cost: it read as a pins problem.
+    cause = out.stderr.index(f"{what} was refused: ") + len(f"{what} was refused: ")
+    assert out.stderr.index("could not be published") > cause + 10, out.stderr
+    assert not out.stderr[cause:].startswith("what this host shows"), out.stderr
     assert "retry once the PostgreSQL server answers" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
 

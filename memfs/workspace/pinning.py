@@ -96,9 +96,11 @@ class NotPublished(MemfsError):  # noqa: N818 - a refusal, named for what it say
     this host's pins could not be published first for other hosts' GC: nothing changed."""
 
     def __init__(self, what: str, error: str) -> None:
-        super().__init__(f"{what} was refused: what this host shows and holds open could not "
-                         f"be published first for other hosts' garbage collection ({error}); "
-                         "nothing was changed",
+        # The cause first (the server out of reach, mostly): status's "commits FAILING"
+        # line read as a pins problem, with the server's own words in brackets at its end.
+        super().__init__(f"{what} was refused: {error}; what this host shows and holds open "
+                         "could not be published first for other hosts' garbage collection, "
+                         "so nothing was changed",
                          "retry once the PostgreSQL server answers this host (`memfs status` "
                          "says whether it does)")
 

@@ -56,6 +56,20 @@ def store_backend(request: pytest.FixtureRequest) -> str:
     return getattr(request, "param", "sqlite")
 
 
+@pytest.fixture
+def own_pg_cluster() -> Iterator[PgCluster]:
+    """A started server of the test's own, for a test that stops, kills or restarts it (the
+    session's is shared); destroyed after the test. Request it after `mount_factory`, so it
+    is torn down first, as a server lost under the mounts is."""
+    require_tool(pg_missing())
+    cluster = PgCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[PgCluster]:
     """One throwaway PostgreSQL server for the session (tests/helpers/pg.py)."""

@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 from helpers.mount import REPO, MemfsMount
-from helpers.pg import PgCluster, host_root, pg_missing
-from helpers.require import require_tool
+from helpers.pg import host_root
 from helpers.store import store_check
 
 pytestmark = pytest.mark.mount
@@ -218,56 +217,51 @@ def test_a_paused_hosts_uncommitted_changes_are_said_dropped_not_pending(
     store_check(b.root)
 
 
-def test_postgresql_killed_mid_commit_loses_no_acknowledged_write(mount_factory,
+def test_postgresql_killed_mid_commit_loses_no_acknowledged_write(mount_factory, own_pg_cluster,
                                                                    tmp_path: Path) -> None:
-    require_tool(pg_missing())
-    cluster = PgCluster()  # its own server: this test kills it
+    cluster = own_pg_cluster  # its own server: this test kills it
+    a = mount_factory(root=host_root(tmp_path, "a", cluster.new_database()), name="a")
+    stop = threading.Event()
+    acked: dict[str, bytes] = {}
+    failed: list[str] = []
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            name, data = f"w{i:04d}", os.urandom(1 << 20) + i.to_bytes(4, "big")
+            try:
+                write_synced(a.work / name, data)
+                acked[name] = data
+            except OSError as exc:
+                failed.append(f"{name}: {exc}")
+            i += 1
+
+    t = threading.Thread(target=writer)
+    t.start()
     try:
+        wait_for(lambda: len(acked) >= 5, "the first acknowledged writes")
+        cluster.kill()  # mid-commit: the writer commits a MiB per fsync without pause
+        # status says what is wrong in the store's words, not a disk's I/O error
+        wait_for(lambda: (a.status().get("commit_failure") or {}).get("reason", "")
+                 .startswith("the PostgreSQL store at"), "a commit failure in status",
+                 timeout=30)
+        failure = a.status()["commit_failure"]
+        assert "unreachable" in failure["reason"], failure
+        assert failure["remedy"].startswith("check that the server runs"), failure
         cluster.start()
-        a = mount_factory(root=host_root(tmp_path, "a", cluster.new_database()), name="a")
-        stop = threading.Event()
-        acked: dict[str, bytes] = {}
-        failed: list[str] = []
-
-        def writer() -> None:
-            i = 0
-            while not stop.is_set():
-                name, data = f"w{i:04d}", os.urandom(1 << 20) + i.to_bytes(4, "big")
-                try:
-                    write_synced(a.work / name, data)
-                    acked[name] = data
-                except OSError as exc:
-                    failed.append(f"{name}: {exc}")
-                i += 1
-
-        t = threading.Thread(target=writer)
-        t.start()
-        try:
-            wait_for(lambda: len(acked) >= 5, "the first acknowledged writes")
-            cluster.kill()  # mid-commit: the writer commits a MiB per fsync without pause
-            # status says what is wrong in the store's words, not a disk's I/O error
-            wait_for(lambda: (a.status().get("commit_failure") or {}).get("reason", "")
-                     .startswith("the PostgreSQL store at"), "a commit failure in status",
-                     timeout=30)
-            failure = a.status()["commit_failure"]
-            assert "unreachable" in failure["reason"], failure
-            assert failure["remedy"].startswith("check that the server runs"), failure
-            cluster.start()
-            n = len(acked)
-            wait_for(lambda: len(acked) >= n + 5, "writes acknowledged after the restart",
-                     timeout=60)
-        finally:
-            stop.set()
-            t.join(timeout=60)
-        a.umount()
-        store_check(a.root)
-        a.remount()
-        for name, data in acked.items():
-            assert (a.work / name).read_bytes() == data, name
-        assert len(acked) >= 10
-        assert failed, "no fsync was refused while the server was down: the kill missed"
+        n = len(acked)
+        wait_for(lambda: len(acked) >= n + 5, "writes acknowledged after the restart",
+                 timeout=60)
     finally:
-        cluster.destroy()
+        stop.set()
+        t.join(timeout=60)
+    a.umount()
+    store_check(a.root)
+    a.remount()
+    for name, data in acked.items():
+        assert (a.work / name).read_bytes() == data, name
+    assert len(acked) >= 10
+    assert failed, "no fsync was refused while the server was down: the kill missed"
 
 
 def test_one_host_takes_over_by_cli_without_a_daemon(pg_url: str, tmp_path: Path) -> None:

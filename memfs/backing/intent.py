@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from sortedcontainers import SortedDict
 
-from memfs.backing.paths import under
+from memfs.backing.paths import keys_under, under
 from memfs.reconcile import intent as intent_mod
 from memfs.reconcile.intent import IntentTable
 from memfs.reconcile.plan import SyncPlan
@@ -98,9 +98,7 @@ class BranchIntent:
         marks = self.restored.get(mount)
         if table is not current and not marks:
             return None
-        out = [scope] if scope in current.entries else []
-        out.extend(self._members(mount).irange(scope + "/", scope + "0",
-                                               inclusive=(True, False)))
+        out = keys_under(self._members(mount), scope)
         if table is not current:  # for_pass's: the mount's, and its rewind marks there
             out.extend(p for p in marks or () if under(p, scope))
         return out

@@ -62,4 +62,14 @@ def under(path: str, scope: str) -> bool:
     return scope == "" or path == scope or path.startswith(scope + "/")
 
 
-__all__ = ["StorePath", "parse_store_path", "split_path", "under"]
+def keys_under(keys, scope: str) -> list[str]:
+    """The keys of a sorted container (sortedcontainers' SortedDict or SortedList) at or
+    below a non-empty `scope`: the path itself, then the range from `scope/` up to `scope0`
+    ('0' follows '/'), which is exactly what lies below it. O(log n + found), where a filter
+    with `under` reads every key."""
+    out = [scope] if scope in keys else []
+    out.extend(keys.irange(scope + "/", scope + "0", inclusive=(True, False)))
+    return out
+
+
+__all__ = ["StorePath", "keys_under", "parse_store_path", "split_path", "under"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedDict
 
+from memfs.backing.paths import keys_under
 from memfs.backing.progress import PassProgress
 from memfs.reconcile.facts import Region
 from memfs.reconcile.observe import Observation
@@ -104,14 +105,12 @@ def record_states(st: MountState, scope: str, obs: Observation, plan: PassPlan,
 
 
 def _drop_under(table: SortedDict, scope: str) -> None:
-    """Every path of `table` at or below `scope` ('' is the whole mount) goes: the path
-    itself, then the keys from `scope/` up to `scope0` ('0' follows '/'), which are exactly
-    those below it."""
+    """Every path of `table` at or below `scope` ('' is the whole mount) goes, found by
+    range (memfs.backing.paths.keys_under)."""
     if not scope:
         table.clear()
         return
-    table.pop(scope, None)
-    for p in list(table.irange(scope + "/", scope + "0", inclusive=(True, False))):
+    for p in keys_under(table, scope):
         del table[p]
 
 

@@ -35,7 +35,7 @@ import xxhash
 from memfs.backing.storefiles import FileTable, StoreContents, StoreFiles, Unbuilt
 from memfs.reconcile.contained import components
 from memfs.reconcile.facts import shared_content
-from memfs.reconcile.rule import MODE_BITS, MODES
+from memfs.reconcile.rule import MODE_BITS, MODES, SPECIAL_NAMES
 from memfs.store.chunks import CHUNK_SIZE
 from memfs.store.trees import DIR, FILE, HARD, LINK, Entry, decode_dir, name_to_bytes
 from memfs.workspace.nodes import Node
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 EMPTY_DIGEST = xxhash.xxh3_128_hexdigest(b"")
 RefKey = tuple[str, int]  # (committed ref, size)
-_KIND_NAMES = {"p": "FIFO", "s": "socket", "c": "character device", "b": "block device"}
 
 
 class ChunkReader(Protocol):
@@ -499,7 +498,7 @@ class StoreView:
                 out[path] = ("a symbolic link in the workspace: links are not written to disk "
                              "(nor taken from it); to put one there, make it on disk")
                 continue
-            out[path] = (f"a {_KIND_NAMES.get(kind, 'special file')} in the workspace: no "
+            out[path] = (f"a {SPECIAL_NAMES.get(kind, 'special file')} in the workspace: no "
                          "materialize makes special files on disk")
         return out
 
